@@ -1,0 +1,124 @@
+"""The broker seam: what rstream needs from a RocketMQ-shaped log, whatever implements it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Union, runtime_checkable
+
+from rstream.errors import RStreamError
+
+MessageKey = Union[str, bytes, None]
+
+#: RocketMQ's rule for topic names (TopicValidator): letters, digits, ``%|_-``, at most 127 chars.
+_TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+
+
+class BrokerError(RStreamError):
+    """The broker refused an operation."""
+
+
+class InvalidTopicNameError(BrokerError, ValueError):
+    """A topic name breaks RocketMQ's naming rule."""
+
+
+class UnknownTopicError(BrokerError, KeyError):
+    """A topic that does not exist was used."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown topic"
+
+
+class TopicExistsError(BrokerError):
+    """A topic was created twice with different settings."""
+
+
+class BrokerPathError(BrokerError, OSError):
+    """The broker's folder cannot be created or written."""
+
+
+def validate_topic_name(name: Any) -> str:
+    """Return ``name`` if it is a valid RocketMQ topic name, else raise ``InvalidTopicNameError``."""
+    if not isinstance(name, str) or not _TOPIC_NAME.match(name):
+        raise InvalidTopicNameError(
+            f"invalid topic name {name!r}: use 1 to 127 characters from letters, digits, '%', '|', '_' and '-'"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's settings."""
+
+    name: str
+    queues: int
+    compact: bool = False
+
+
+@dataclass(frozen=True)
+class Message:
+    """A stored message. ``offset`` and ``store_timestamp`` are broker metadata (PIP-70): the broker
+    stamps them at append time and they are never mixed into the client's ``headers``."""
+
+    topic: str
+    queue_id: int
+    offset: int
+    key: MessageKey
+    body: bytes
+    born_timestamp: int
+    store_timestamp: int
+    headers: Mapping[str, str] = field(default_factory=dict)
+    tags: str | None = None
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """Where a sent message landed."""
+
+    topic: str
+    queue_id: int
+    offset: int
+
+
+#: One record to append: (key, body, born_timestamp, headers or None, tags or None).
+RecordTuple = tuple[MessageKey, bytes, int, "dict[str, str] | None", "str | None"]
+
+
+@dataclass(frozen=True)
+class CommitTag:
+    """Identifies the writes of one task's micro-batch on one input queue: a second append with
+    the same tag is a no-op, which makes task retries and batch reruns exactly-once."""
+
+    job: str
+    topic: str
+    queue: int
+    start_offset: int
+    end_offset: int
+
+
+@runtime_checkable
+class Broker(Protocol):
+    """What rstream's runtime uses. ``EmbeddedBroker`` implements it; a RocketMQ client can too."""
+
+    def create_topic(self, name: str, queues: int = 8, compact: bool = False) -> TopicInfo: ...
+
+    def topic(self, name: str) -> TopicInfo: ...
+
+    def topics(self) -> list[TopicInfo]: ...
+
+    def has_topic(self, name: str) -> bool: ...
+
+    def end_offsets(self, topic: str) -> list[int]: ...
+
+    def read_records(
+        self, topic: str, queue: int, start: int, end: int
+    ) -> Iterable[tuple[int, MessageKey, bytes, int, int, dict[str, str] | None]]: ...
+
+    def append(
+        self, records: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None = None
+    ) -> bool: ...
+
+    def last_commit(self, job: str, topic: str, queue: int) -> CommitTag | None: ...
+
+    def find_commit(self, job: str, topic: str, queue: int, start_offset: int) -> CommitTag | None: ...

@@ -1,0 +1,146 @@
+"""Serializers and deserializers: how records become bytes in topics and back.
+
+A *deserializer* turns a message body into ``(key, value)``: a callable ``bytes -> (key, value)``
+or an object with ``deserialize(body)``. A *serializer* turns ``(key, value)`` into a body: a
+callable ``(key, value) -> bytes`` or an object with ``serialize(key, value)``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from rstream.errors import RStreamError
+
+__all__ = [
+    "Deserializer",
+    "JsonDeserializer",
+    "JsonSerializer",
+    "RawDeserializer",
+    "RawSerializer",
+    "SerdeError",
+    "Serializer",
+    "TextDeserializer",
+    "TextSerializer",
+    "as_deserializer",
+    "as_serializer",
+]
+
+
+class SerdeError(RStreamError):
+    """A serializer or deserializer is unusable or failed on a record."""
+
+
+@runtime_checkable
+class Deserializer(Protocol):
+    def deserialize(self, body: bytes) -> tuple[Any, Any]: ...
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    def serialize(self, key: Any, value: Any) -> bytes: ...
+
+
+class TextDeserializer:
+    """utf-8 text: the key is ``None``, the value the decoded ``str``."""
+
+    def __init__(self, encoding: str = "utf-8") -> None:
+        self.encoding = encoding
+
+    def deserialize(self, body: bytes) -> tuple[Any, str]:
+        return None, body.decode(self.encoding)
+
+    def __repr__(self) -> str:
+        return f"TextDeserializer({self.encoding!r})"
+
+
+class TextSerializer:
+    """utf-8 text of the value (``str(value)``); with ``with_key`` it writes ``key<sep>value``."""
+
+    def __init__(self, with_key: bool = False, separator: str = ":", encoding: str = "utf-8") -> None:
+        self.with_key = with_key
+        self.separator = separator
+        self.encoding = encoding
+
+    def serialize(self, key: Any, value: Any) -> bytes:
+        if self.with_key:
+            return f"{key}{self.separator}{value}".encode(self.encoding)
+        return str(value).encode(self.encoding)
+
+    def __repr__(self) -> str:
+        return f"TextSerializer(with_key={self.with_key})"
+
+
+class JsonDeserializer:
+    """A JSON document per message; the key is ``None``."""
+
+    def deserialize(self, body: bytes) -> tuple[Any, Any]:
+        return None, json.loads(body)
+
+    def __repr__(self) -> str:
+        return "JsonDeserializer()"
+
+
+class JsonSerializer:
+    """JSON of the value, or of ``{"key": key, "value": value}`` with ``with_key``."""
+
+    def __init__(self, with_key: bool = False) -> None:
+        self.with_key = with_key
+
+    def serialize(self, key: Any, value: Any) -> bytes:
+        doc = {"key": key, "value": value} if self.with_key else value
+        return json.dumps(doc, separators=(",", ":"), default=str).encode()
+
+    def __repr__(self) -> str:
+        return f"JsonSerializer(with_key={self.with_key})"
+
+
+class RawDeserializer:
+    """The body as ``bytes``, untouched; the key is ``None``."""
+
+    def deserialize(self, body: bytes) -> tuple[Any, bytes]:
+        return None, body
+
+    def __repr__(self) -> str:
+        return "RawDeserializer()"
+
+
+class RawSerializer:
+    """The value as it is; it must already be ``bytes`` (no pickle, ever)."""
+
+    def serialize(self, key: Any, value: Any) -> bytes:
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise SerdeError(f"RawSerializer needs bytes values, got {type(value).__name__}: {value!r:.80}")
+        return bytes(value)
+
+    def __repr__(self) -> str:
+        return "RawSerializer()"
+
+
+def as_deserializer(obj: Any) -> Callable[[bytes], tuple[Any, Any]]:
+    """Return the ``bytes -> (key, value)`` function behind a deserializer object or callable."""
+    if obj is None:
+        return TextDeserializer().deserialize
+    method = getattr(obj, "deserialize", None)
+    if callable(method):
+        return method  # type: ignore[no-any-return]
+    if callable(obj):
+        return obj  # type: ignore[no-any-return]
+    raise SerdeError(
+        f"{obj!r} is not a deserializer: pass a callable bytes -> (key, value) or an object with deserialize()"
+    )
+
+
+def as_serializer(obj: Any) -> Callable[[Any, Any], bytes]:
+    """Return the ``(key, value) -> bytes`` function behind a serializer object or callable."""
+    if obj is None:
+        return TextSerializer(with_key=True).serialize
+    method = getattr(obj, "serialize", None)
+    if callable(method):
+        return method  # type: ignore[no-any-return]
+    if callable(obj):
+        return obj  # type: ignore[no-any-return]
+    raise SerdeError(
+        f"{obj!r} is not a serializer: pass a callable (key, value) -> bytes or an object with serialize()"
+    )
