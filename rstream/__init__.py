@@ -1,0 +1,78 @@
+"""rstream: RocketMQ Streams (RIP-58) in Python, executed on PySpark, made for notebooks.
+
+    from rstream import StreamBuilder, RocketMQStream, EmbeddedBroker, TextDeserializer
+"""
+
+from rstream.broker import (
+    Broker,
+    BrokerError,
+    BrokerPathError,
+    EmbeddedBroker,
+    InvalidTopicNameError,
+    Message,
+    UnknownTopicError,
+)
+from rstream.dsl import DslError, GroupedStream, RStream, StreamBuilder
+from rstream.errors import RStreamError
+from rstream.graph import Topology
+from rstream.processors import Accumulator, ProcessingError, RecordError, UnhashableKeyError
+from rstream.runtime import (
+    BatchProgress,
+    CheckpointMismatchError,
+    JobError,
+    JobProperties,
+    JobTimeoutError,
+    QueueProgress,
+    RocketMQStream,
+    get_spark,
+)
+from rstream.serde import (
+    JsonDeserializer,
+    JsonSerializer,
+    RawDeserializer,
+    RawSerializer,
+    SerdeError,
+    TextDeserializer,
+    TextSerializer,
+)
+from rstream.state import StateError, StateStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Accumulator",
+    "BatchProgress",
+    "Broker",
+    "BrokerError",
+    "BrokerPathError",
+    "CheckpointMismatchError",
+    "DslError",
+    "EmbeddedBroker",
+    "GroupedStream",
+    "InvalidTopicNameError",
+    "JobError",
+    "JobProperties",
+    "JobTimeoutError",
+    "JsonDeserializer",
+    "JsonSerializer",
+    "Message",
+    "ProcessingError",
+    "QueueProgress",
+    "RStream",
+    "RStreamError",
+    "RawDeserializer",
+    "RawSerializer",
+    "RecordError",
+    "RocketMQStream",
+    "SerdeError",
+    "StateError",
+    "StateStore",
+    "StreamBuilder",
+    "TextDeserializer",
+    "TextSerializer",
+    "Topology",
+    "UnhashableKeyError",
+    "UnknownTopicError",
+    "get_spark",
+    "__version__",
+]

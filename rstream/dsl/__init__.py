@@ -1,0 +1,6 @@
+"""The fluent DSL: ``StreamBuilder``, ``RStream``, ``GroupedStream``."""
+
+from rstream.dsl.builder import StreamBuilder
+from rstream.dsl.streams import DslError, GroupedStream, RStream
+
+__all__ = ["DslError", "GroupedStream", "RStream", "StreamBuilder"]

@@ -1,0 +1,61 @@
+"""``StreamBuilder``: where a job starts. It owns the logical graph (first build) and builds the
+real topology from it (second build)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rstream.broker.base import validate_topic_name
+from rstream.dsl.streams import DslError, RStream
+from rstream.graph.logical import LogicalGraph
+from rstream.graph.topology import Topology, TopologyBuilder
+from rstream.serde import as_deserializer
+
+_JOB_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+class StreamBuilder:
+    """Start a job: ``StreamBuilder("wordcount").source("sentences", TextDeserializer())``.
+
+    The job id names the job's shuffle topics and folders, so it uses letters, digits, ``_`` and
+    ``-`` only (at most 64). ``shuffle_queues`` is the queue count of the shuffle topics (8, as
+    in RocketMQ Streams).
+    """
+
+    def __init__(self, job_id: str, shuffle_queues: int = 8) -> None:
+        if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+            raise DslError(
+                f"invalid job id {job_id!r}: use 1 to 64 letters, digits, '_' or '-' "
+                "(it becomes part of topic and folder names)"
+            )
+        if not isinstance(shuffle_queues, int) or shuffle_queues < 1:
+            raise DslError(f"shuffle_queues must be a positive int, got {shuffle_queues!r}")
+        self.job_id = job_id
+        self.shuffle_queues = shuffle_queues
+        self.graph = LogicalGraph(job_id)
+
+    def source(self, topic: str, deserializer: Any = None) -> RStream[Any, Any]:
+        """Read ``topic``. ``deserializer`` is ``bytes -> (key, value)`` or has ``deserialize``;
+        by default ``TextDeserializer()`` (key None, value the utf-8 text)."""
+        validate_topic_name(topic)
+        deserialize = as_deserializer(deserializer)
+        node = self.graph.add("source", [], topic=topic, deserializer=deserialize, detail=topic)
+        return RStream(self, node)
+
+    def build(self) -> Topology:
+        """The second build: the real topology (topics and processor factories)."""
+        if not self.graph.nodes:
+            raise DslError(f"job {self.job_id!r} has no source yet: call builder.source(topic) first")
+        return TopologyBuilder(self.graph, self.shuffle_queues).build()
+
+    def logical_dot(self) -> str:
+        """The logical graph so far as DOT text."""
+        return self.graph.to_dot()
+
+    def logical_graph(self) -> Any:
+        """The logical graph so far as a ``graphviz.Digraph`` (shows as SVG in a notebook)."""
+        return self.graph.to_digraph()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.logical_graph()._repr_mimebundle_(include, exclude)  # type: ignore[no-any-return]

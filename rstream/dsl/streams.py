@@ -1,0 +1,145 @@
+"""The fluent API. Each method adds one logical node and returns the stream that continues from it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from rstream.broker.base import validate_topic_name
+from rstream.errors import RStreamError
+from rstream.graph.logical import LogicalNode, describe_callable
+from rstream.serde import as_serializer
+
+if TYPE_CHECKING:
+    from rstream.dsl.builder import StreamBuilder
+    from rstream.processors.aggregate import Accumulator
+
+K = TypeVar("K")
+V = TypeVar("V")
+K2 = TypeVar("K2")
+V2 = TypeVar("V2")
+A = TypeVar("A")
+R = TypeVar("R")
+N = TypeVar("N", int, float)
+
+
+class DslError(RStreamError, TypeError):
+    """A DSL call was given something it cannot use."""
+
+
+def _check_callable(fn: Any, what: str) -> None:
+    if not callable(fn):
+        raise DslError(f"{what} needs a function, got {type(fn).__name__}: {fn!r:.80}")
+
+
+class _Stream(Generic[K, V]):
+    def __init__(self, builder: StreamBuilder, node: LogicalNode) -> None:
+        self._builder = builder
+        self._node = node
+
+    def _add(self, kind: str, **params: Any) -> LogicalNode:
+        return self._builder.graph.add(kind, [self._node], **params)
+
+    @property
+    def node(self) -> LogicalNode:
+        """The logical node this stream comes out of."""
+        return self._node
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self._builder._repr_mimebundle_(include, exclude)
+
+    def sink(self, topic: str, serializer: Any = None) -> None:
+        """Write every record to ``topic``; ``serializer`` is ``(key, value) -> bytes`` or has
+        ``serialize``; by default ``TextSerializer(with_key=True)`` writes ``key:value``."""
+        validate_topic_name(topic)
+        serialize = as_serializer(serializer)
+        self._add("sink", topic=topic, serializer=serialize, detail=topic)
+
+
+class RStream(_Stream[K, V]):
+    """A stream of records. Functions get the record's value; the key rides along."""
+
+    def map(self, fn: Callable[[V], V2]) -> RStream[K, V2]:
+        """Replace each value by ``fn(value)``."""
+        _check_callable(fn, "map")
+        return RStream(self._builder, self._add("map", fn=fn, detail=describe_callable(fn)))
+
+    def flat_map(self, fn: Callable[[V], Iterable[V2]]) -> RStream[K, V2]:
+        """Replace each value by every item of ``fn(value)`` (none, one or many)."""
+        _check_callable(fn, "flat_map")
+        return RStream(self._builder, self._add("flat_map", fn=fn, detail=describe_callable(fn)))
+
+    def filter(self, fn: Callable[[V], bool]) -> RStream[K, V]:
+        """Keep the records for which ``fn(value)`` is true."""
+        _check_callable(fn, "filter")
+        return RStream(self._builder, self._add("filter", fn=fn, detail=describe_callable(fn)))
+
+    def foreach(self, fn: Callable[[V], Any]) -> RStream[K, V]:
+        """Call ``fn(value)`` for its side effect (it runs in the Spark task); records pass on."""
+        _check_callable(fn, "foreach")
+        return RStream(self._builder, self._add("foreach", fn=fn, detail=describe_callable(fn)))
+
+    def print(self, prefix: str = "") -> RStream[K, V]:
+        """Print each record as ``key: value``; the lines appear where the job is run or watched."""
+        return RStream(self._builder, self._add("print", prefix=prefix))
+
+    def select_timestamp(self, fn: Callable[[V], int]) -> RStream[K, V]:
+        """Take each record's time (epoch milliseconds) from its value."""
+        _check_callable(fn, "select_timestamp")
+        return RStream(self._builder, self._add("select_timestamp", fn=fn, detail=describe_callable(fn)))
+
+    def key_by(self, fn: Callable[[V], K2]) -> GroupedStream[K2, V]:
+        """Key each record by ``fn(value)``; the key must be hashable. Aggregations then shuffle by it."""
+        _check_callable(fn, "key_by")
+        return GroupedStream(self._builder, self._add("key_by", fn=fn, detail=describe_callable(fn)))
+
+
+class GroupedStream(_Stream[K, V]):
+    """A keyed stream. Aggregations keep one state per key and emit the updated result for every
+    input record, as RocketMQ Streams does."""
+
+    def count(self) -> GroupedStream[K, int]:
+        """The number of records per key."""
+        return GroupedStream(self._builder, self._add("count"))
+
+    def sum(self, fn: Callable[[V], N]) -> GroupedStream[K, N]:
+        """The running sum of ``fn(value)`` per key."""
+        _check_callable(fn, "sum")
+        return GroupedStream(self._builder, self._add("sum", fn=fn, detail=describe_callable(fn)))
+
+    def min(self, fn: Callable[[V], N]) -> GroupedStream[K, N]:
+        """The smallest ``fn(value)`` per key so far."""
+        _check_callable(fn, "min")
+        return GroupedStream(self._builder, self._add("min", fn=fn, detail=describe_callable(fn)))
+
+    def max(self, fn: Callable[[V], N]) -> GroupedStream[K, N]:
+        """The largest ``fn(value)`` per key so far."""
+        _check_callable(fn, "max")
+        return GroupedStream(self._builder, self._add("max", fn=fn, detail=describe_callable(fn)))
+
+    def aggregate(self, accumulator: Accumulator[V, A, R]) -> GroupedStream[K, R]:
+        """Fold each key's values with an ``Accumulator`` (``initial``, ``add``, ``result``)."""
+        for method in ("initial", "add", "result"):
+            if not callable(getattr(accumulator, method, None)):
+                raise DslError(
+                    f"aggregate needs an accumulator with initial(), add(acc, value) and result(acc); "
+                    f"{accumulator!r} has no {method}()"
+                )
+        return GroupedStream(
+            self._builder,
+            self._add("aggregate", accumulator=accumulator, detail=type(accumulator).__name__),
+        )
+
+    def map(self, fn: Callable[[V], V2]) -> GroupedStream[K, V2]:
+        """Replace each value by ``fn(value)``; the key stays."""
+        _check_callable(fn, "map")
+        return GroupedStream(self._builder, self._add("map", fn=fn, detail=describe_callable(fn)))
+
+    def filter(self, fn: Callable[[V], bool]) -> GroupedStream[K, V]:
+        """Keep the records for which ``fn(value)`` is true."""
+        _check_callable(fn, "filter")
+        return GroupedStream(self._builder, self._add("filter", fn=fn, detail=describe_callable(fn)))
+
+    def to_rstream(self) -> RStream[K, V]:
+        """Continue as a plain stream; the key stays."""
+        return RStream(self._builder, self._add("to_rstream"))

@@ -1,0 +1,254 @@
+"""The second build: logical nodes become real nodes, grouped by the topic they consume.
+
+``key_by(...).count()`` becomes shuffle sink -> ``<job>-ROCKETMQ-COUNT-<n>-shuffleTopic`` -> shuffle
+source -> count, with the state topic ``<shuffle topic>-stateTopic`` (same queue count). Source
+topics and shuffle topics are consumed alike (RIP-58 "unify source topic and shuffle topic"): a
+topic's *pipeline* is the real nodes that process its records. Real nodes are factories; the
+processors themselves are made per queue (third build) by ``Topology.build_processors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rstream.graph.logical import AGGREGATE_KINDS, LogicalGraph, LogicalNode
+from rstream.graph.style import DrawEdge, DrawNode, to_digraph
+from rstream.processors import aggregate as agg
+from rstream.processors import sink as sinks
+from rstream.processors import stateless as sl
+from rstream.processors.base import Processor
+
+STATE_TOPIC_SUFFIX = "-stateTopic"
+
+
+def shuffle_topic_name(job_id: str, node: LogicalNode) -> str:
+    return f"{job_id}-ROCKETMQ-{node.kind.upper()}-{node.number}-shuffleTopic"
+
+
+def state_topic_name(input_topic: str) -> str:
+    return f"{input_topic}{STATE_TOPIC_SUFFIX}"
+
+
+@dataclass(eq=False)
+class RealNode:
+    """A real node: a processor factory in the pipeline of the topic it consumes."""
+
+    kind: str
+    name: str
+    pipeline: str
+    params: dict[str, Any] = field(default_factory=dict)
+    children: list[RealNode] = field(default_factory=list)
+    logical: int | None = None
+
+    @property
+    def stateful(self) -> bool:
+        return self.kind in AGGREGATE_KINDS
+
+    @property
+    def label(self) -> str:
+        detail = self.params.get("detail")
+        return f"{self.name}\n{detail}" if detail else self.name
+
+    def create(self, sink_queues: Mapping[str, int]) -> Processor:
+        """Make this node's processor (the third build)."""
+        p = self.params
+        kind = self.kind
+        if kind == "source":
+            return sl.SourceProcessor(self.name, p["deserializer"])
+        if kind == "shuffle_source":
+            return sl.ShuffleSourceProcessor(self.name)
+        if kind == "map":
+            return sl.MapProcessor(self.name, p["fn"])
+        if kind == "flat_map":
+            return sl.FlatMapProcessor(self.name, p["fn"])
+        if kind == "filter":
+            return sl.FilterProcessor(self.name, p["fn"])
+        if kind == "foreach":
+            return sl.ForeachProcessor(self.name, p["fn"])
+        if kind == "print":
+            return sl.PrintProcessor(self.name, p.get("prefix", ""))
+        if kind == "select_timestamp":
+            return sl.SelectTimestampProcessor(self.name, p["fn"])
+        if kind == "key_by":
+            return sl.KeyByProcessor(self.name, p["fn"])
+        if kind == "to_rstream":
+            return Processor(self.name)
+        if kind == "shuffle_sink":
+            return sinks.ShuffleSinkProcessor(self.name, p["topic"], p["queues"])
+        if kind == "sink":
+            return sinks.SinkProcessor(self.name, p["topic"], sink_queues[p["topic"]], p["serializer"])
+        if kind == "count":
+            return agg.CountProcessor(self.name)
+        if kind == "sum":
+            return agg.SumProcessor(self.name, p["fn"])
+        if kind == "min":
+            return agg.MinProcessor(self.name, p["fn"])
+        if kind == "max":
+            return agg.MaxProcessor(self.name, p["fn"])
+        if kind == "aggregate":
+            return agg.AccumulateProcessor(self.name, p["accumulator"])
+        raise ValueError(f"no processor for real node kind {kind!r}")
+
+
+class Topology:
+    """The real topology of a job: pipelines by input topic, and every topic the job uses."""
+
+    def __init__(self, graph: LogicalGraph, shuffle_queues: int) -> None:
+        self.job_id = graph.job_id
+        self.graph = graph
+        self.shuffle_queues = shuffle_queues
+        self.nodes: list[RealNode] = []
+        self.pipelines: dict[str, list[RealNode]] = {}
+        self.source_topics: list[str] = []
+        self.shuffle_topics: dict[str, int] = {}
+        self.state_topics: dict[str, str] = {}
+        self.sink_topics: list[str] = []
+
+    # -- queries ----------------------------------------------------------------------------------
+    @property
+    def input_topics(self) -> list[str]:
+        """Every topic the job consumes: its sources, then its shuffle topics."""
+        return self.source_topics + list(self.shuffle_topics)
+
+    def pipeline_nodes(self, topic: str) -> list[RealNode]:
+        """The real nodes of ``topic``'s pipeline, parents first."""
+        out: list[RealNode] = []
+        seen: set[int] = set()
+        queue = list(self.pipelines.get(topic, []))
+        while queue:
+            node = queue.pop(0)
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            out.append(node)
+            queue.extend(node.children)
+        return out
+
+    def is_stateful(self, topic: str) -> bool:
+        return topic in self.state_topics
+
+    def build_processors(self, topic: str, sink_queues: Mapping[str, int]) -> list[Processor]:
+        """The third build for one queue of ``topic``: its processor chain, wired; returns the roots."""
+        made: dict[int, Processor] = {}
+        for node in self.pipeline_nodes(topic):
+            made[id(node)] = node.create(sink_queues)
+        for node in self.pipeline_nodes(topic):
+            proc = made[id(node)]
+            proc.children = [made[id(c)] for c in node.children]
+        for proc in made.values():
+            proc.wire()
+        return [made[id(root)] for root in self.pipelines[topic]]
+
+    # -- views ------------------------------------------------------------------------------------
+    def describe(self) -> str:
+        """The topology as text, like Kafka Streams' ``describe()``."""
+        lines = [f"Topology of job {self.job_id!r}"]
+        for i, topic in enumerate(self.pipelines, start=1):
+            role = "shuffle topic" if topic in self.shuffle_topics else "source topic"
+            lines.append(f"  Pipeline {i}: consumes {role} {topic}")
+            for node in self.pipeline_nodes(topic):
+                extra = ""
+                if node.kind in ("shuffle_sink", "sink"):
+                    extra = f" -> topic {node.params['topic']}"
+                if node.stateful:
+                    extra = f" (state topic {self.state_topics[topic]})"
+                lines.append(f"    {node.kind:<16} {node.name}{extra}")
+                if node.children:
+                    lines.append(f"      --> {', '.join(c.name for c in node.children)}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+    def logical_dot(self) -> str:
+        """The logical graph (first build) as DOT text."""
+        return self.graph.to_dot()
+
+    def logical_graph(self) -> Any:
+        """The logical graph as a ``graphviz.Digraph``."""
+        return self.graph.to_digraph()
+
+    def real_graph(self) -> Any:
+        """The real topology as a ``graphviz.Digraph``: one cluster per pipeline, topics as cylinders."""
+        ids = {id(n): f"r{i}" for i, n in enumerate(self.nodes)}
+        draw: list[DrawNode] = []
+        edges: list[DrawEdge] = []
+        topic_ids: dict[str, str] = {}
+
+        def topic_node(name: str, kind: str) -> str:
+            if name not in topic_ids:
+                topic_ids[name] = f"t{len(topic_ids)}"
+                draw.append(DrawNode(topic_ids[name], kind, name))
+            return topic_ids[name]
+
+        for topic in self.pipelines:
+            kind = "shuffle_topic" if topic in self.shuffle_topics else "topic"
+            tid = topic_node(topic, kind)
+            for root in self.pipelines[topic]:
+                edges.append(DrawEdge(tid, ids[id(root)]))
+        for node in self.nodes:
+            draw.append(DrawNode(ids[id(node)], node.kind, node.label, (("tooltip", node.name),), node.pipeline))
+            for child in node.children:
+                edges.append(DrawEdge(ids[id(node)], ids[id(child)]))
+            if node.kind in ("shuffle_sink", "sink"):
+                kind = "shuffle_topic" if node.kind == "shuffle_sink" else "topic"
+                edges.append(DrawEdge(ids[id(node)], topic_node(node.params["topic"], kind)))
+            if node.stateful:
+                sid = topic_node(self.state_topics[node.pipeline], "state_topic")
+                edges.append(DrawEdge(ids[id(node)], sid, "changelog", "dashed"))
+        return to_digraph(f"{self.job_id}: real topology", draw, edges)
+
+    def real_dot(self) -> str:
+        """The real topology (second build) as DOT text."""
+        return str(self.real_graph().source)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self.real_graph()._repr_mimebundle_(include, exclude)  # type: ignore[no-any-return]
+
+
+class TopologyBuilder:
+    """Turns a logical graph into a ``Topology`` (the second build)."""
+
+    def __init__(self, graph: LogicalGraph, shuffle_queues: int = 8) -> None:
+        self.graph = graph
+        self.shuffle_queues = shuffle_queues
+
+    def build(self) -> Topology:
+        topo = Topology(self.graph, self.shuffle_queues)
+        out: dict[int, RealNode] = {}  # logical node number -> the real node its children attach to
+
+        def add(node: RealNode, parent: RealNode | None) -> RealNode:
+            topo.nodes.append(node)
+            if parent is None:
+                topo.pipelines.setdefault(node.pipeline, []).append(node)
+            else:
+                parent.children.append(node)
+            return node
+
+        for lnode in self.graph:
+            params = {k: v for k, v in lnode.params.items()}
+            if lnode.kind == "source":
+                topic = params["topic"]
+                if topic not in topo.source_topics:
+                    topo.source_topics.append(topic)
+                out[lnode.number] = add(RealNode("source", lnode.name, topic, params, logical=lnode.number), None)
+                continue
+            parent = out[lnode.parents[0].number]
+            if lnode.kind in AGGREGATE_KINDS:
+                shuffle = shuffle_topic_name(self.graph.job_id, lnode)
+                add(RealNode("shuffle_sink", f"SHUFFLE_SINK-{lnode.number}", parent.pipeline,
+                             {"topic": shuffle, "queues": self.shuffle_queues, "detail": shuffle},
+                             logical=lnode.number), parent)
+                topo.shuffle_topics[shuffle] = self.shuffle_queues
+                topo.state_topics[shuffle] = state_topic_name(shuffle)
+                src = add(RealNode("shuffle_source", f"SHUFFLE_SOURCE-{lnode.number}", shuffle,
+                                   {"detail": shuffle}, logical=lnode.number), None)
+                out[lnode.number] = add(RealNode(lnode.kind, lnode.name, shuffle, params, logical=lnode.number), src)
+                continue
+            if lnode.kind == "sink" and params["topic"] not in topo.sink_topics:
+                topo.sink_topics.append(params["topic"])
+            out[lnode.number] = add(RealNode(lnode.kind, lnode.name, parent.pipeline, params,
+                                             logical=lnode.number), parent)
+        return topo

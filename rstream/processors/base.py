@@ -1,0 +1,155 @@
+"""The processor protocol (third build) and the context processors share for one input queue.
+
+Records move as ``(key, value, timestamp)`` through ``forward``: RIP-58's ``Data`` without an
+object per record and per operator, which would cost more than most operators' work. ``forward``
+is wired once, when the chain is built, to call the children directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rstream.errors import RStreamError
+
+if TYPE_CHECKING:
+    from rstream.state.store import StateStore
+
+
+class ProcessingError(RStreamError):
+    """Processing a record failed in a way that must stop the job."""
+
+
+class RecordError(ProcessingError):
+    """User code (a deserializer, a function, a serializer) raised on one record. With
+    ``skip_data_error`` on (the default) the record is reported and processing goes on."""
+
+    def __init__(self, operator: str, topic: str, queue: int, offset: int, cause: BaseException, value: Any):
+        self.operator = operator
+        self.topic = topic
+        self.queue = queue
+        self.offset = offset
+        self.cause = cause
+        self.value_repr = _short_repr(value)
+        super().__init__(
+            f"{operator} failed on the record at topic {topic!r} queue {queue} offset {offset}: "
+            f"{type(cause).__name__}: {cause} (value {self.value_repr})"
+        )
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_record_error, (self.operator, self.topic, self.queue, self.offset,
+                                        f"{type(self.cause).__name__}: {self.cause}", self.value_repr))
+
+    def as_row(self) -> dict[str, Any]:
+        return {
+            "operator": self.operator, "topic": self.topic, "queue": self.queue, "offset": self.offset,
+            "error": f"{type(self.cause).__name__}: {self.cause}", "value": self.value_repr,
+        }
+
+
+class _RemoteCause(Exception):
+    """The text of an exception raised in a Spark task (its class may not exist here)."""
+
+
+def _rebuild_record_error(operator: str, topic: str, queue: int, offset: int, cause: str, value: str) -> RecordError:
+    name, _, text = cause.partition(": ")
+    err = RecordError(operator, topic, queue, offset, _RemoteCause(text), value)
+    err.args = (str(err.args[0]).replace("_RemoteCause", name),)
+    return err
+
+
+class UnhashableKeyError(ProcessingError, TypeError):
+    """A ``key_by`` function returned a value that cannot be a key."""
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass
+class StreamContext:
+    """What the processors of one input queue share during one micro-batch: where the current
+    record came from, the outputs to append, the state store, and what to report."""
+
+    job: str
+    topic: str
+    queue: int
+    skip_data_error: bool = True
+    store: StateStore | None = None
+    offset: int = -1
+    headers: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        self.outputs: dict[tuple[str, int], list[Any]] = {}
+        self.errors: list[dict[str, Any]] = []
+        self.printed: list[str] = []
+
+    def output(self, topic: str, queue: int) -> list[Any]:
+        """The list collecting this batch's records for ``topic``/``queue``."""
+        key = (topic, queue)
+        out = self.outputs.get(key)
+        if out is None:
+            out = self.outputs[key] = []
+        return out
+
+    def record_error(self, operator: str, exc: BaseException, value: Any) -> RecordError:
+        return RecordError(operator, self.topic, self.queue, self.offset, exc, value)
+
+
+def _drop(key: Any, value: Any, ts: int) -> None:
+    return None
+
+
+class Processor:
+    """A real node's processor for one queue. Subclasses implement ``process``; stateful ones
+    also ``flush`` (stage their changed keys in the store at the end of the batch)."""
+
+    kind = "processor"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.children: list[Processor] = []
+        self.records_in = 0
+        self.forward: Callable[[Any, Any, int], None] = _drop
+        self.ctx: StreamContext | None = None
+
+    def wire(self) -> None:
+        """Point ``forward`` straight at the children (called once the chain is complete)."""
+        kids = [c.process for c in self.children]
+        if not kids:
+            self.forward = _drop
+        elif len(kids) == 1:
+            self.forward = kids[0]
+        else:
+            def fan_out(key: Any, value: Any, ts: int) -> None:
+                for kid in kids:
+                    kid(key, value, ts)
+
+            self.forward = fan_out
+
+    def open(self, ctx: StreamContext) -> None:
+        """Called before the batch's first record."""
+        self.ctx = ctx
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        self.forward(key, value, ts)
+
+    def flush(self) -> None:
+        """Called after the batch's last record."""
+
+    def metrics(self) -> dict[str, Any]:
+        return {"records_in": self.records_in}
+
+    def walk(self) -> list[Processor]:
+        """This processor and everything downstream of it, each once, parents first."""
+        seen: dict[int, Processor] = {}
+        stack = [self]
+        while stack:
+            p = stack.pop(0)
+            if id(p) not in seen:
+                seen[id(p)] = p
+                stack.extend(p.children)
+        return list(seen.values())

@@ -1,0 +1,156 @@
+"""Stateless operators: source, map, flat_map, filter, foreach, print, select_timestamp, key_by."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rstream.processors.base import Processor, UnhashableKeyError
+from rstream.serde import SerdeError
+from rstream.serde.codec import decode
+
+#: Printed lines kept per queue and batch, so a chatty ``print()`` cannot flood the driver.
+MAX_PRINTED = 1000
+
+
+class SourceProcessor(Processor):
+    """Root of a source topic's chain: deserializes the body into ``(key, value)``. The record's
+    time is its born timestamp until ``select_timestamp`` says otherwise."""
+
+    kind = "source"
+
+    def __init__(self, name: str, deserialize: Callable[[bytes], Any]) -> None:
+        super().__init__(name)
+        self.deserialize = deserialize
+
+    def receive(self, offset: int, key: Any, body: bytes, born: int, store: int, headers: Any) -> None:
+        self.records_in += 1
+        try:
+            result = self.deserialize(body)
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, body) from exc  # type: ignore[union-attr]
+        if type(result) is not tuple or len(result) != 2:
+            raise SerdeError(
+                f"the deserializer of {self.name} must return a (key, value) tuple, got "
+                f"{type(result).__name__}: {result!r:.80}; e.g. lambda body: (None, body.decode())"
+            )
+        self.forward(result[0], result[1], born)
+
+
+class ShuffleSourceProcessor(Processor):
+    """Root of a shuffle topic's chain: decodes the key and value the shuffle sink wrote."""
+
+    kind = "shuffle_source"
+
+    def receive(self, offset: int, key: Any, body: bytes, born: int, store: int, headers: Any) -> None:
+        self.records_in += 1
+        self.forward(decode(key), decode(body), born)
+
+
+class _FnProcessor(Processor):
+    def __init__(self, name: str, fn: Callable[..., Any]) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+
+class MapProcessor(_FnProcessor):
+    kind = "map"
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        try:
+            out = self.fn(value)
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        self.forward(key, out, ts)
+
+
+class FlatMapProcessor(_FnProcessor):
+    kind = "flat_map"
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        try:
+            items = self.fn(value)
+            if type(items) is not list and type(items) is not tuple:
+                items = list(items)
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        forward = self.forward
+        for item in items:
+            forward(key, item, ts)
+
+
+class FilterProcessor(_FnProcessor):
+    kind = "filter"
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        try:
+            keep = self.fn(value)
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        if keep:
+            self.forward(key, value, ts)
+
+
+class ForeachProcessor(_FnProcessor):
+    kind = "foreach"
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        try:
+            self.fn(value)
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        self.forward(key, value, ts)
+
+
+class PrintProcessor(Processor):
+    """Collects ``key: value`` lines; the job prints them on the driver, where the user looks."""
+
+    kind = "print"
+
+    def __init__(self, name: str, prefix: str = "") -> None:
+        super().__init__(name)
+        self.prefix = prefix
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        printed = self.ctx.printed  # type: ignore[union-attr]
+        if len(printed) < MAX_PRINTED:
+            printed.append(f"{self.prefix}{key}: {value}")
+        self.forward(key, value, ts)
+
+
+class SelectTimestampProcessor(_FnProcessor):
+    kind = "select_timestamp"
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        try:
+            new_ts = int(self.fn(value))
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        self.forward(key, value, new_ts)
+
+
+class KeyByProcessor(_FnProcessor):
+    kind = "key_by"
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        try:
+            new_key = self.fn(value)
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        try:
+            hash(new_key)
+        except TypeError:
+            ctx = self.ctx
+            raise UnhashableKeyError(
+                f"the key function of {self.name} returned an unhashable {type(new_key).__name__}: "
+                f"{new_key!r:.80} (record at topic {ctx.topic!r} queue {ctx.queue} offset {ctx.offset}); "  # type: ignore[union-attr]
+                "keys must be hashable: return a str, a number or a tuple"
+            ) from None
+        self.forward(new_key, value, ts)

@@ -1,0 +1,352 @@
+"""``RocketMQStream``: runs a topology as one Spark Structured Streaming query."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from rstream.broker.base import Broker
+from rstream.broker.embedded import EmbeddedBroker
+from rstream.errors import RStreamError
+from rstream.graph.topology import Topology
+from rstream.runtime.progress import BatchProgress, QueueProgress
+from rstream.runtime.source import queue_key
+from rstream.runtime.task import TaskConfig, dump_blob, load_blob, state_folder
+from rstream.state.store import StateStore
+
+
+class JobError(RStreamError):
+    """The job cannot start or failed while running."""
+
+
+class JobTimeoutError(JobError, TimeoutError):
+    """``run_until_idle`` ran out of time."""
+
+
+@dataclass(frozen=True)
+class JobProperties:
+    """Job settings; pass them as a dict to ``RocketMQStream(properties=...)``.
+
+    - ``data_dir``: where the default broker and job folders live (``rstream-data``).
+    - ``job_dir``: the job's folder: Spark checkpoint and local state (``<data_dir>/jobs/<job id>``).
+    - ``consume_from``: ``"first"`` (default: a notebook produces, then runs) or ``"last"`` offset.
+    - ``skip_data_error``: report a record whose deserializer, function or serializer raises,
+      and go on (default True); False stops the job with that error.
+    - ``trigger_interval_ms``: micro-batch interval of ``start()`` (200).
+    - ``tasks``: Spark tasks per batch (default: Spark's default parallelism, one per core).
+    - ``max_records_per_queue``: records per queue and batch at most (1 000 000).
+    - ``sink_queues``: queues of a sink topic that does not exist yet (4).
+    """
+
+    data_dir: str = "rstream-data"
+    job_dir: str | None = None
+    consume_from: str = "first"
+    skip_data_error: bool = True
+    trigger_interval_ms: int = 200
+    tasks: int | None = None
+    max_records_per_queue: int = 1_000_000
+    sink_queues: int = 4
+
+    @classmethod
+    def of(cls, props: Mapping[str, Any] | JobProperties | None) -> JobProperties:
+        if props is None:
+            return cls()
+        if isinstance(props, JobProperties):
+            return props
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(props) - known)
+        if unknown:
+            raise JobError(f"unknown job properties {unknown}; known ones are {sorted(known)}")
+        made = cls(**dict(props))
+        if made.consume_from not in ("first", "last"):
+            raise JobError(f"consume_from must be 'first' or 'last', got {made.consume_from!r}")
+        for name in ("trigger_interval_ms", "max_records_per_queue", "sink_queues"):
+            if int(getattr(made, name)) < 1:
+                raise JobError(f"{name} must be at least 1, got {getattr(made, name)!r}")
+        return made
+
+
+class RocketMQStream:
+    """Run ``topology`` on Spark: ``RocketMQStream(builder.build()).run_until_idle()``.
+
+    ``broker`` defaults to an ``EmbeddedBroker`` in ``<data_dir>/broker``; ``spark`` to the active
+    session or a new ``local[*]`` one. ``start()`` runs continuously (a micro-batch every
+    ``trigger_interval_ms``), ``run_until_idle()`` returns once every source and shuffle queue is
+    drained, ``stop()`` stops. A restart with the same job folder goes on after the last committed
+    batch: nothing is counted twice, nothing is lost.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        properties: Mapping[str, Any] | JobProperties | None = None,
+        broker: Broker | None = None,
+        spark: Any = None,
+    ) -> None:
+        if not isinstance(topology, Topology):
+            raise JobError(f"RocketMQStream needs a Topology (builder.build()), got {type(topology).__name__}")
+        self.topology = topology
+        self.job_id = topology.job_id
+        self.properties = JobProperties.of(properties)
+        data_dir = Path(self.properties.data_dir).absolute()
+        self.broker: Broker = broker if broker is not None else EmbeddedBroker(data_dir / "broker")
+        self.job_dir = Path(self.properties.job_dir or data_dir / "jobs" / self.job_id).absolute()
+        self.checkpoint_dir = self.job_dir / "checkpoint"
+        self.state_dir = self.job_dir / "state"
+        if spark is None:
+            from rstream.runtime.session import get_spark
+
+            spark = get_spark(tmp_dir=data_dir / "spark-tmp")
+        else:
+            from rstream.runtime.session import register
+
+            register(spark)
+        self.spark = spark
+        self._query: Any = None
+        self._lock = threading.Lock()
+        self._progress: list[BatchProgress] = []
+        self._listeners: list[Callable[[BatchProgress], None]] = []
+        self._failure: BaseException | None = None
+        self._printed: list[str] = []
+
+    # -- topics and options -------------------------------------------------------------------
+    def _prepare_topics(self) -> dict[str, int]:
+        topo, broker = self.topology, self.broker
+        for topic in topo.source_topics:
+            broker.topic(topic)  # raises UnknownTopicError with a hint
+        for shuffle, queues in topo.shuffle_topics.items():
+            broker.create_topic(shuffle, queues=queues)
+        for input_topic, state_topic in topo.state_topics.items():
+            broker.create_topic(state_topic, queues=broker.topic(input_topic).queues, compact=True)
+        sink_queues = {}
+        for topic in topo.sink_topics:
+            if not broker.has_topic(topic):
+                broker.create_topic(topic, queues=self.properties.sink_queues)
+            sink_queues[topic] = broker.topic(topic).queues
+        return sink_queues
+
+    def _initial_offsets(self) -> dict[str, int]:
+        out = {}
+        for topic in self.topology.input_topics:
+            ends = self.broker.end_offsets(topic)
+            from_first = topic in self.topology.source_topics and self.properties.consume_from == "first"
+            for q, end in enumerate(ends):
+                out[queue_key(topic, q)] = 0 if from_first else end
+        return out
+
+    def _source_options(self) -> dict[str, str]:
+        sink_queues = self._prepare_topics()
+        cfg = TaskConfig(
+            job=self.job_id, topology=self.topology, broker=self.broker, state_dir=str(self.state_dir),
+            sink_queues=sink_queues, skip_data_error=self.properties.skip_data_error,
+        )
+        tasks = self.properties.tasks or self.spark.sparkContext.defaultParallelism
+        return {
+            "config": dump_blob(cfg),
+            "broker": dump_blob(self.broker),
+            "sourceTopics": json.dumps(self.topology.source_topics),
+            "shuffleTopics": json.dumps(list(self.topology.shuffle_topics)),
+            "initialOffsets": json.dumps(self._initial_offsets()),
+            "tasks": str(tasks),
+            "maxRecordsPerQueue": str(self.properties.max_records_per_queue),
+        }
+
+    # -- running ------------------------------------------------------------------------------
+    def _start_query(self, available_now: bool) -> Any:
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        self._failure = None
+        df = self.spark.readStream.format("rstream").options(**self._source_options()).load()
+        writer = (
+            df.writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(self.checkpoint_dir))
+            .queryName(f"rstream-{self.job_id}")
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.properties.trigger_interval_ms} milliseconds")
+        self._query = writer.start()
+        return self._query
+
+    @property
+    def is_running(self) -> bool:
+        return self._query is not None and bool(self._query.isActive)
+
+    def start(self) -> RocketMQStream:
+        """Start processing continuously, in the background; returns at once."""
+        if self.is_running:
+            return self
+        self._start_query(available_now=False)
+        return self
+
+    def run_until_idle(self, timeout: float | None = 600) -> RocketMQStream:
+        """Process until every input and shuffle queue is drained, then return (the query started
+        by ``start()`` keeps running; otherwise the run stops by itself). Raises the job's error
+        if it failed, ``JobTimeoutError`` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self.is_running:
+            while not self._drained():
+                self._check_failure()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s")
+                time.sleep(0.05)
+        else:
+            query = self._start_query(available_now=True)
+            try:
+                finished = query.awaitTermination(timeout)
+            except Exception:
+                finished = True
+            if not finished:
+                query.stop()
+                raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s; it was stopped")
+        self._check_failure()
+        self._flush_printed()
+        return self
+
+    def stop(self) -> None:
+        """Stop the query; a later start or run goes on from the last committed batch."""
+        if self._query is not None:
+            self._query.stop()
+        self._flush_printed()
+
+    def _drained(self) -> bool:
+        progress = self._query.lastProgress if self._query is not None else None
+        if not progress or not progress.get("sources"):
+            return False
+        end = progress["sources"][0].get("endOffset")
+        if isinstance(end, str):
+            end = json.loads(end)
+        if not end:
+            return False
+        for topic in self.topology.input_topics:
+            for q, broker_end in enumerate(self.broker.end_offsets(topic)):
+                if int(end.get(queue_key(topic, q), -1)) < broker_end:
+                    return False
+        return not self._query.status.get("isTriggerActive", False)
+
+    def _check_failure(self) -> None:
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+        query = self._query
+        if query is None or query.isActive:
+            return
+        exc = query.exception()
+        if exc is not None:
+            raise JobError(f"job {self.job_id!r} failed: {exc}")
+
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        began = time.perf_counter()
+        queues: list[QueueProgress] = []
+        fatal: dict[str, Any] | None = None
+        for row in df.collect():
+            info = json.loads(row["info"])
+            if "fatal" in info:
+                fatal = fatal or info
+            else:
+                queues.append(QueueProgress.from_info(info))
+        if fatal is not None:
+            try:
+                self._failure = load_blob(fatal["fatal"])
+            except Exception:
+                self._failure = JobError(fatal["message"])
+            raise JobError(f"batch {batch_id} of job {self.job_id!r} failed: {fatal['message']}")
+        progress = BatchProgress(batch_id, time.time_ns() // 1_000_000, (time.perf_counter() - began) * 1000,
+                                 sorted(queues, key=lambda q: (q.topic, q.queue)))
+        with self._lock:
+            self._progress.append(progress)
+            for q in progress.queues:
+                self._printed.extend(q.printed)
+        for listener in list(self._listeners):
+            try:
+                listener(progress)
+            except Exception as exc:  # a broken display must not stop the job
+                print(f"rstream: progress listener {listener!r} failed: {exc}")
+
+    def _flush_printed(self) -> None:
+        with self._lock:
+            lines, self._printed = self._printed, []
+        for line in lines:
+            print(line)
+
+    # -- progress -----------------------------------------------------------------------------
+    @property
+    def progress(self) -> list[BatchProgress]:
+        """Every batch's progress since this object was made, oldest first."""
+        with self._lock:
+            return list(self._progress)
+
+    @property
+    def last_progress(self) -> BatchProgress | None:
+        with self._lock:
+            return self._progress[-1] if self._progress else None
+
+    def on_progress(self, listener: Callable[[BatchProgress], None]) -> None:
+        """Call ``listener(batch_progress)`` after each batch (on a Spark callback thread)."""
+        self._listeners.append(listener)
+
+    def progress_df(self) -> Any:
+        """Every batch's queues as one DataFrame."""
+        import pandas as pd
+
+        frames = [p.to_pandas() for p in self.progress]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def errors(self) -> Any:
+        """The records skipped because user code raised on them (``skip_data_error``)."""
+        import pandas as pd
+
+        rows = [dict(e, batch_id=p.batch_id) for p in self.progress for q in p.queues for e in q.errors]
+        return pd.DataFrame(rows, columns=["batch_id", "operator", "topic", "queue", "offset", "error", "value"])
+
+    # -- state --------------------------------------------------------------------------------
+    def state(self, operator: str | None = None) -> Any:
+        """The local state store as a DataFrame: one row per key, with its operator and queue.
+        Reads RocksDB read-only, so it also works while the job runs."""
+        import pandas as pd
+
+        rows = []
+        for topic in self.topology.state_topics:
+            for q in range(self.broker.topic(topic).queues):
+                folder = state_folder(self.state_dir, topic, q)
+                if not (folder / "CURRENT").exists():
+                    continue
+                store = StateStore(folder, self.topology.state_topics[topic], q).open(read_only=True)
+                try:
+                    for op, key, value in store.items(operator):
+                        rows.append({"operator": op, "queue": q, "key": key, "value": value})
+                finally:
+                    store.close()
+        return pd.DataFrame(rows, columns=["operator", "queue", "key", "value"])
+
+    def delete_local_state(self) -> None:
+        """Delete every local RocksDB folder of this job; the next batch replays them from the
+        state topics (what losing an executor does)."""
+        if self.is_running:
+            raise JobError("stop the job before deleting its local state")
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def reset(self) -> None:
+        """Forget everything this job did: checkpoint, local state, commit tags, and its shuffle and
+        state topics. Source and sink topics stay."""
+        if self.is_running:
+            raise JobError("stop the job before resetting it")
+        shutil.rmtree(self.job_dir, ignore_errors=True)
+        delete_commits = getattr(self.broker, "delete_commits", None)
+        if delete_commits is not None:
+            delete_commits(self.job_id)
+        for topic in [*self.topology.shuffle_topics, *self.topology.state_topics.values()]:
+            if self.broker.has_topic(topic):
+                self.broker.delete_topic(topic)  # type: ignore[attr-defined]
+        with self._lock:
+            self._progress.clear()
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running else "stopped"
+        return f"RocketMQStream(job={self.job_id!r}, {state}, batches={len(self._progress)})"

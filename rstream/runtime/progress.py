@@ -1,0 +1,88 @@
+"""Per-batch progress: what the driver publishes after every micro-batch, for notebooks to poll
+or subscribe to (``RocketMQStream.on_progress``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class QueueProgress:
+    """What one input queue did in one batch."""
+
+    topic: str
+    queue: int
+    start: int
+    end: int
+    records_in: int
+    records_out: dict[str, int]
+    replayed_keys: int
+    state_keys: int | None
+    changed_keys: int
+    error_count: int
+    errors: list[dict[str, Any]]
+    printed: list[str]
+    operators: dict[str, dict[str, Any]]
+    millis: float
+    skipped: bool
+
+    @classmethod
+    def from_info(cls, info: dict[str, Any]) -> QueueProgress:
+        return cls(
+            topic=info["topic"], queue=int(info["queue"]), start=int(info["start"]), end=int(info["end"]),
+            records_in=int(info.get("records_in", 0)), records_out=dict(info.get("records_out", {})),
+            replayed_keys=int(info.get("replayed_keys", 0)), state_keys=info.get("state_keys"),
+            changed_keys=int(info.get("changed_keys", 0)), error_count=int(info.get("error_count", 0)),
+            errors=list(info.get("errors", [])), printed=list(info.get("printed", [])),
+            operators=dict(info.get("operators", {})), millis=float(info.get("millis", 0.0)),
+            skipped=bool(info.get("skipped", False)),
+        )
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """One micro-batch: its Spark batch id, wall time on the driver, and every queue it ran."""
+
+    batch_id: int
+    timestamp_ms: int
+    duration_ms: float
+    queues: list[QueueProgress] = field(default_factory=list)
+
+    @property
+    def records_in(self) -> int:
+        return sum(q.records_in for q in self.queues)
+
+    @property
+    def records_out(self) -> int:
+        return sum(sum(q.records_out.values()) for q in self.queues)
+
+    @property
+    def replayed_keys(self) -> int:
+        return sum(q.replayed_keys for q in self.queues)
+
+    @property
+    def error_count(self) -> int:
+        return sum(q.error_count for q in self.queues)
+
+    def operators(self) -> dict[str, dict[str, int]]:
+        """Per operator, its counters summed over the batch's queues."""
+        out: dict[str, dict[str, int]] = {}
+        for q in self.queues:
+            for name, counters in q.operators.items():
+                acc = out.setdefault(name, {})
+                for k, v in counters.items():
+                    acc[k] = acc.get(k, 0) + int(v)
+        return out
+
+    def to_pandas(self) -> Any:
+        """One row per queue of this batch."""
+        import pandas as pd
+
+        rows = [{
+            "batch_id": self.batch_id, "topic": q.topic, "queue": q.queue, "start": q.start, "end": q.end,
+            "records_in": q.records_in, "records_out": sum(q.records_out.values()),
+            "replayed_keys": q.replayed_keys, "state_keys": q.state_keys, "changed_keys": q.changed_keys,
+            "errors": q.error_count, "millis": round(q.millis, 1), "skipped": q.skipped,
+        } for q in self.queues]
+        return pd.DataFrame(rows)

@@ -1,0 +1,117 @@
+"""The Spark streaming source: offsets are ``{"topic/queue": next offset}`` over every input queue
+(source and shuffle topics alike); partitions are descriptors of queue ranges, never records.
+
+``initialOffset``, ``latestOffset`` and ``partitions`` run in a Python process of their own that the
+JVM starts; ``read`` runs in the Spark task and does the work (``rstream.runtime.task``), yielding
+one small metrics row per queue range.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+SCHEMA = "topic string, queue int, start long, end long, info string"
+
+
+def queue_key(topic: str, queue: int) -> str:
+    return f"{topic}/{queue}"
+
+
+def split_queue_key(key: str) -> tuple[str, int]:
+    topic, _, queue = key.rpartition("/")
+    return topic, int(queue)
+
+
+class RStreamDataSource(DataSource):
+    """``spark.readStream.format("rstream")``: registered by ``rstream.runtime.session``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rstream"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return RStreamStreamReader(dict(self.options))
+
+
+class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict[str, str]) -> None:
+        # option keys arrive lower-cased
+        self.options = options
+        self.source_topics: list[str] = json.loads(options["sourcetopics"])
+        self.shuffle_topics: list[str] = json.loads(options["shuffletopics"])
+        self.initial: dict[str, int] = json.loads(options["initialoffsets"])
+        self.tasks = max(1, int(options.get("tasks", "2")))
+        self.max_per_queue = max(1, int(options.get("maxrecordsperqueue", "1000000")))
+        self._target: dict[str, int] | None = None
+        self._broker: Any = None
+
+    @property
+    def broker(self) -> Any:
+        if self._broker is None:
+            from rstream.runtime.task import load_blob
+
+            self._broker = load_blob(self.options["broker"])
+        return self._broker
+
+    def _ends(self, topics: Sequence[str]) -> dict[str, int]:
+        out = {}
+        for topic in topics:
+            for q, end in enumerate(self.broker.end_offsets(topic)):
+                out[queue_key(topic, q)] = end
+        return out
+
+    def initialOffset(self) -> dict[str, int]:
+        return dict(self.initial)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # Sources stop at what exists now; shuffle topics are read to their end, since all they get
+        # from now on comes from source records below this target (so the run still ends).
+        self._target = self._ends(self.source_topics)
+
+    def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
+        start = start or {}
+        ends = self._ends(self.source_topics + self.shuffle_topics)
+        out = {}
+        for key, end in ends.items():
+            begin = start.get(key, self.initial.get(key, 0))
+            if self._target is not None and key in self._target:
+                end = min(end, self._target[key])
+            out[key] = max(begin, min(end, begin + self.max_per_queue))
+        return out
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        ranges = []
+        for key, stop in end.items():
+            begin = start.get(key, self.initial.get(key, 0))
+            if stop > begin:
+                topic, queue = split_queue_key(key)
+                ranges.append([topic, queue, begin, stop])
+        return [InputPartition(group) for group in plan_tasks(ranges, self.tasks)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, int, str]]:
+        from rstream.runtime.task import run_partition
+
+        yield from run_partition(self.options["config"], partition.value)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to do: the tagged appends are the commit; Spark calls this late, if at all."""
+
+
+def plan_tasks(ranges: list[list[Any]], tasks: int) -> list[list[list[Any]]]:
+    """Spread queue ranges over at most ``tasks`` Spark tasks, biggest first onto the least loaded,
+    so one task per core runs several queues in turn."""
+    bins: list[list[list[Any]]] = [[] for _ in range(min(tasks, len(ranges)))]
+    loads = [0] * len(bins)
+    for rng in sorted(ranges, key=lambda r: (-(r[3] - r[2]), r[0], r[1])):
+        i = loads.index(min(loads))
+        bins[i].append(rng)
+        loads[i] += rng[3] - rng[2]
+    return [b for b in bins if b]

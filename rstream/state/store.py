@@ -1,0 +1,208 @@
+"""The state store of one input queue: RocksDB (rocksdict) locally, the compact state topic remotely.
+
+Keys are namespaced ``operator \\x00 key``. Changes of a batch are staged in memory; at the end of the
+batch they become changelog records for the state topic (appended with the batch's outputs in one
+tagged transaction) and then one RocksDB ``WriteBatch`` that also records the input offset the
+state now reflects (``applied_offset``). A local copy whose ``applied_offset`` is not the queue's
+last committed offset is stale: it is rebuilt by ``replay`` from the state topic.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rocksdict import AccessType, Options, Rdict, WriteBatch
+
+from rstream.broker.base import Broker, RecordTuple
+from rstream.errors import RStreamError
+from rstream.serde.codec import decode, encode
+
+MISSING: Any = object()
+
+_META = b"\x00rstream:"
+_APPLIED = _META + b"applied"
+_KEYS = _META + b"keys"
+_LEN = struct.Struct(">I")
+#: Header that marks a delete in the state topic (its body is empty, as RIP-58 says).
+DELETE_HEADER = "rstream-delete"
+
+
+class StateError(RStreamError):
+    """The state store cannot be opened or read."""
+
+
+def state_key(operator: str, key: Any) -> bytes:
+    """The bytes of ``key`` in ``operator``'s namespace."""
+    return operator.encode() + b"\x00" + encode(key)
+
+
+def split_state_key(kb: bytes) -> tuple[str, Any]:
+    """``(operator, key)`` of a namespaced state key."""
+    op, _, raw = kb.partition(b"\x00")
+    return op.decode(), decode(raw)
+
+
+def _frame(kb: bytes, vb: bytes) -> bytes:
+    return _LEN.pack(len(kb)) + kb + vb
+
+
+def unframe(body: bytes) -> tuple[bytes, bytes]:
+    """``(state key, value)`` from a state-topic message body."""
+    n = _LEN.unpack_from(body)[0]
+    return body[4:4 + n], body[4 + n:]
+
+
+class StateStore:
+    """State of one input queue. Open with ``open()``, or as a context manager."""
+
+    def __init__(self, folder: str | Path, state_topic: str, queue: int) -> None:
+        self.folder = Path(folder)
+        self.state_topic = state_topic
+        self.queue = queue
+        self.db: Rdict | None = None
+        self._changes: dict[bytes, bytes | None] = {}
+        self.replayed_keys = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def open(self, read_only: bool = False) -> StateStore:
+        try:
+            if read_only:
+                self.db = Rdict(str(self.folder), Options(raw_mode=True), access_type=AccessType.read_only())
+            else:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                self.db = Rdict(str(self.folder), Options(raw_mode=True))
+        except Exception as exc:
+            raise StateError(f"cannot open the state store at {str(self.folder)!r}: {exc}") from exc
+        return self
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+
+    def __enter__(self) -> StateStore:
+        return self if self.db is not None else self.open()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def exists(self) -> bool:
+        return (self.folder / "CURRENT").exists()
+
+    def _require(self) -> Rdict:
+        if self.db is None:
+            raise StateError(f"the state store at {str(self.folder)!r} is not open")
+        return self.db
+
+    # -- metadata -------------------------------------------------------------------------------
+    @property
+    def applied_offset(self) -> int | None:
+        """The input offset up to which this local copy reflects committed work (None: never)."""
+        raw = self._require().get(_APPLIED)
+        return None if raw is None else int(raw)
+
+    @property
+    def key_count(self) -> int:
+        raw = self._require().get(_KEYS)
+        return 0 if raw is None else int(raw)
+
+    # -- reads and staged writes ----------------------------------------------------------------
+    def get(self, operator: str, key: Any) -> Any:
+        """The committed value of ``key`` for ``operator``, or ``MISSING``."""
+        raw = self._require().get(state_key(operator, key))
+        return MISSING if raw is None else decode(raw)
+
+    def put(self, operator: str, key: Any, value: Any) -> None:
+        """Stage a new value; it is persisted by ``changelog`` / ``commit``."""
+        self._changes[state_key(operator, key)] = encode(value)
+
+    def delete(self, operator: str, key: Any) -> None:
+        """Stage a delete."""
+        self._changes[state_key(operator, key)] = None
+
+    @property
+    def changed_keys(self) -> int:
+        return len(self._changes)
+
+    def changelog(self) -> list[RecordTuple]:
+        """The state-topic records for this batch's changes: key = hex of the state key, body =
+        state key + value; a delete has an empty body and the delete header."""
+        now = time.time_ns() // 1_000_000
+        out: list[RecordTuple] = []
+        for kb, vb in self._changes.items():
+            if vb is None:
+                out.append((kb.hex(), b"", now, {DELETE_HEADER: "1"}, None))
+            else:
+                out.append((kb.hex(), _frame(kb, vb), now, None, None))
+        return out
+
+    def commit(self, applied_offset: int) -> None:
+        """Write the staged changes and ``applied_offset`` in one RocksDB write batch."""
+        db = self._require()
+        count = self.key_count
+        batch = WriteBatch(raw_mode=True)
+        for kb, vb in self._changes.items():
+            existed = db.get(kb) is not None
+            if vb is None:
+                if existed:
+                    batch.delete(kb)
+                    count -= 1
+            else:
+                batch.put(kb, vb)
+                count += 0 if existed else 1
+        batch.put(_KEYS, str(count).encode())
+        batch.put(_APPLIED, str(applied_offset).encode())
+        db.write(batch)
+        self._changes.clear()
+
+    def discard(self) -> None:
+        """Drop staged changes (their batch did not commit)."""
+        self._changes.clear()
+
+    # -- replay ---------------------------------------------------------------------------------
+    def replay(self, broker: Broker, applied_offset: int | None) -> int:
+        """Rebuild the local copy from the state topic: per key the message with the highest offset
+        wins, deletes are skipped, everything goes in one write batch. Returns the keys loaded."""
+        self.close()
+        if self.folder.exists():
+            shutil.rmtree(self.folder)
+        self.open()
+        latest: dict[Any, tuple[bytes, dict[str, str] | None]] = {}
+        if broker.has_topic(self.state_topic):  # type: ignore[attr-defined]
+            end = broker.end_offsets(self.state_topic)[self.queue]
+            for _off, key, body, _born, _store, headers in broker.read_records(self.state_topic, self.queue, 0, end):
+                latest[key] = (body, headers)
+        batch = WriteBatch(raw_mode=True)
+        loaded = 0
+        for body, headers in latest.values():
+            if not body or (headers and headers.get(DELETE_HEADER)):
+                continue
+            kb, vb = unframe(body)
+            batch.put(kb, vb)
+            loaded += 1
+        batch.put(_KEYS, str(loaded).encode())
+        if applied_offset is not None:
+            batch.put(_APPLIED, str(applied_offset).encode())
+        self._require().write(batch)
+        self.replayed_keys = loaded
+        return loaded
+
+    # -- inspection -----------------------------------------------------------------------------
+    def items(self, operator: str | None = None) -> Iterator[tuple[str, Any, Any]]:
+        """``(operator, key, value)`` of every committed key (of one operator if given)."""
+        db = self._require()
+        prefix = None if operator is None else operator.encode() + b"\x00"
+        it = db.items() if prefix is None else db.items(from_key=prefix)
+        for kb, vb in it:
+            if kb.startswith(_META):
+                continue
+            if prefix is not None and not kb.startswith(prefix):
+                break
+            op, key = split_state_key(kb)
+            yield op, key, decode(vb)
