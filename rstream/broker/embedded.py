@@ -266,9 +266,9 @@ class EmbeddedBroker:
         now = _now_ms()
         hdrs = dict(headers) if headers else None
         if hdrs is not None:
-            for k, v in hdrs.items():
-                if not isinstance(k, str) or not isinstance(v, str):
-                    raise BrokerError(f"headers must map str to str, got {k!r}: {v!r}")
+            for name, text in hdrs.items():
+                if not isinstance(name, str) or not isinstance(text, str):
+                    raise BrokerError(f"headers must map str to str, got {name!r}: {text!r}")
         per_queue: dict[tuple[str, int], list[RecordTuple]] = {}
         order: list[tuple[int, int]] = []
         rr = self._round_robin_start(topic, info.queues)
@@ -291,6 +291,7 @@ class EmbeddedBroker:
             order.append((q, len(recs)))
             recs.append((k, body, int(ts if ts is not None else now), hdrs, tags))
         firsts = self._append(per_queue, None)
+        assert firsts is not None  # only a tagged append can be a no-op
         return [SendResult(topic, q, firsts[(topic, q)] + idx) for q, idx in order]
 
     def _round_robin_start(self, topic: str, queues: int) -> int:
@@ -421,7 +422,9 @@ class EmbeddedBroker:
     ) -> list[Message]:
         """Messages of one queue (or of every queue when ``queue`` is None) from ``start`` to ``end``."""
         info = self.topic(topic)
-        queues = range(info.queues) if queue is None else [self._check_queue(topic, queue) and queue]
+        if queue is not None:
+            self._check_queue(topic, queue)
+        queues = range(info.queues) if queue is None else [queue]
         out: list[Message] = []
         conn = self._conn()
         for q in queues:

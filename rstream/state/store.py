@@ -200,6 +200,7 @@ class StateStore:
         prefix = None if operator is None else operator.encode() + b"\x00"
         it = db.items() if prefix is None else db.items(from_key=prefix)
         for kb, vb in it:
+            assert isinstance(kb, bytes) and isinstance(vb, bytes)  # the store is opened in raw mode
             if kb.startswith(_META):
                 continue
             if prefix is not None and not kb.startswith(prefix):

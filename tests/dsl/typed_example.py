@@ -1,0 +1,24 @@
+"""Checked by mypy in tests/dsl/test_dsl.py: the DSL's generic types flow through each call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from typing_extensions import assert_type
+
+from rstream import GroupedStream, RStream, StreamBuilder
+
+builder = StreamBuilder("typed")
+lines: RStream[Any, str] = builder.source("t")
+lengths = lines.map(len)
+assert_type(lengths, RStream[Any, int])
+words = lines.flat_map(str.split)
+assert_type(words, RStream[Any, str])
+by_word = words.key_by(lambda w: w.lower())
+assert_type(by_word, GroupedStream[str, str])
+counts = by_word.count()
+assert_type(counts, GroupedStream[str, int])
+total = by_word.sum(len)
+assert_type(total, GroupedStream[str, int])
+assert_type(counts.to_rstream(), RStream[str, int])
+assert_type(counts.map(float), GroupedStream[str, float])

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import html
+import shutil
+
+import graphviz
+import pytest
+
+from rstream import Accumulator, StreamBuilder, TextDeserializer, TextSerializer
+
+
+def wordcount() -> StreamBuilder:
+    b = StreamBuilder("wc")
+    (b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w)
+     .count().to_rstream().sink("counts", TextSerializer(with_key=True)))
+    return b
+
+
+def test_every_dsl_call_adds_a_logical_node_at_once() -> None:
+    b = StreamBuilder("wc")
+    s = b.source("sentences")
+    assert [n.kind for n in b.graph] == ["source"]
+    words = s.flat_map(str.split)
+    assert len(b.graph) == 2 and "flat_map" in b.logical_dot()
+    words.key_by(lambda w: w).count()
+    assert [n.kind for n in b.graph] == ["source", "flat_map", "key_by", "count"]
+    assert [n.name for n in b.graph] == ["SOURCE-1", "FLAT_MAP-2", "KEY_BY-3", "COUNT-4"]
+
+
+def test_wordcount_real_topology_names_rip58_topics() -> None:
+    topo = wordcount().build()
+    shuffle = "wc-ROCKETMQ-COUNT-4-shuffleTopic"
+    assert topo.source_topics == ["sentences"]
+    assert topo.shuffle_topics == {shuffle: 8}
+    assert topo.state_topics == {shuffle: f"{shuffle}-stateTopic"}
+    assert topo.sink_topics == ["counts"]
+    assert [n.kind for n in topo.pipeline_nodes("sentences")] == ["source", "flat_map", "key_by", "shuffle_sink"]
+    assert [n.kind for n in topo.pipeline_nodes(shuffle)] == ["shuffle_source", "count", "to_rstream", "sink"]
+    dot = topo.real_dot()
+    for name in ("sentences", shuffle, f"{shuffle}-stateTopic", "counts"):
+        assert f'"{name}"' in dot or f"={name} " in dot or f"label={name}" in dot, name
+    text = topo.describe()
+    assert "consumes source topic sentences" in text and f"consumes shuffle topic {shuffle}" in text
+    assert "state topic" in text
+
+
+def test_shuffle_queue_count_follows_the_builder() -> None:
+    b = StreamBuilder("j", shuffle_queues=3)
+    b.source("t").key_by(lambda v: v).sum(len)
+    assert b.build().shuffle_topics == {"j-ROCKETMQ-SUM-3-shuffleTopic": 3}
+
+
+def test_one_stream_feeds_several_branches_and_sinks() -> None:
+    b = StreamBuilder("branches")
+    words = b.source("in").flat_map(str.split)
+    words.filter(lambda w: len(w) > 3).sink("long")
+    words.map(str.upper).sink("upper")
+    counts = words.key_by(lambda w: w).count()
+    counts.sink("counts")
+    counts.map(lambda c: c * 10).to_rstream().sink("tens")
+    topo = b.build()
+    assert sorted(topo.sink_topics) == ["counts", "long", "tens", "upper"]
+    flat = next(n for n in topo.nodes if n.kind == "flat_map")
+    assert sorted(c.kind for c in flat.children) == ["filter", "key_by", "map"]
+    count = next(n for n in topo.nodes if n.kind == "count")
+    assert sorted(c.kind for c in count.children) == ["map", "sink"]
+    logical = b.logical_dot()
+    assert logical.count("->") == sum(len(n.children) for n in b.graph)
+
+
+def test_graphs_are_digraphs_and_render_to_svg() -> None:
+    topo = wordcount().build()
+    assert isinstance(topo.real_graph(), graphviz.Digraph)
+    assert isinstance(topo.logical_graph(), graphviz.Digraph)
+    if shutil.which("dot") is None:
+        pytest.fail("the graphviz dot binary is missing: the README's setup installs it")
+    svg = html.unescape(topo.real_graph().pipe(format="svg").decode())
+    assert svg.lstrip().startswith("<?xml") and "wc-ROCKETMQ-COUNT-4-shuffleTopic" in svg
+    bundle = topo._repr_mimebundle_()
+    assert "image/svg+xml" in bundle
+
+
+def test_aggregate_and_chained_shuffles() -> None:
+    class Avg(Accumulator):
+        def initial(self):  # type: ignore[no-untyped-def]
+            return (0, 0)
+
+        def add(self, acc, value):  # type: ignore[no-untyped-def]
+            return (acc[0] + value, acc[1] + 1)
+
+        def result(self, acc):  # type: ignore[no-untyped-def]
+            return acc[0] / acc[1]
+
+    b = StreamBuilder("two")
+    counts = b.source("in").key_by(lambda v: v).aggregate(Avg())
+    counts.to_rstream().key_by(lambda v: v).count().sink("out")
+    topo = b.build()
+    assert list(topo.shuffle_topics) == ["two-ROCKETMQ-AGGREGATE-3-shuffleTopic", "two-ROCKETMQ-COUNT-6-shuffleTopic"]
+    assert topo.input_topics == ["in", *topo.shuffle_topics]

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rstream import EmbeddedBroker, StateStore
+from rstream.broker import CommitTag
+from rstream.state import MISSING
+
+
+def _persist(broker: EmbeddedBroker, store: StateStore, offset: int) -> None:
+    """What a task does at the end of a batch: changelog to the state topic, then local commit."""
+    broker.append({(store.state_topic, store.queue): store.changelog()}, CommitTag("j", "in", store.queue, offset, offset + 1))
+    store.commit(offset + 1)
+
+
+def test_put_commit_get_and_applied_offset(tmp_path: Path, broker: EmbeddedBroker) -> None:
+    broker.create_topic("in-stateTopic", queues=2, compact=True)
+    with StateStore(tmp_path / "s", "in-stateTopic", 1).open() as store:
+        assert store.applied_offset is None and store.get("COUNT-1", "a") is MISSING
+        store.put("COUNT-1", "a", 3)
+        store.put("COUNT-1", ("x", 1), {"n": 2})
+        store.put("SUM-2", "a", 1.5)
+        _persist(broker, store, 0)
+        assert store.applied_offset == 1 and store.key_count == 3
+        assert store.get("COUNT-1", "a") == 3 and store.get("SUM-2", "a") == 1.5
+        assert {(op, k) for op, k, _ in store.items()} == {("COUNT-1", "a"), ("COUNT-1", ("x", 1)), ("SUM-2", "a")}
+        assert [k for _, k, _ in store.items("SUM-2")] == ["a"]
+
+
+def test_replay_rebuilds_latest_values_and_skips_deletes(tmp_path: Path, broker: EmbeddedBroker) -> None:
+    broker.create_topic("in-stateTopic", queues=1, compact=True)
+    store = StateStore(tmp_path / "s", "in-stateTopic", 0).open()
+    store.put("C", "a", 1)
+    store.put("C", "b", 1)
+    _persist(broker, store, 0)
+    store.put("C", "a", 2)
+    store.delete("C", "b")
+    store.put("C", "c", 7)
+    _persist(broker, store, 1)
+    before = sorted(store.items())
+    store.close()
+    other = StateStore(tmp_path / "elsewhere", "in-stateTopic", 0)
+    loaded = other.replay(broker, 2)
+    assert loaded == 2 and sorted(other.items()) == before == [("C", "a", 2), ("C", "c", 7)]
+    assert other.applied_offset == 2 and other.key_count == 2
+    other.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from("abcdef"), st.one_of(st.none(), st.integers(-5, 5))), max_size=8), max_size=6))
+def test_replay_equals_the_live_store(tmp_path_factory, batches) -> None:  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("replay")
+    broker = EmbeddedBroker(root / "broker")
+    broker.create_topic("t-stateTopic", queues=1, compact=True)
+    live = StateStore(root / "live", "t-stateTopic", 0).open()
+    expected: dict[str, int] = {}
+    for i, batch in enumerate(batches):
+        for key, value in batch:
+            if value is None:
+                live.delete("OP", key)
+                expected.pop(key, None)
+            else:
+                live.put("OP", key, value)
+                expected[key] = value
+        _persist(broker, live, i)
+    assert {k: v for _, k, v in live.items()} == expected
+    assert live.key_count == len(expected)
+    live.close()
+    replayed = StateStore(root / "replayed", "t-stateTopic", 0)
+    assert replayed.replay(broker, len(batches)) == len(expected)
+    assert {k: v for _, k, v in replayed.items()} == expected
+    replayed.close()
