@@ -1,0 +1,126 @@
+"""Replay after local state loss, restart from the checkpoint, and a crash of the whole process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rstream import EmbeddedBroker
+from tests.conftest import job_id
+from tests.runtime.test_wordcount import assert_exact_counts, wordcount
+
+BATCH_1 = ["a b c a", "b d", "e f a"]
+BATCH_2 = ["a a z", "d e", "c c c"]
+
+
+def test_replay_after_local_state_is_deleted(broker: EmbeddedBroker, make_job: Any) -> None:
+    broker.create_topic("sentences", queues=2)
+    broker.send_batch("sentences", BATCH_1)
+    name = job_id("replay")
+    first = make_job(wordcount(name))
+    first.run_until_idle()
+    state_before = first.state().sort_values("key").reset_index(drop=True)
+    first.delete_local_state()
+    assert first.state().empty
+    broker.send_batch("sentences", BATCH_2)
+    second = make_job(wordcount(name))
+    second.run_until_idle()
+    assert sum(p.replayed_keys for p in second.progress) > 0
+    # each shuffle queue that got data again replayed exactly the keys it held before
+    keys_before = state_before.groupby("queue").size().to_dict()
+    shuffle_runs = [q for p in second.progress for q in p.queues if q.topic != "sentences"]
+    assert {q.queue: q.replayed_keys for q in shuffle_runs} == {q.queue: keys_before.get(q.queue, 0) for q in shuffle_runs}
+    assert_exact_counts(broker, "counts", BATCH_1 + BATCH_2)
+    state = second.state()
+    assert dict(zip(state["key"], state["value"])) == dict(Counter(w for s in BATCH_1 + BATCH_2 for w in s.split()))
+
+
+def test_stale_local_state_is_replayed_not_trusted(broker: EmbeddedBroker, make_job: Any, tmp_path: Path) -> None:
+    """A task that died between the broker commit and the RocksDB write leaves a local copy one
+    batch behind: the next batch must notice (applied offset != committed) and replay."""
+    broker.create_topic("sentences", queues=1)
+    name = job_id("stale")
+    broker.send_batch("sentences", BATCH_1)
+    job = make_job(wordcount(name))
+    job.run_until_idle()
+    snapshot = tmp_path / "snapshot"
+    shutil.copytree(job.state_dir, snapshot)
+    broker.send_batch("sentences", BATCH_2)
+    job.run_until_idle()
+    shutil.rmtree(job.state_dir)
+    shutil.copytree(snapshot, job.state_dir)  # local state now lags the committed changelog
+    broker.send_batch("sentences", ["a z"])
+    again = make_job(wordcount(name))
+    again.run_until_idle()
+    assert sum(p.replayed_keys for p in again.progress) > 0
+    assert_exact_counts(broker, "counts", BATCH_1 + BATCH_2 + ["a z"])
+
+
+def test_stop_mid_stream_and_restart_from_checkpoint(broker: EmbeddedBroker, make_job: Any) -> None:
+    broker.create_topic("sentences", queues=2)
+    sentences = [f"w{i % 7} w{i % 3} w{i % 11}" for i in range(300)]
+    broker.send_batch("sentences", sentences)
+    name = job_id("restart")
+    job = make_job(wordcount(name), max_records_per_queue=20, trigger_interval_ms=50)
+    job.start()
+    deadline = time.monotonic() + 120
+    while len(job.progress) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    job.stop()
+    assert sum(p.records_in for p in job.progress) > 0
+    assert broker.last_commit(name, "sentences", 0).end_offset < 150  # really stopped mid-stream
+    resumed = make_job(wordcount(name), max_records_per_queue=1000)
+    resumed.run_until_idle()
+    assert_exact_counts(broker, "counts", sentences)
+
+
+_CRASH_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from rstream import EmbeddedBroker, RocketMQStream, get_spark
+    from tests.runtime.test_wordcount import wordcount
+    broker = EmbeddedBroker(sys.argv[1])
+    spark = get_spark("local[2]", tmp_dir=sys.argv[3])
+    job = RocketMQStream(wordcount(sys.argv[4]).build(), {"data_dir": sys.argv[2], "max_records_per_queue": 15,
+                         "trigger_interval_ms": 20}, broker=broker, spark=spark)
+    job.start()
+    print("started", flush=True)
+    time.sleep(600)
+""")
+
+
+def test_kill_9_of_the_whole_process_then_restart(broker: EmbeddedBroker, make_job: Any, tmp_path: Path) -> None:
+    broker.create_topic("sentences", queues=2)
+    sentences = [f"k{i % 13} k{i % 5} k{i % 2} k{i % 17}" for i in range(400)]
+    broker.send_batch("sentences", sentences)
+    name = job_id("crash")
+    data_dir = tmp_path / "data"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CRASH_SCRIPT, str(broker.path), str(data_dir), str(tmp_path / "tmp"), name],
+        env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            tag = broker.last_commit(name, "sentences", 0)
+            if tag is not None and tag.end_offset >= 45:
+                break
+            assert proc.poll() is None, "the job process died on its own"
+            time.sleep(0.02)
+        else:
+            raise AssertionError("the job made no progress")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver, the JVM and the Python workers, mid-batch
+        proc.wait()
+    assert broker.last_commit(name, "sentences", 0).end_offset < 200
+    resumed = make_job(wordcount(name), max_records_per_queue=1000)
+    resumed.run_until_idle()
+    assert_exact_counts(broker, "counts", sentences)

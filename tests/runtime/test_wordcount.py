@@ -1,0 +1,78 @@
+"""Word count on Spark against ``collections.Counter`` over the same text."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rstream import EmbeddedBroker, StreamBuilder, TextDeserializer, TextSerializer
+from tests.conftest import job_id, sink_values
+
+WORDS = st.sampled_from(["a", "b", "c", "apple", "kiwi", "zebra", "Ünïcode", "x_y", "42"])
+SENTENCES = st.lists(st.lists(WORDS, min_size=0, max_size=8).map(" ".join), min_size=1, max_size=40)
+
+
+def wordcount(job: str, source: str = "sentences", sink: str = "counts") -> StreamBuilder:
+    b = StreamBuilder(job, shuffle_queues=3)
+    (b.source(source, TextDeserializer()).flat_map(str.split).key_by(lambda w: w)
+     .count().to_rstream().sink(sink, TextSerializer(with_key=True)))
+    return b
+
+
+def assert_exact_counts(broker: EmbeddedBroker, sink: str, sentences: list[str]) -> None:
+    expected = Counter(w for s in sentences for w in s.split())
+    got = sink_values(broker, sink)
+    # every word's running counts, each exactly once and in order: 1, 2, ..., n
+    assert {w: [int(v) for v in vs] for w, vs in got.items()} == {w: list(range(1, n + 1)) for w, n in expected.items()}
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@given(sentences=SENTENCES, queues=st.integers(min_value=1, max_value=4))
+def test_wordcount_equals_counter(spark: Any, tmp_path_factory: Any, sentences: list[str], queues: int) -> None:
+    from rstream import RocketMQStream
+
+    root = tmp_path_factory.mktemp("wc")
+    broker = EmbeddedBroker(root / "broker")
+    broker.create_topic("sentences", queues=queues)
+    broker.send_batch("sentences", sentences)
+    job = RocketMQStream(wordcount(job_id("wc")).build(), {"data_dir": str(root)}, broker=broker, spark=spark)
+    job.run_until_idle()
+    assert_exact_counts(broker, "counts", sentences)
+    expected = Counter(w for s in sentences for w in s.split())
+    state = job.state()
+    assert dict(zip(state["key"], state["value"])) == dict(expected)
+    assert sum(p.records_in for p in job.progress) == len(sentences) + sum(expected.values())
+
+
+def test_second_run_continues_where_the_first_ended(broker: EmbeddedBroker, make_job: Any) -> None:
+    broker.create_topic("sentences", queues=2)
+    first = ["to be or not to be", "that is the question"]
+    broker.send_batch("sentences", first)
+    name = job_id("wc")
+    make_job(wordcount(name)).run_until_idle()
+    second = ["to be is to do", "", "be"]
+    broker.send_batch("sentences", second)
+    job = make_job(wordcount(name))
+    job.run_until_idle()
+    assert_exact_counts(broker, "counts", first + second)
+    assert job.progress[0].records_in == len(second)  # only the new sentences were read
+
+
+def test_continuous_mode_processes_new_records_while_running(broker: EmbeddedBroker, make_job: Any) -> None:
+    broker.create_topic("sentences", queues=2)
+    job = make_job(wordcount(job_id("live")), trigger_interval_ms=100)
+    job.start()
+    try:
+        sent: list[str] = []
+        for batch in (["a b", "b c"], ["c c d"]):
+            broker.send_batch("sentences", batch)
+            sent += batch
+            job.run_until_idle(timeout=120)
+            assert job.is_running
+            assert_exact_counts(broker, "counts", sent)
+    finally:
+        job.stop()
+    assert not job.is_running
