@@ -46,7 +46,7 @@ def describe_callable(fn: Any) -> str:
     if fn is None:
         return ""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    return "λ" if name == "<lambda>" else str(name).replace("<locals>.", "")
+    return "λ" if str(name).endswith("<lambda>") else str(name).replace("<locals>.", "")
 
 
 class LogicalGraph:
@@ -75,6 +75,16 @@ class LogicalGraph:
 
     def __len__(self) -> int:
         return len(self.nodes)
+
+    def describe(self) -> str:
+        """The logical graph as text: each node with the nodes it feeds."""
+        lines = [f"Logical graph of job {self.job_id!r}"]
+        for node in self.nodes:
+            detail = node.params.get("detail")
+            head = f"  {node.name}" + (f" ({detail})" if detail else "")
+            kids = ", ".join(c.name for c in node.children)
+            lines.append(head + (f" --> {kids}" if kids else ""))
+        return "\n".join(lines)
 
     def to_digraph(self) -> Any:
         """The logical graph as a ``graphviz.Digraph``."""

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One command for a fresh machine: system packages (Java 17, graphviz) where missing, the virtual
+# environment .venv with rstream and its dev tools, a Jupyter kernel, then the main job (word count
+# on the embedded broker, executed on Spark).   Usage: bash setup.sh [--no-demo]
+set -euo pipefail
+cd "$(dirname "$0")"
+
+say() { printf '\n== %s\n' "$*"; }
+
+need_java() {
+  command -v java >/dev/null 2>&1 || return 0
+  local v
+  v=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+  [ -z "$v" ] || [ "$v" -lt 17 ]
+}
+
+apt_install() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+      echo "rstream setup: cannot install $* without root or sudo; install them yourself and rerun" >&2; exit 1
+    fi
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "rstream setup: no apt-get here; install $* with your package manager and rerun" >&2; exit 1
+  fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+pkgs=()
+if need_java; then pkgs+=(openjdk-17-jre-headless); fi
+if ! command -v dot >/dev/null 2>&1; then pkgs+=(graphviz); fi
+if [ ${#pkgs[@]} -gt 0 ]; then
+  say "installing system packages: ${pkgs[*]}"
+  apt_install "${pkgs[@]}"
+fi
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+  echo "rstream setup: Python 3.10 or newer is needed ($PY is $("$PY" --version 2>&1))" >&2; exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  "$PY" -m venv .venv
+fi
+say "installing rstream into .venv"
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[dev]"
+.venv/bin/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rstream)" >/dev/null
+
+if [ "${1:-}" != "--no-demo" ]; then
+  say "running the main job: word count on the embedded broker, on Spark"
+  .venv/bin/python -m rstream.demo
+fi
