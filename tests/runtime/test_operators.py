@@ -107,3 +107,47 @@ def test_print_lines_reach_the_driver(broker: EmbeddedBroker, make_job: Any, cap
     b.source("in").map(str.upper).print(prefix="> ")
     make_job(b).run_until_idle()
     assert capsys.readouterr().out.splitlines() == ["> None: X", "> None: Y"]
+
+
+def test_select_timestamp_sets_the_time_records_carry(broker: EmbeddedBroker, make_job: Any) -> None:
+    events = [{"id": i, "ts": 1_700_000_000_000 + i * 1000} for i in range(5)]
+    produce(broker, "events", events, queues=1)
+    b = StreamBuilder(job_id("ts"))
+    s = b.source("events", JsonDeserializer())
+    s.sink("born-time", JsonSerializer())
+    s.select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["id"] % 2).count().sink("event-time", JsonSerializer())
+    make_job(b).run_until_idle()
+    born = [m.born_timestamp for m in broker.read("born-time")]
+    assert born == [m.born_timestamp for m in broker.read("events")]  # without select_timestamp: born time
+    assert sorted(m.born_timestamp for m in broker.read("event-time")) == [e["ts"] for e in events]
+
+
+def test_foreach_runs_for_every_record(broker: EmbeddedBroker, make_job: Any, tmp_path: Any) -> None:
+    broker.create_topic("in", queues=2)
+    broker.send_batch("in", [f"line {i}" for i in range(20)])
+    seen = tmp_path / "seen"
+    seen.mkdir()
+
+    def remember(value: str) -> None:  # runs in the Spark task: leave a trace on disk
+        (seen / value.replace(" ", "-")).write_text(value)
+
+    b = StreamBuilder(job_id("foreach"))
+    b.source("in").foreach(remember).map(len).sink("lengths", lambda k, v: str(v).encode())
+    make_job(b).run_until_idle()
+    assert sorted(p.read_text() for p in seen.iterdir()) == sorted(f"line {i}" for i in range(20))
+    assert len(broker.read("lengths")) == 20
+
+
+def test_consume_from_last_skips_what_was_there_before(broker: EmbeddedBroker, make_job: Any) -> None:
+    broker.create_topic("in", queues=2)
+    broker.send_batch("in", ["old-1", "old-2"])
+    b = StreamBuilder(job_id("last"))
+    b.source("in").sink("out", lambda k, v: v.encode())
+    job = make_job(b, consume_from="last", trigger_interval_ms=100)
+    job.start()  # "last" is the end of each queue when the job starts
+    try:
+        broker.send_batch("in", ["new-1", "new-2", "new-3"])
+        job.run_until_idle(timeout=120)
+    finally:
+        job.stop()
+    assert sorted(m.body.decode() for m in broker.read("out")) == ["new-1", "new-2", "new-3"]
