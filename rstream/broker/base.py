@@ -95,6 +95,8 @@ class CommitTag:
     queue: int
     start_offset: int
     end_offset: int
+    #: What the task wants back at its next batch (e.g. its source watermark), as JSON text.
+    meta: str = ""
 
 
 @runtime_checkable

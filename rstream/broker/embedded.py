@@ -53,6 +53,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS batches_by_offset ON batches (topic, queue, ba
 CREATE TABLE IF NOT EXISTS commit_tags (
     job TEXT NOT NULL, topic TEXT NOT NULL, queue INTEGER NOT NULL,
     start_offset INTEGER NOT NULL, end_offset INTEGER NOT NULL, committed_ms INTEGER NOT NULL,
+    meta TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (job, topic, queue, start_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS consumer_offsets (
@@ -350,9 +351,9 @@ class EmbeddedBroker:
             )
             if tag is not None:
                 conn.execute(
-                    "INSERT INTO commit_tags (job, topic, queue, start_offset, end_offset, committed_ms) "
-                    "VALUES (?,?,?,?,?,?)",
-                    (tag.job, tag.topic, tag.queue, tag.start_offset, tag.end_offset, now),
+                    "INSERT INTO commit_tags (job, topic, queue, start_offset, end_offset, committed_ms, meta) "
+                    "VALUES (?,?,?,?,?,?,?)",
+                    (tag.job, tag.topic, tag.queue, tag.start_offset, tag.end_offset, now, tag.meta),
                 )
         return firsts
 
@@ -360,19 +361,19 @@ class EmbeddedBroker:
     def last_commit(self, job: str, topic: str, queue: int) -> CommitTag | None:
         """The latest committed tag of ``job`` for an input queue, if any."""
         row = self._conn().execute(
-            "SELECT start_offset, end_offset FROM commit_tags WHERE job=? AND topic=? AND queue=? "
+            "SELECT start_offset, end_offset, meta FROM commit_tags WHERE job=? AND topic=? AND queue=? "
             "ORDER BY start_offset DESC LIMIT 1",
             (job, topic, queue),
         ).fetchone()
-        return None if row is None else CommitTag(job, topic, queue, row[0], row[1])
+        return None if row is None else CommitTag(job, topic, queue, row[0], row[1], row[2])
 
     def find_commit(self, job: str, topic: str, queue: int, start_offset: int) -> CommitTag | None:
         """The committed tag of ``job`` for an input queue that starts at ``start_offset``, if any."""
         row = self._conn().execute(
-            "SELECT end_offset FROM commit_tags WHERE job=? AND topic=? AND queue=? AND start_offset=?",
+            "SELECT end_offset, meta FROM commit_tags WHERE job=? AND topic=? AND queue=? AND start_offset=?",
             (job, topic, queue, start_offset),
         ).fetchone()
-        return None if row is None else CommitTag(job, topic, queue, start_offset, row[0])
+        return None if row is None else CommitTag(job, topic, queue, start_offset, row[0], row[1])
 
     def delete_commits(self, job: str) -> None:
         """Forget every commit tag of ``job`` (used when a job is reset)."""

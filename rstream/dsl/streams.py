@@ -9,6 +9,7 @@ from rstream.broker.base import validate_topic_name
 from rstream.errors import RStreamError
 from rstream.graph.logical import LogicalNode, describe_callable
 from rstream.serde import as_serializer
+from rstream.time.windows import SessionWindow, Window, WindowKey
 
 if TYPE_CHECKING:
     from rstream.dsl.builder import StreamBuilder
@@ -30,6 +31,15 @@ class DslError(RStreamError, TypeError):
 def _check_callable(fn: Any, what: str) -> None:
     if not callable(fn):
         raise DslError(f"{what} needs a function, got {type(fn).__name__}: {fn!r:.80}")
+
+
+def _check_accumulator(accumulator: Any) -> None:
+    for method in ("initial", "add", "result"):
+        if not callable(getattr(accumulator, method, None)):
+            raise DslError(
+                f"aggregate needs an accumulator with initial(), add(acc, value) and result(acc); "
+                f"{accumulator!r} has no {method}()"
+            )
 
 
 class _Stream(Generic[K, V]):
@@ -93,6 +103,14 @@ class RStream(_Stream[K, V]):
         _check_callable(fn, "key_by")
         return GroupedStream(self._builder, self._add("key_by", fn=fn, detail=describe_callable(fn)))
 
+    def join(self, right: RStream[Any, V2]) -> JoinedStream[V, V2]:
+        """Inner join with ``right``: ``.where(left_key).equal_to(right_key)[.window(w)].apply(fn)``."""
+        return JoinedStream(self, right, "join")
+
+    def left_join(self, right: RStream[Any, V2]) -> JoinedStream[V, V2]:
+        """Left join with ``right``: every left record is emitted, with ``None`` for a missing right."""
+        return JoinedStream(self, right, "left_join")
+
 
 class GroupedStream(_Stream[K, V]):
     """A keyed stream. Aggregations keep one state per key and emit the updated result for every
@@ -119,12 +137,7 @@ class GroupedStream(_Stream[K, V]):
 
     def aggregate(self, accumulator: Accumulator[V, A, R]) -> GroupedStream[K, R]:
         """Fold each key's values with an ``Accumulator`` (``initial``, ``add``, ``result``)."""
-        for method in ("initial", "add", "result"):
-            if not callable(getattr(accumulator, method, None)):
-                raise DslError(
-                    f"aggregate needs an accumulator with initial(), add(acc, value) and result(acc); "
-                    f"{accumulator!r} has no {method}()"
-                )
+        _check_accumulator(accumulator)
         return GroupedStream(
             self._builder,
             self._add("aggregate", accumulator=accumulator, detail=type(accumulator).__name__),
@@ -143,3 +156,90 @@ class GroupedStream(_Stream[K, V]):
     def to_rstream(self) -> RStream[K, V]:
         """Continue as a plain stream; the key stays."""
         return RStream(self._builder, self._add("to_rstream"))
+
+    def window(self, window: Window) -> WindowStream[K, V]:
+        """Aggregate per key and per window (``TumblingWindow``, ``SlidingWindow``, ``SessionWindow``);
+        each window's result is emitted once, when the watermark reaches its end, keyed by
+        ``WindowKey(key, start, end)``."""
+        if not isinstance(window, Window):
+            raise DslError(f"window needs a TumblingWindow, SlidingWindow or SessionWindow, got {window!r}")
+        return WindowStream(self._builder, self._add("window", window=window, detail=window.describe()))
+
+
+class WindowStream(_Stream[K, V]):
+    """A keyed stream cut into windows. Each aggregation fires once per window and key."""
+
+    def count(self) -> GroupedStream[WindowKey, int]:
+        """Records per key and window."""
+        return GroupedStream(self._builder, self._add("count"))
+
+    def sum(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, N]:
+        _check_callable(fn, "sum")
+        return GroupedStream(self._builder, self._add("sum", fn=fn, detail=describe_callable(fn)))
+
+    def min(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, N]:
+        _check_callable(fn, "min")
+        return GroupedStream(self._builder, self._add("min", fn=fn, detail=describe_callable(fn)))
+
+    def max(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, N]:
+        _check_callable(fn, "max")
+        return GroupedStream(self._builder, self._add("max", fn=fn, detail=describe_callable(fn)))
+
+    def avg(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, float]:
+        """The mean of ``fn(value)`` per key and window."""
+        _check_callable(fn, "avg")
+        return GroupedStream(self._builder, self._add("avg", fn=fn, detail=describe_callable(fn)))
+
+    def aggregate(self, accumulator: Accumulator[V, A, R]) -> GroupedStream[WindowKey, R]:
+        """Fold with an ``Accumulator``; session windows also need its ``merge(acc1, acc2)``."""
+        _check_accumulator(accumulator)
+        return GroupedStream(
+            self._builder,
+            self._add("aggregate", accumulator=accumulator, detail=type(accumulator).__name__),
+        )
+
+
+class JoinedStream(Generic[V, V2]):
+    """A join being described: ``left.join(right).where(lk).equal_to(rk).window(w).apply(fn)``."""
+
+    def __init__(self, left: RStream[Any, V], right: RStream[Any, V2], kind: str) -> None:
+        if not isinstance(right, RStream):
+            raise DslError(f"{kind} needs another RStream, got {type(right).__name__}")
+        if right._builder is not left._builder:
+            raise DslError("both sides of a join must come from the same StreamBuilder")
+        self._left, self._right, self._kind = left, right, kind
+        self._left_key: Callable[[V], Any] | None = None
+        self._right_key: Callable[[V2], Any] | None = None
+        self._window: Window | None = None
+
+    def where(self, left_key: Callable[[V], Any]) -> JoinedStream[V, V2]:
+        """The join key of a left record."""
+        _check_callable(left_key, "where")
+        self._left_key = left_key
+        return self
+
+    def equal_to(self, right_key: Callable[[V2], Any]) -> JoinedStream[V, V2]:
+        """The join key of a right record."""
+        _check_callable(right_key, "equal_to")
+        self._right_key = right_key
+        return self
+
+    def window(self, window: Window) -> JoinedStream[V, V2]:
+        """Join only records in the same window (tumbling or sliding)."""
+        if not isinstance(window, Window) or isinstance(window, SessionWindow):
+            raise DslError(f"a join window must be a TumblingWindow or SlidingWindow, got {window!r}")
+        self._window = window
+        return self
+
+    def apply(self, fn: Callable[[V, V2], R]) -> RStream[Any, R]:
+        """Emit ``fn(left_value, right_value)`` for each match (``right_value`` is None for an
+        unmatched left record of a left join)."""
+        _check_callable(fn, "apply")
+        if self._left_key is None or self._right_key is None:
+            raise DslError(f"{self._kind} needs .where(left_key) and .equal_to(right_key) before .apply(fn)")
+        detail = describe_callable(fn) + (f" {self._window.describe()}" if self._window else "")
+        node = self._left._builder.graph.add(
+            self._kind, [self._left.node, self._right.node], left_key=self._left_key,
+            right_key=self._right_key, window=self._window, fn=fn, detail=detail,
+        )
+        return RStream(self._left._builder, node)

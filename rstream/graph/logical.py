@@ -10,7 +10,9 @@ from typing import Any
 from rstream.graph.style import DrawEdge, DrawNode, to_digraph
 
 #: Logical kinds that hold state and so need their input shuffled by key first.
-AGGREGATE_KINDS = ("count", "sum", "min", "max", "aggregate")
+AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg", "aggregate")
+#: Logical kinds that meet two streams; they shuffle both by key into one topic.
+JOIN_KINDS = ("join", "left_join")
 
 
 @dataclass(eq=False)
@@ -35,6 +37,8 @@ class LogicalNode:
             return f"source\n{self.params['topic']}"
         if self.kind == "sink":
             return f"sink\n{self.params['topic']}"
+        if self.kind == "window":
+            return f"window\n{self.params['window'].describe()}"
         return f"{self.kind}\n{detail}" if detail else self.kind
 
     def draw_node(self) -> DrawNode:

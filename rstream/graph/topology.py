@@ -13,12 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rstream.graph.logical import AGGREGATE_KINDS, LogicalGraph, LogicalNode
+from rstream.graph.logical import AGGREGATE_KINDS, JOIN_KINDS, LogicalGraph, LogicalNode, describe_callable
 from rstream.graph.style import DrawEdge, DrawNode, to_digraph
 from rstream.processors import aggregate as agg
 from rstream.processors import sink as sinks
 from rstream.processors import stateless as sl
 from rstream.processors.base import Processor
+from rstream.processors.join import JoinProcessor
+from rstream.processors.window import Agg, WindowAggregateProcessor
 
 STATE_TOPIC_SUFFIX = "-stateTopic"
 
@@ -44,11 +46,17 @@ class RealNode:
 
     @property
     def stateful(self) -> bool:
-        return self.kind in AGGREGATE_KINDS
+        return self.kind in AGGREGATE_KINDS or self.kind in JOIN_KINDS
+
+    @property
+    def windowed(self) -> bool:
+        return self.params.get("window") is not None
 
     @property
     def label(self) -> str:
         detail = self.params.get("detail")
+        if self.windowed:
+            detail = f"{detail + ' ' if detail else ''}{self.params['window'].describe()}"
         return f"{self.name}\n{detail}" if detail else self.name
 
     def create(self, sink_queues: Mapping[str, int]) -> Processor:
@@ -58,7 +66,11 @@ class RealNode:
         if kind == "source":
             return sl.SourceProcessor(self.name, p["deserializer"])
         if kind == "shuffle_source":
-            return sl.ShuffleSourceProcessor(self.name)
+            return sl.ShuffleSourceProcessor(self.name, p.get("framed", False))
+        if kind in JOIN_KINDS:
+            return JoinProcessor(self.name, "left" if kind == "left_join" else "inner", p.get("window"), p["fn"])
+        if kind in AGGREGATE_KINDS and self.windowed:
+            return WindowAggregateProcessor(self.name, p["window"], Agg(kind, p.get("fn"), p.get("accumulator")))
         if kind == "map":
             return sl.MapProcessor(self.name, p["fn"])
         if kind == "flat_map":
@@ -76,7 +88,8 @@ class RealNode:
         if kind == "to_rstream":
             return Processor(self.name)
         if kind == "shuffle_sink":
-            return sinks.ShuffleSinkProcessor(self.name, p["topic"], p["queues"])
+            return sinks.ShuffleSinkProcessor(self.name, p["topic"], p["queues"], p.get("framed", False),
+                                              p.get("side", 0))
         if kind == "sink":
             return sinks.SinkProcessor(self.name, p["topic"], sink_queues[p["topic"]], p["serializer"])
         if kind == "count":
@@ -105,6 +118,21 @@ class Topology:
         self.shuffle_topics: dict[str, int] = {}
         self.state_topics: dict[str, str] = {}
         self.sink_topics: list[str] = []
+        #: Shuffle topics that feed windows or joins: their records carry time, side and producer.
+        self.framed_topics: list[str] = []
+
+    @property
+    def has_time_operators(self) -> bool:
+        return any(n.windowed for n in self.nodes)
+
+    def producers(self, topic: str, queue_counts: Mapping[str, int]) -> list[str]:
+        """The producers of a framed shuffle topic: ``<input topic>/<queue>/<shuffle sink>`` for every
+        queue of every pipeline that has a shuffle sink writing to it."""
+        out = []
+        for node in self.nodes:
+            if node.kind == "shuffle_sink" and node.params["topic"] == topic:
+                out += [f"{node.pipeline}/{q}/{node.name}" for q in range(queue_counts[node.pipeline])]
+        return out
 
     # -- queries ----------------------------------------------------------------------------------
     @property
@@ -154,6 +182,8 @@ class Topology:
                     extra = f" -> topic {node.params['topic']}"
                 if node.stateful:
                     extra = f" (state topic {self.state_topics[topic]})"
+                if node.windowed:
+                    extra = f" [{node.params['window'].describe()}]{extra}"
                 lines.append(f"    {node.kind:<16} {node.name}{extra}")
                 if node.children:
                     lines.append(f"      --> {', '.join(c.name for c in node.children)}")
@@ -227,6 +257,26 @@ class TopologyBuilder:
                 parent.children.append(node)
             return node
 
+        windows: dict[int, Any] = {}  # logical number of a window node -> its window
+
+        def shuffle_into(lnode: LogicalNode, sides: list[tuple[RealNode, str, Any]], framed: bool) -> RealNode:
+            """Shuffle sink(s) in the parents' pipelines -> shuffle topic -> shuffle source."""
+            shuffle = shuffle_topic_name(self.graph.job_id, lnode)
+            for side, (parent, suffix, key_fn) in enumerate(sides):
+                if key_fn is not None:
+                    parent = add(RealNode("key_by", f"KEY_BY{suffix}-{lnode.number}", parent.pipeline,
+                                          {"fn": key_fn, "detail": describe_callable(key_fn)},
+                                          logical=lnode.number), parent)
+                add(RealNode("shuffle_sink", f"SHUFFLE_SINK{suffix}-{lnode.number}", parent.pipeline,
+                             {"topic": shuffle, "queues": self.shuffle_queues, "detail": shuffle,
+                              "framed": framed, "side": side}, logical=lnode.number), parent)
+            topo.shuffle_topics[shuffle] = self.shuffle_queues
+            topo.state_topics[shuffle] = state_topic_name(shuffle)
+            if framed:
+                topo.framed_topics.append(shuffle)
+            return add(RealNode("shuffle_source", f"SHUFFLE_SOURCE-{lnode.number}", shuffle,
+                                {"detail": shuffle, "framed": framed}, logical=lnode.number), None)
+
         for lnode in self.graph:
             params = {k: v for k, v in lnode.params.items()}
             if lnode.kind == "source":
@@ -236,16 +286,23 @@ class TopologyBuilder:
                 out[lnode.number] = add(RealNode("source", lnode.name, topic, params, logical=lnode.number), None)
                 continue
             parent = out[lnode.parents[0].number]
+            if lnode.kind == "window":
+                windows[lnode.number] = params["window"]
+                out[lnode.number] = parent  # no real node: the windowed aggregate after it carries the window
+                continue
             if lnode.kind in AGGREGATE_KINDS:
-                shuffle = shuffle_topic_name(self.graph.job_id, lnode)
-                add(RealNode("shuffle_sink", f"SHUFFLE_SINK-{lnode.number}", parent.pipeline,
-                             {"topic": shuffle, "queues": self.shuffle_queues, "detail": shuffle},
-                             logical=lnode.number), parent)
-                topo.shuffle_topics[shuffle] = self.shuffle_queues
-                topo.state_topics[shuffle] = state_topic_name(shuffle)
-                src = add(RealNode("shuffle_source", f"SHUFFLE_SOURCE-{lnode.number}", shuffle,
-                                   {"detail": shuffle}, logical=lnode.number), None)
-                out[lnode.number] = add(RealNode(lnode.kind, lnode.name, shuffle, params, logical=lnode.number), src)
+                window = windows.get(lnode.parents[0].number)
+                params["window"] = window
+                src = shuffle_into(lnode, [(parent, "", None)], framed=window is not None)
+                out[lnode.number] = add(RealNode(lnode.kind, lnode.name, src.pipeline, params,
+                                                 logical=lnode.number), src)
+                continue
+            if lnode.kind in JOIN_KINDS:
+                right = out[lnode.parents[1].number]
+                src = shuffle_into(lnode, [(parent, "_LEFT", params["left_key"]),
+                                           (right, "_RIGHT", params["right_key"])], framed=True)
+                out[lnode.number] = add(RealNode(lnode.kind, lnode.name, src.pipeline, params,
+                                                 logical=lnode.number), src)
                 continue
             if lnode.kind == "sink" and params["topic"] not in topo.sink_topics:
                 topo.sink_topics.append(params["topic"])

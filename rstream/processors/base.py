@@ -7,13 +7,17 @@ is wired once, when the chain is built, to call the children directly.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rstream.errors import RStreamError
+from rstream.time.watermark import NO_WATERMARK
 
 if TYPE_CHECKING:
+    from rstream.processors.watermarks import OperatorWatermark
     from rstream.state.store import StateStore
 
 
@@ -80,11 +84,61 @@ class StreamContext:
     store: StateStore | None = None
     offset: int = -1
     headers: dict[str, str] | None = None
+    time_type: str = "event_time"
+    allowed_lateness_ms: int = 2000
+    idle_timeout_ms: int = 2000
+    late_topic: str | None = None
+    #: Per shuffle sink of a source pipeline: the source queue's watermark, restored from the last commit.
+    source_watermarks: dict[str, int] = field(default_factory=dict)
+    #: Per framed shuffle topic: the producers (``topic/queue/sink``) that feed it.
+    producers: dict[str, list[str]] = field(default_factory=dict)
+    #: The operator watermark of this (shuffle) queue, for window and join operators.
+    watermarks: OperatorWatermark | None = None
 
     def __post_init__(self) -> None:
         self.outputs: dict[tuple[str, int], list[Any]] = {}
         self.errors: list[dict[str, Any]] = []
         self.printed: list[str] = []
+        # where the current record of a framed shuffle topic came from
+        self.carried_wm = NO_WATERMARK
+        self.producer = ""
+        self.src_offset = -1
+        self.side = 0
+        self.emit_watermark = NO_WATERMARK
+        self.time_operators: list[Any] = []
+        self.late_count = 0
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def advance(self, force_idle: bool = False) -> int:
+        """Recompute the operator watermark and let window and join operators fire what is due."""
+        if self.watermarks is None:
+            return NO_WATERMARK
+        wm = self.watermarks.current(self.now_ms(), force_idle)
+        for op in self.time_operators:
+            op.on_watermark(wm)
+        from rstream.processors.watermarks import FIRE_ALL
+
+        if wm < FIRE_ALL:
+            self.emit_watermark = max(self.emit_watermark, wm)
+        return wm
+
+    def late(self, operator: str, key: Any, value: Any, data_time: int, watermark: int, reason: str) -> None:
+        """Record a late record in the job's late-data topic (appended with the batch)."""
+        self.late_count += 1
+        if self.late_topic is None:
+            return
+        topic, _, rest = self.producer.rpartition("/")[0].rpartition("/") if self.producer else ("", "", "")
+        row = {
+            "job": self.job, "operator": operator, "key": _short_repr(key), "value": _short_repr(value),
+            "data_time": data_time, "watermark": watermark, "late_ms": watermark - data_time, "reason": reason,
+            "topic": topic or self.topic, "queue": int(rest) if rest else self.queue,
+            "offset": self.src_offset if self.producer else self.offset,
+            "shuffle_topic": self.topic, "shuffle_queue": self.queue, "shuffle_offset": self.offset,
+        }
+        self.output(self.late_topic, 0).append(
+            (None, json.dumps(row, default=str).encode(), data_time, None, None))
 
     def output(self, topic: str, queue: int) -> list[Any]:
         """The list collecting this batch's records for ``topic``/``queue``."""

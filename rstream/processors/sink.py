@@ -6,32 +6,72 @@ from collections.abc import Callable
 from typing import Any
 
 from rstream.processors.base import Processor
+from rstream.processors.watermarks import ACTIVE_HEADER, PRODUCER_HEADER, WM_HEADER, finite
 from rstream.serde.codec import encode, stable_queue
+from rstream.time.watermark import NO_WATERMARK
 
 
 class ShuffleSinkProcessor(Processor):
     """Sends each record to the shuffle topic queue chosen by a stable hash of its serialized key,
-    so every record of a key meets the same aggregate, in whatever process it runs."""
+    so every record of a key meets the same aggregate, in whatever process it runs.
+
+    A *framed* shuffle sink (feeding windows or joins) also keeps its source queue's watermark
+    (``max(watermark, data time - allowed lateness)``, never decreasing), sends it with every
+    record, and at the end of the batch sends it as a marker to every shuffle queue, also to
+    queues that got no record, so a key-sparse queue still sees time advance."""
 
     kind = "shuffle_sink"
 
-    def __init__(self, name: str, topic: str, queues: int) -> None:
+    def __init__(self, name: str, topic: str, queues: int, framed: bool = False, side: int = 0) -> None:
         super().__init__(name)
         self.topic = topic
         self.queues = queues
-        self.records_out = 0
+        self.framed = framed
+        self.side = side
+        self.watermark = NO_WATERMARK
 
     def open(self, ctx: Any) -> None:
         super().open(ctx)
         self._outs = [ctx.output(self.topic, q) for q in range(self.queues)]
+        self.producer = f"{ctx.topic}/{ctx.queue}/{self.name}"
+        self.from_source = ctx.watermarks is None  # in a shuffle pipeline, time comes from upstream
+        self.watermark = ctx.source_watermarks.get(self.name, NO_WATERMARK)
+        self.lateness = ctx.allowed_lateness_ms
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
         kb = encode(key)
-        self._outs[stable_queue(kb, self.queues)].append((kb, encode(value), ts, None, None))
+        if not self.framed:
+            self._outs[stable_queue(kb, self.queues)].append((kb, encode(value), ts, None, None))
+            return
+        ctx = self.ctx
+        if self.from_source:
+            candidate = ts - self.lateness
+            if candidate > self.watermark:
+                self.watermark = candidate
+            wm = self.watermark
+            offset = ctx.offset  # type: ignore[union-attr]
+        else:
+            wm = self.watermark = max(self.watermark, ctx.emit_watermark)  # type: ignore[union-attr]
+            offset = ctx.src_offset  # type: ignore[union-attr]
+        body = encode((value, wm, self.producer, offset, self.side))
+        self._outs[stable_queue(kb, self.queues)].append((kb, body, ts, None, None))
+
+    def flush(self) -> None:
+        if not self.framed:
+            return
+        ctx = self.ctx
+        if not self.from_source:
+            self.watermark = max(self.watermark, ctx.emit_watermark)  # type: ignore[union-attr]
+        marker = {WM_HEADER: str(self.watermark), PRODUCER_HEADER: self.producer, ACTIVE_HEADER: str(ctx.now_ms())}  # type: ignore[union-attr]
+        for out in self._outs:
+            out.append((None, b"", max(self.watermark, 0), marker, "WATERMARK"))
 
     def metrics(self) -> dict[str, Any]:
-        return {"records_in": self.records_in, "records_out": self.records_in}
+        out: dict[str, Any] = {"records_in": self.records_in}
+        if self.framed:
+            out["watermark"] = finite(self.watermark)
+        return out
 
 
 class SinkProcessor(Processor):
@@ -67,8 +107,6 @@ class SinkProcessor(Processor):
         out = self._outs[stable_queue(encode(key), self.queues)] if self.queues > 1 else self._outs[0]
         out.append((mkey, body, ts, None, None))
 
-    def metrics(self) -> dict[str, Any]:
-        return {"records_in": self.records_in, "records_out": self.records_in}
 
 
 def _as_bytes(body: Any) -> bytes:

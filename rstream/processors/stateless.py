@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from rstream.processors.base import Processor, UnhashableKeyError
+from rstream.processors.watermarks import ACTIVE_HEADER, FLUSH_HEADER, PRODUCER_HEADER, WM_HEADER
 from rstream.serde import SerdeError
 from rstream.serde.codec import decode
 
@@ -15,13 +17,18 @@ MAX_PRINTED = 1000
 
 class SourceProcessor(Processor):
     """Root of a source topic's chain: deserializes the body into ``(key, value)``. The record's
-    time is its born timestamp until ``select_timestamp`` says otherwise."""
+    data time follows the job's ``time_type``: the born timestamp (also for event time, until
+    ``select_timestamp`` says otherwise), the broker's append time, or the wall clock."""
 
     kind = "source"
 
     def __init__(self, name: str, deserialize: Callable[[bytes], Any]) -> None:
         super().__init__(name)
         self.deserialize = deserialize
+
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        self.time_type = ctx.time_type
 
     def receive(self, offset: int, key: Any, body: bytes, born: int, store: int, headers: Any) -> None:
         self.records_in += 1
@@ -34,17 +41,53 @@ class SourceProcessor(Processor):
                 f"the deserializer of {self.name} must return a (key, value) tuple, got "
                 f"{type(result).__name__}: {result!r:.80}; e.g. lambda body: (None, body.decode())"
             )
-        self.forward(result[0], result[1], born)
+        time_type = self.time_type
+        if time_type == "event_time" or time_type == "born_time":
+            ts = born
+        elif time_type == "broker_time":
+            ts = store
+        else:
+            ts = time.time_ns() // 1_000_000
+        self.forward(result[0], result[1], ts)
 
 
 class ShuffleSourceProcessor(Processor):
-    """Root of a shuffle topic's chain: decodes the key and value the shuffle sink wrote."""
+    """Root of a shuffle topic's chain: decodes the key and value the shuffle sink wrote.
+
+    On a *framed* topic (one that feeds windows or joins) each record also carries its source
+    queue's watermark, its producer, its source offset and its join side, and control records
+    (watermark markers and idle ticks) advance the operator watermark."""
 
     kind = "shuffle_source"
 
+    def __init__(self, name: str, framed: bool = False) -> None:
+        super().__init__(name)
+        self.framed = framed
+        self.markers = 0
+
     def receive(self, offset: int, key: Any, body: bytes, born: int, store: int, headers: Any) -> None:
+        if not self.framed:
+            self.records_in += 1
+            self.forward(decode(key), decode(body), born)
+            return
+        ctx = self.ctx
+        if headers:
+            self.markers += 1
+            self._control(headers)
+            return
         self.records_in += 1
-        self.forward(decode(key), decode(body), born)
+        value, ctx.carried_wm, ctx.producer, ctx.src_offset, ctx.side = decode(body)  # type: ignore[union-attr]
+        self.forward(decode(key), value, born)
+
+    def _control(self, headers: dict[str, str]) -> None:
+        ctx = self.ctx
+        assert ctx is not None and ctx.watermarks is not None
+        if WM_HEADER in headers:
+            ctx.watermarks.update(headers[PRODUCER_HEADER], int(headers[WM_HEADER]), int(headers[ACTIVE_HEADER]))
+        ctx.advance(force_idle=FLUSH_HEADER in headers)
+
+    def metrics(self) -> dict[str, Any]:
+        return {"records_in": self.records_in, "markers": self.markers}
 
 
 class _FnProcessor(Processor):
@@ -124,10 +167,20 @@ class PrintProcessor(Processor):
 
 
 class SelectTimestampProcessor(_FnProcessor):
+    """Sets the record's data time from its value; only with ``time_type`` event_time (other time
+    types decide the time at the source, and records pass through unchanged)."""
+
     kind = "select_timestamp"
+
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        self.active = ctx.time_type == "event_time"
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
+        if not self.active:
+            self.forward(key, value, ts)
+            return
         try:
             new_ts = int(self.fn(value))
         except Exception as exc:

@@ -15,10 +15,12 @@ from rstream.broker.base import Broker
 from rstream.broker.embedded import EmbeddedBroker
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
+from rstream.processors.watermarks import FLUSH_HEADER, TICK_HEADER
 from rstream.runtime.progress import BatchProgress, QueueProgress
 from rstream.runtime.source import queue_key
 from rstream.runtime.task import TaskConfig, dump_blob, load_blob, state_folder
 from rstream.state.store import StateStore
+from rstream.time.watermark import TimeType
 
 
 class JobError(RStreamError):
@@ -42,6 +44,11 @@ class JobProperties:
     - ``tasks``: Spark tasks per batch (default: Spark's default parallelism, one per core).
     - ``max_records_per_queue``: records per queue and batch at most (1 000 000).
     - ``sink_queues``: queues of a sink topic that does not exist yet (4).
+    - ``time_type``: where data time comes from: ``event_time`` (``select_timestamp``, else the
+      born time), ``born_time``, ``broker_time`` or ``processing_time``.
+    - ``allowed_lateness_ms``: watermark = max(watermark, data time - this) per source queue (2000).
+    - ``idle_timeout_ms``: a source queue without data for this long (processing time) stops
+      holding windows back; when all are idle, open windows fire (2000).
     """
 
     data_dir: str = "rstream-data"
@@ -52,6 +59,9 @@ class JobProperties:
     tasks: int | None = None
     max_records_per_queue: int = 1_000_000
     sink_queues: int = 4
+    time_type: str = "event_time"
+    allowed_lateness_ms: int = 2000
+    idle_timeout_ms: int = 2000
 
     @classmethod
     def of(cls, props: Mapping[str, Any] | JobProperties | None) -> JobProperties:
@@ -66,6 +76,12 @@ class JobProperties:
         made = cls(**dict(props))
         if made.consume_from not in ("first", "last"):
             raise JobError(f"consume_from must be 'first' or 'last', got {made.consume_from!r}")
+        types = [t.value for t in TimeType]
+        if made.time_type not in types:
+            raise JobError(f"time_type must be one of {types}, got {made.time_type!r}")
+        for name in ("allowed_lateness_ms", "idle_timeout_ms"):
+            if int(getattr(made, name)) < 0:
+                raise JobError(f"{name} must not be negative, got {getattr(made, name)!r}")
         for name in ("trigger_interval_ms", "max_records_per_queue", "sink_queues"):
             if int(getattr(made, name)) < 1:
                 raise JobError(f"{name} must be at least 1, got {getattr(made, name)!r}")
@@ -129,7 +145,18 @@ class RocketMQStream:
             if not broker.has_topic(topic):
                 broker.create_topic(topic, queues=self.properties.sink_queues)
             sink_queues[topic] = broker.topic(topic).queues
+        if topo.framed_topics:
+            broker.create_topic(self.late_topic, queues=1)
         return sink_queues
+
+    @property
+    def late_topic(self) -> str:
+        """The topic where this job's late records go: ``<job>-late``."""
+        return f"{self.job_id}-late"
+
+    def _producers(self) -> dict[str, list[str]]:
+        counts = {t: self.broker.topic(t).queues for t in self.topology.input_topics}
+        return {t: self.topology.producers(t, counts) for t in self.topology.framed_topics}
 
     def _initial_offsets(self) -> dict[str, int]:
         out = {}
@@ -145,6 +172,9 @@ class RocketMQStream:
         cfg = TaskConfig(
             job=self.job_id, topology=self.topology, broker=self.broker, state_dir=str(self.state_dir),
             sink_queues=sink_queues, skip_data_error=self.properties.skip_data_error,
+            time_type=self.properties.time_type, allowed_lateness_ms=self.properties.allowed_lateness_ms,
+            idle_timeout_ms=self.properties.idle_timeout_ms,
+            late_topic=self.late_topic if self.topology.framed_topics else None, producers=self._producers(),
         )
         tasks = self.properties.tasks or self.spark.sparkContext.defaultParallelism
         return {
@@ -185,11 +215,33 @@ class RocketMQStream:
         self._start_query(available_now=False)
         return self
 
-    def run_until_idle(self, timeout: float | None = 600) -> RocketMQStream:
+    def run_until_idle(self, timeout: float | None = 600, fire_idle: bool = True) -> RocketMQStream:
         """Process until every input and shuffle queue is drained, then return (the query started
         by ``start()`` keeps running; otherwise the run stops by itself). Raises the job's error
-        if it failed, ``JobTimeoutError`` after ``timeout`` seconds."""
+        if it failed, ``JobTimeoutError`` after ``timeout`` seconds.
+
+        With windows or joins and ``fire_idle`` (the default), the input is then treated as idle,
+        as it would be after ``idle_timeout_ms``: the windows still open fire, and records that
+        arrive later for them are late (reason: their source was idle)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._drain(deadline, timeout)
+        if fire_idle and self.topology.framed_topics:
+            self.tick(flush=True)
+            self._drain(deadline, timeout)
+        return self
+
+    def tick(self, flush: bool = False) -> None:
+        """Send an idle tick to every queue of the job's window and join topics, so their operators
+        check idleness (with ``flush``: treat every source as idle now) even when no data comes."""
+        now = str(time.time_ns() // 1_000_000)
+        headers = {TICK_HEADER: now, **({FLUSH_HEADER: "1"} if flush else {})}
+        records = {}
+        for topic in self.topology.framed_topics:
+            for q in range(self.broker.topic(topic).queues):
+                records[(topic, q)] = [(None, b"", int(now), headers, "TICK")]
+        self.broker.append(records)
+
+    def _drain(self, deadline: float | None, timeout: float | None) -> None:
         if self.is_running:
             while not self._drained():
                 self._check_failure()
@@ -198,8 +250,9 @@ class RocketMQStream:
                 time.sleep(0.05)
         else:
             query = self._start_query(available_now=True)
+            left = None if deadline is None else max(1.0, deadline - time.monotonic())
             try:
-                finished = query.awaitTermination(timeout)
+                finished = query.awaitTermination(left)
             except Exception:
                 finished = True
             if not finished:
@@ -207,7 +260,6 @@ class RocketMQStream:
                 raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s; it was stopped")
         self._check_failure()
         self._flush_printed()
-        return self
 
     def stop(self) -> None:
         """Stop the query; a later start or run goes on from the last committed batch."""
@@ -305,6 +357,19 @@ class RocketMQStream:
         rows = [dict(e, batch_id=p.batch_id) for p in self.progress for q in p.queues for e in q.errors]
         return pd.DataFrame(rows, columns=["batch_id", "operator", "topic", "queue", "offset", "error", "value"])
 
+    def late_records(self) -> Any:
+        """Every late record of this job (read from its late-data topic, so it survives restarts):
+        operator, key, value, data time, the watermark it was judged by, how late, the reason,
+        and where it came from (topic, queue, offset)."""
+        import pandas as pd
+
+        cols = ["operator", "key", "value", "data_time", "watermark", "late_ms", "reason", "topic", "queue",
+                "offset", "shuffle_topic", "shuffle_queue", "shuffle_offset"]
+        if not self.broker.has_topic(self.late_topic):
+            return pd.DataFrame(columns=cols)
+        rows = [json.loads(m.body) for m in self.broker.read(self.late_topic)]
+        return pd.DataFrame(rows, columns=cols)
+
     # -- state --------------------------------------------------------------------------------
     def state(self, operator: str | None = None) -> Any:
         """The local state store as a DataFrame: one row per key, with its operator and queue.
@@ -320,6 +385,8 @@ class RocketMQStream:
                 store = StateStore(folder, self.topology.state_topics[topic], q).open(read_only=True)
                 try:
                     for op, key, value in store.items(operator):
+                        if op.startswith("__") or key == "__horizon__":
+                            continue  # bookkeeping (watermark table, fired horizon), not user state
                         rows.append({"operator": op, "queue": q, "key": key, "value": value})
                 finally:
                     store.close()
@@ -341,7 +408,7 @@ class RocketMQStream:
         delete_commits = getattr(self.broker, "delete_commits", None)
         if delete_commits is not None:
             delete_commits(self.job_id)
-        for topic in [*self.topology.shuffle_topics, *self.topology.state_topics.values()]:
+        for topic in [*self.topology.shuffle_topics, *self.topology.state_topics.values(), self.late_topic]:
             if self.broker.has_topic(topic):
                 self.broker.delete_topic(topic)  # type: ignore[attr-defined]
         with self._lock:

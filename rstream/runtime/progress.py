@@ -26,6 +26,12 @@ class QueueProgress:
     operators: dict[str, dict[str, Any]]
     millis: float
     skipped: bool
+    #: On window and join topics: the operator watermark, the producer holding it back, each
+    #: producer's watermark and idleness, and the records found late in this batch.
+    watermark: int | None = None
+    held_back_by: str | None = None
+    producers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    late: int = 0
 
     @classmethod
     def from_info(cls, info: dict[str, Any]) -> QueueProgress:
@@ -36,7 +42,9 @@ class QueueProgress:
             changed_keys=int(info.get("changed_keys", 0)), error_count=int(info.get("error_count", 0)),
             errors=list(info.get("errors", [])), printed=list(info.get("printed", [])),
             operators=dict(info.get("operators", {})), millis=float(info.get("millis", 0.0)),
-            skipped=bool(info.get("skipped", False)),
+            skipped=bool(info.get("skipped", False)), watermark=info.get("watermark"),
+            held_back_by=info.get("held_back_by"), producers=dict(info.get("producers") or {}),
+            late=int(info.get("late", 0)),
         )
 
 
@@ -65,14 +73,22 @@ class BatchProgress:
     def error_count(self) -> int:
         return sum(q.error_count for q in self.queues)
 
+    @property
+    def late(self) -> int:
+        return sum(q.late for q in self.queues)
+
     def operators(self) -> dict[str, dict[str, int]]:
-        """Per operator, its counters summed over the batch's queues."""
+        """Per operator, its counters summed over the batch's queues (watermarks: the minimum)."""
         out: dict[str, dict[str, int]] = {}
         for q in self.queues:
             for name, counters in q.operators.items():
                 acc = out.setdefault(name, {})
                 for k, v in counters.items():
-                    acc[k] = acc.get(k, 0) + int(v)
+                    if k in ("watermark", "horizon"):
+                        if v is not None:
+                            acc[k] = v if acc.get(k) is None else min(acc[k], v)
+                    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                        acc[k] = acc.get(k, 0) + int(v)
         return out
 
     def to_pandas(self) -> Any:
@@ -83,6 +99,7 @@ class BatchProgress:
             "batch_id": self.batch_id, "topic": q.topic, "queue": q.queue, "start": q.start, "end": q.end,
             "records_in": q.records_in, "records_out": sum(q.records_out.values()),
             "replayed_keys": q.replayed_keys, "state_keys": q.state_keys, "changed_keys": q.changed_keys,
-            "errors": q.error_count, "millis": round(q.millis, 1), "skipped": q.skipped,
+            "errors": q.error_count, "late": q.late, "watermark": q.watermark,
+            "millis": round(q.millis, 1), "skipped": q.skipped,
         } for q in self.queues]
         return pd.DataFrame(rows)

@@ -23,7 +23,10 @@ from rstream.broker.base import Broker, CommitTag
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
 from rstream.processors.base import RecordError, StreamContext
+from rstream.processors.sink import ShuffleSinkProcessor
+from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
 from rstream.state.store import StateStore
+from rstream.time.watermark import NO_WATERMARK
 
 #: Data errors kept per queue and batch in the progress (all are counted).
 MAX_ERRORS = 200
@@ -43,7 +46,12 @@ class TaskConfig:
     state_dir: str
     sink_queues: dict[str, int]
     skip_data_error: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
+    time_type: str = "event_time"
+    allowed_lateness_ms: int = 2000
+    idle_timeout_ms: int = 2000
+    late_topic: str | None = None
+    #: Per framed shuffle topic, its producers (``topic/queue/shuffle sink``).
+    producers: dict[str, list[str]] = field(default_factory=dict)
 
 
 def dump_blob(obj: Any) -> str:
@@ -106,7 +114,16 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int) -> 
     try:
         if store is not None and store.applied_offset != committed:
             info["replayed_keys"] = store.replay(broker, committed)
-        ctx = StreamContext(job, topic, queue, cfg.skip_data_error, store)
+        ctx = StreamContext(
+            job, topic, queue, cfg.skip_data_error, store, time_type=cfg.time_type,
+            allowed_lateness_ms=cfg.allowed_lateness_ms, idle_timeout_ms=cfg.idle_timeout_ms,
+            late_topic=cfg.late_topic, producers=cfg.producers,
+            source_watermarks=_source_watermarks(last),
+        )
+        if topic in cfg.producers and store is not None:
+            ctx.watermarks = OperatorWatermark(cfg.producers[topic], cfg.idle_timeout_ms, store, ctx.now_ms())
+            current = ctx.watermarks.current(ctx.now_ms())
+            ctx.emit_watermark = current if current < FIRE_ALL else NO_WATERMARK
         roots = topology.build_processors(topic, cfg.sink_queues)
         procs = [p for root in roots for p in root.walk()]
         for proc in procs:
@@ -127,13 +144,23 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int) -> 
                     error_count += 1
                     if len(errors) < MAX_ERRORS:
                         errors.append(err.as_row())
+        if ctx.watermarks is not None:
+            ctx.advance()  # idle producers may have stopped holding the watermark back
         for proc in procs:
             proc.flush()
+        if ctx.watermarks is not None:
+            now = ctx.now_ms()
+            info["watermark"] = finite(ctx.watermarks.current(now))
+            info["held_back_by"] = ctx.watermarks.holding_back(now)
+            info["producers"] = ctx.watermarks.describe(now)
+            ctx.watermarks.persist()
         records = {k: v for k, v in ctx.outputs.items() if v}
         if store is not None and store.changed_keys:
             info["changed_keys"] = store.changed_keys
             records[(store.state_topic, queue)] = store.changelog()
-        written = broker.append(records, CommitTag(job, topic, queue, start, end))
+        meta = {"wm": {p.name: p.watermark for p in procs if isinstance(p, ShuffleSinkProcessor) and p.framed}}
+        info["late"] = ctx.late_count
+        written = broker.append(records, CommitTag(job, topic, queue, start, end, json.dumps(meta)))
         if store is not None:
             if written:
                 store.commit(end)
@@ -143,7 +170,7 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int) -> 
         out: dict[str, int] = {}
         for (t, _q), recs in records.items():
             if store is None or t != store.state_topic:
-                out[t] = out.get(t, 0) + len(recs)
+                out[t] = out.get(t, 0) + sum(1 for r in recs if r[4] != "WATERMARK")
         info.update(
             records_in=roots[0].records_in if roots else 0, records_out=out, errors=errors,
             error_count=error_count, printed=ctx.printed, skipped=not written,
@@ -154,6 +181,13 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int) -> 
             store.close()
     info["millis"] = (time.perf_counter() - began) * 1000
     return info
+
+
+def _source_watermarks(last: CommitTag | None) -> dict[str, int]:
+    """The source queue's watermark per shuffle sink, as the last committed batch left it."""
+    if last is None or not last.meta:
+        return {}
+    return {name: int(wm) for name, wm in json.loads(last.meta).get("wm", {}).items()}
 
 
 def run_partition(cfg_blob: str, ranges: list[list[Any]]) -> list[tuple[str, int, int, int, str]]:

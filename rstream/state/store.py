@@ -28,6 +28,8 @@ _META = b"\x00rstream:"
 _APPLIED = _META + b"applied"
 _KEYS = _META + b"keys"
 _LEN = struct.Struct(">I")
+_END = struct.Struct(">Q")
+_END_BIAS = 2**63  # timers sort by end time as unsigned big-endian bytes
 #: Header that marks a delete in the state topic (its body is empty, as RIP-58 says).
 DELETE_HEADER = "rstream-delete"
 
@@ -41,10 +43,21 @@ def state_key(operator: str, key: Any) -> bytes:
     return operator.encode() + b"\x00" + encode(key)
 
 
+def timer_key(operator: str, end: int, payload: Any) -> bytes:
+    """A timer of ``operator`` at ``end`` (RocksDB keeps them ordered by end time)."""
+    return operator.encode() + b"\x01" + _END.pack(end + _END_BIAS) + encode(payload)
+
+
+def _separator(kb: bytes) -> int:
+    # operator names never hold \x00 or \x01, so the first of them ends the name
+    cut = [i for i in (kb.find(b"\x00"), kb.find(b"\x01")) if i >= 0]
+    return min(cut) if cut else -1
+
+
 def split_state_key(kb: bytes) -> tuple[str, Any]:
     """``(operator, key)`` of a namespaced state key."""
-    op, _, raw = kb.partition(b"\x00")
-    return op.decode(), decode(raw)
+    i = _separator(kb)
+    return kb[:i].decode(), decode(kb[i + 1:])
 
 
 def _frame(kb: bytes, vb: bytes) -> bytes:
@@ -114,9 +127,48 @@ class StateStore:
 
     # -- reads and staged writes ----------------------------------------------------------------
     def get(self, operator: str, key: Any) -> Any:
-        """The committed value of ``key`` for ``operator``, or ``MISSING``."""
-        raw = self._require().get(state_key(operator, key))
+        """The value of ``key`` for ``operator`` (staged changes first), or ``MISSING``."""
+        kb = state_key(operator, key)
+        if kb in self._changes:
+            raw = self._changes[kb]
+        else:
+            raw = self._require().get(kb)
         return MISSING if raw is None else decode(raw)
+
+    def set_timer(self, operator: str, end: int, payload: Any) -> None:
+        """Stage a timer: ``timers_due`` returns it once the watermark reaches ``end``."""
+        self._changes[timer_key(operator, end, payload)] = b""
+
+    def cancel_timer(self, operator: str, end: int, payload: Any) -> None:
+        self._changes[timer_key(operator, end, payload)] = None
+
+    def timers_due(self, operator: str, watermark: int) -> list[tuple[int, Any]]:
+        """``(end, payload)`` of ``operator``'s timers with ``end <= watermark``, earliest first
+        (RIP-58's ``searchStateLessThanWatermark``)."""
+        return self._timers(operator, watermark)
+
+    def timers(self, operator: str) -> list[tuple[int, Any]]:
+        """Every pending timer of ``operator``, earliest first."""
+        return self._timers(operator, None)
+
+    def _timers(self, operator: str, watermark: int | None) -> list[tuple[int, Any]]:
+        prefix = operator.encode() + b"\x01"
+        n = len(prefix)
+        found: dict[bytes, None] = {}
+        for kb in self._require().keys(from_key=prefix):
+            assert isinstance(kb, bytes)
+            if not kb.startswith(prefix):
+                break
+            if watermark is not None and _END.unpack_from(kb, n)[0] - _END_BIAS > watermark:
+                break
+            found[kb] = None
+        for kb, vb in self._changes.items():
+            if kb.startswith(prefix):
+                if vb is None:
+                    found.pop(kb, None)
+                elif watermark is None or _END.unpack_from(kb, n)[0] - _END_BIAS <= watermark:
+                    found[kb] = None
+        return [(_END.unpack_from(kb, n)[0] - _END_BIAS, decode(kb[n + 8:])) for kb in sorted(found)]
 
     def put(self, operator: str, key: Any, value: Any) -> None:
         """Stage a new value; it is persisted by ``changelog`` / ``commit``."""
@@ -205,5 +257,7 @@ class StateStore:
                 continue
             if prefix is not None and not kb.startswith(prefix):
                 break
+            if kb[_separator(kb)] == 1:
+                continue  # a timer, not a value
             op, key = split_state_key(kb)
             yield op, key, decode(vb)

@@ -1,0 +1,138 @@
+"""Joins of two streams shuffled by key into one topic (each record says its side).
+
+Without a window a join keeps the latest value per key and side. An inner join emits when both
+sides have the key; a left join also emits ``fn(left, None)`` at once for a left record that finds
+no right value. With a window the sides are buffered per window; an inner join emits every pair
+in the same window, and a left join emits ``fn(left, None)`` for each left record still unmatched
+when its window closes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rstream.processors.base import Processor, StreamContext
+from rstream.processors.watermarks import FIRE_ALL, finite
+from rstream.state.store import MISSING
+from rstream.time.watermark import NO_WATERMARK
+from rstream.time.windows import Window
+
+LEFT, RIGHT = 0, 1
+
+
+class JoinProcessor(Processor):
+    kind = "join"
+
+    def __init__(self, name: str, how: str, window: Window | None, fn: Callable[[Any, Any], Any]) -> None:
+        super().__init__(name)
+        self.how = how
+        self.window = window
+        self.fn = fn
+        self.late = 0
+        self.fired = 0
+        self.emitted = 0
+
+    def open(self, ctx: StreamContext) -> None:
+        super().open(ctx)
+        assert ctx.store is not None
+        self.store = ctx.store
+        saved = self.store.get(self.name, "__horizon__")
+        self.horizon = NO_WATERMARK if saved is MISSING else int(saved)
+        self.horizon_changed = False
+        if self.window is not None:
+            ctx.time_operators.append(self)
+
+    def _emit(self, key: Any, left: Any, right: Any, ts: int, value: Any) -> None:
+        try:
+            out = self.fn(left, right)
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        self.emitted += 1
+        self.forward(key, out, ts)
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        side = self.ctx.side  # type: ignore[union-attr]
+        if self.window is None:
+            self._latest(key, value, ts, side)
+        else:
+            self._windowed(key, value, ts, side)
+
+    def _latest(self, key: Any, value: Any, ts: int, side: int) -> None:
+        store, name = self.store, self.name
+        store.put(name, (side, key), value)
+        other = store.get(name, (1 - side, key))
+        if side == LEFT:
+            if other is not MISSING:
+                self._emit(key, value, other, ts, value)
+            elif self.how == "left":
+                self._emit(key, value, None, ts, value)
+        elif other is not MISSING:
+            self._emit(key, other, value, ts, value)
+
+    def _windowed(self, key: Any, value: Any, ts: int, side: int) -> None:
+        ctx = self.ctx
+        carried = ctx.carried_wm  # type: ignore[union-attr]
+        if ts < carried:
+            self.late += 1
+            ctx.late(self.name, key, value, ts, carried,  # type: ignore[union-attr]
+                     f"data time {ts} is behind its source queue's watermark {carried}")
+            return
+        store, name = self.store, self.name
+        for start, end in self.window.assign(ts):  # type: ignore[union-attr]
+            if end <= self.horizon:
+                self.late += 1
+                ctx.late(self.name, key, value, ts, self.horizon,  # type: ignore[union-attr]
+                         f"its window [{start},{end}) already closed: its source queue was idle")
+                continue
+            mine_key, other_key = (side, key, start, end), (1 - side, key, start, end)
+            mine = store.get(name, mine_key)
+            other = store.get(name, other_key)
+            if mine is MISSING and other is MISSING:
+                store.set_timer(name, end, (key, start))
+            mine = [] if mine is MISSING else mine
+            other = [] if other is MISSING else other
+            if side == LEFT:
+                for right in other:
+                    self._emit(key, value, right[0], ts, value)
+                mine.append([value, bool(other)])
+            else:
+                for left in other:
+                    self._emit(key, left[0], value, ts, value)
+                    left[1] = True
+                if other:
+                    store.put(name, other_key, other)
+                mine.append([value, True])
+            store.put(name, mine_key, mine)
+
+    def on_watermark(self, watermark: int) -> None:
+        store, name = self.store, self.name
+        last_end = NO_WATERMARK
+        for end, (key, start) in store.timers_due(name, watermark):
+            lefts = store.get(name, (LEFT, key, start, end))
+            if self.how == "left" and lefts is not MISSING:
+                for left in lefts:
+                    if not left[1]:
+                        self._emit(key, left[0], None, end - 1, left[0])
+            store.delete(name, (LEFT, key, start, end))
+            store.delete(name, (RIGHT, key, start, end))
+            store.cancel_timer(name, end, (key, start))
+            self.fired += 1
+            last_end = max(last_end, end)
+        reached = watermark if watermark < FIRE_ALL else last_end
+        if reached > self.horizon:
+            self.horizon = reached
+            self.horizon_changed = True
+
+    def flush(self) -> None:
+        if self.horizon_changed:
+            self.store.put(self.name, "__horizon__", self.horizon)
+
+    def metrics(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"records_in": self.records_in, "emitted": self.emitted}
+        if self.window is not None:
+            pending = self.store.timers(self.name)
+            out.update(late=self.late, windows_fired=self.fired, windows_open=len(pending),
+                       horizon=finite(self.horizon))
+        return out

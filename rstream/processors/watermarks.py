@@ -1,0 +1,100 @@
+"""The watermark of an operator on a shuffle queue: the minimum over the source queues that feed it
+(its *producers*) of their latest watermark, which shuffle sinks send as markers at the end of each
+batch. A producer silent for ``idle_timeout_ms`` of processing time stops holding the minimum back;
+when every producer is idle, every open window fires (a quiet stream's last window too)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rstream.time.watermark import NO_WATERMARK
+
+if TYPE_CHECKING:
+    from rstream.state.store import StateStore
+
+#: The operator watermark when every producer is idle: every open window is due.
+FIRE_ALL = 2**62
+
+#: Headers of the control records on shuffle topics (data records there have no headers).
+WM_HEADER = "rstream-wm"
+PRODUCER_HEADER = "rstream-producer"
+ACTIVE_HEADER = "rstream-active"
+TICK_HEADER = "rstream-tick"
+FLUSH_HEADER = "rstream-flush"
+
+_NAMESPACE = "__watermarks__"
+
+
+@dataclass
+class ProducerState:
+    watermark: int
+    active_ms: int
+
+
+class OperatorWatermark:
+    """Per shuffle queue: each producer's latest watermark and when it last had data."""
+
+    def __init__(self, producers: list[str], idle_timeout_ms: int, store: StateStore, now_ms: int) -> None:
+        self.producers = producers
+        self.idle_timeout_ms = idle_timeout_ms
+        self.store = store
+        saved = store.get(_NAMESPACE, "table")
+        if isinstance(saved, dict):
+            self.started_ms = int(saved["started"])
+            self.table = {p: ProducerState(int(w), int(a)) for p, (w, a) in saved["producers"].items()}
+        else:
+            self.started_ms = now_ms
+            self.table = {}
+        self.changed = not isinstance(saved, dict)
+
+    def update(self, producer: str, watermark: int, active_ms: int) -> None:
+        old = self.table.get(producer)
+        wm = watermark if old is None else max(old.watermark, watermark)
+        self.table[producer] = ProducerState(wm, max(active_ms, old.active_ms if old else active_ms))
+        self.changed = True
+
+    def idle(self, producer: str, now_ms: int) -> bool:
+        state = self.table.get(producer)
+        last = state.active_ms if state is not None else self.started_ms
+        return now_ms - last > self.idle_timeout_ms
+
+    def current(self, now_ms: int, force_idle: bool = False) -> int:
+        """The watermark that gates firing: min over producers that are not idle."""
+        if force_idle:
+            return FIRE_ALL
+        active = [p for p in self.producers if not self.idle(p, now_ms)]
+        if not active:
+            return FIRE_ALL
+        return min(self.table[p].watermark if p in self.table else NO_WATERMARK for p in active)
+
+    def holding_back(self, now_ms: int) -> str | None:
+        """The producer whose watermark is the minimum (why windows have not fired yet)."""
+        active = [p for p in self.producers if not self.idle(p, now_ms)]
+        if not active:
+            return None
+        return min(active, key=lambda p: self.table[p].watermark if p in self.table else NO_WATERMARK)
+
+    def persist(self) -> None:
+        if self.changed:
+            self.store.put(_NAMESPACE, "table", {
+                "started": self.started_ms,
+                "producers": {p: (s.watermark, s.active_ms) for p, s in self.table.items()},
+            })
+            self.changed = False
+
+    def describe(self, now_ms: int) -> dict[str, Any]:
+        return {
+            p: {
+                "watermark": self.table[p].watermark if p in self.table else None,
+                "idle": self.idle(p, now_ms),
+            }
+            for p in self.producers
+        }
+
+
+def finite(watermark: int) -> int | None:
+    """A watermark for display: None before any record, and never the FIRE_ALL sentinel."""
+    if watermark <= NO_WATERMARK or watermark >= FIRE_ALL:
+        return None
+    return watermark

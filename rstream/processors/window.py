@@ -1,0 +1,215 @@
+"""Windowed aggregations: count, sum, min, max, avg and aggregate over tumbling, sliding and session
+windows, fired once when the operator watermark reaches the window's end.
+
+A record is *late* at a window operator when its data time is below the watermark it carried from
+its source queue (so the decision does not depend on batching or shuffling), or when its window
+already fired because its source was idle. Late records do not enter a result; they go to the
+job's late-data topic with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rstream.processors.aggregate import Accumulator
+from rstream.processors.base import Processor, StreamContext
+from rstream.processors.watermarks import FIRE_ALL, finite
+from rstream.state.store import MISSING
+from rstream.time.watermark import NO_WATERMARK
+from rstream.time.windows import SessionWindow, Window, WindowError, WindowKey
+
+#: Pending windows listed per operator and queue in the progress (for "why has it not fired?").
+MAX_PENDING = 20
+
+
+class Agg:
+    """How a window folds values: ``initial``, ``add``, ``merge`` (for sessions) and ``result``."""
+
+    def __init__(self, kind: str, fn: Callable[[Any], Any] | None = None,
+                 accumulator: Accumulator[Any, Any, Any] | None = None) -> None:
+        self.kind = kind
+        self.fn = fn
+        self.accumulator = accumulator
+
+    def extract(self, value: Any) -> Any:
+        if self.kind == "aggregate" or self.fn is None:
+            return value
+        return self.fn(value)
+
+    def initial(self) -> Any:
+        if self.kind == "count":
+            return 0
+        if self.kind == "avg":
+            return [0, 0]
+        if self.kind == "aggregate":
+            return self.accumulator.initial()  # type: ignore[union-attr]
+        return None  # sum, min, max: nothing yet
+
+    def add(self, acc: Any, x: Any) -> Any:
+        kind = self.kind
+        if kind == "count":
+            return acc + 1
+        if kind == "sum":
+            return x if acc is None else acc + x
+        if kind == "min":
+            return x if acc is None or x < acc else acc
+        if kind == "max":
+            return x if acc is None or x > acc else acc
+        if kind == "avg":
+            return [acc[0] + x, acc[1] + 1]
+        return self.accumulator.add(acc, x)  # type: ignore[union-attr]
+
+    def merge(self, a: Any, b: Any) -> Any:
+        kind = self.kind
+        if kind in ("count",):
+            return a + b
+        if kind == "avg":
+            return [a[0] + b[0], a[1] + b[1]]
+        if kind in ("sum", "min", "max"):
+            if a is None or b is None:
+                return b if a is None else a
+            return a + b if kind == "sum" else (min(a, b) if kind == "min" else max(a, b))
+        merge = getattr(self.accumulator, "merge", None)
+        if merge is None:
+            raise WindowError(
+                f"merging sessions needs {type(self.accumulator).__name__}.merge(acc1, acc2); define it"
+            )
+        return merge(a, b)
+
+    def result(self, acc: Any) -> Any:
+        if self.kind == "avg":
+            return acc[0] / acc[1] if acc[1] else None
+        if self.kind == "aggregate":
+            return self.accumulator.result(acc)  # type: ignore[union-attr]
+        return acc
+
+
+class WindowAggregateProcessor(Processor):
+    """One windowed aggregation on one shuffle queue."""
+
+    kind = "window"
+
+    def __init__(self, name: str, window: Window, agg: Agg) -> None:
+        super().__init__(name)
+        self.window = window
+        self.agg = agg
+        self.session = isinstance(window, SessionWindow)
+        self.late = 0
+        self.fired = 0
+
+    def open(self, ctx: StreamContext) -> None:
+        super().open(ctx)
+        assert ctx.store is not None
+        self.store = ctx.store
+        saved = self.store.get(self.name, "__horizon__")
+        self.horizon = NO_WATERMARK if saved is MISSING else int(saved)
+        self.horizon_changed = False
+        self.watermark = NO_WATERMARK
+        ctx.time_operators.append(self)
+
+    def _late(self, key: Any, value: Any, ts: int, watermark: int, reason: str) -> None:
+        self.late += 1
+        self.ctx.late(self.name, key, value, ts, watermark, reason)  # type: ignore[union-attr]
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        ctx = self.ctx
+        carried = ctx.carried_wm  # type: ignore[union-attr]
+        if ts < carried:
+            self._late(key, value, ts, carried, f"data time {ts} is behind its source queue's watermark {carried}")
+            return
+        try:
+            x = self.agg.extract(value)
+        except Exception as exc:
+            raise ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        if self.session:
+            self._add_to_session(key, value, x, ts)
+            return
+        store, name, agg = self.store, self.name, self.agg
+        for start, end in self.window.assign(ts):
+            if end <= self.horizon:
+                self._late(key, value, ts, self.horizon,
+                           f"its window [{start},{end}) already fired: its source queue was idle")
+                continue
+            wk = (key, start, end)
+            acc = store.get(name, wk)
+            if acc is MISSING:
+                acc = agg.initial()
+                store.set_timer(name, end, (key, start))
+            try:
+                store.put(name, wk, agg.add(acc, x))
+            except Exception as exc:
+                raise ctx.record_error(name, exc, value) from exc  # type: ignore[union-attr]
+
+    def _add_to_session(self, key: Any, value: Any, x: Any, ts: int) -> None:
+        gap = self.window.gap  # type: ignore[attr-defined]
+        if ts + gap <= self.horizon:
+            self._late(key, value, ts, self.horizon, "its session already fired: its source queue was idle")
+            return
+        store, name, agg = self.store, self.name, self.agg
+        index = ("sessions", key)
+        sessions = store.get(name, index)
+        sessions = [] if sessions is MISSING else sessions
+        start, end = ts, ts + gap
+        try:
+            acc = agg.add(agg.initial(), x)
+            keep = []
+            for s, e in sessions:
+                if s < end and start < e:  # [ts, ts + gap) bridges into this session: merge it
+                    acc = agg.merge(store.get(name, (key, s, e)), acc)
+                    store.delete(name, (key, s, e))
+                    store.cancel_timer(name, e, (key, s))
+                    start, end = min(start, s), max(end, e)
+                else:
+                    keep.append((s, e))
+        except WindowError:
+            raise
+        except Exception as exc:
+            raise self.ctx.record_error(name, exc, value) from exc  # type: ignore[union-attr]
+        keep.append((start, end))
+        store.put(name, index, sorted(keep))
+        store.put(name, (key, start, end), acc)
+        store.set_timer(name, end, (key, start))
+
+    def on_watermark(self, watermark: int) -> None:
+        """Fire every window whose end the watermark reached, earliest first, then delete its state."""
+        store, name = self.store, self.name
+        last_end = NO_WATERMARK
+        for end, (key, start) in store.timers_due(name, watermark):
+            wk = (key, start, end)
+            acc = store.get(name, wk)
+            store.delete(name, wk)
+            store.cancel_timer(name, end, (key, start))
+            if self.session:
+                index = ("sessions", key)
+                left = [se for se in store.get(name, index) if tuple(se) != (start, end)]
+                if left:
+                    store.put(name, index, left)
+                else:
+                    store.delete(name, index)
+            self.fired += 1
+            last_end = max(last_end, end)
+            if acc is not MISSING:
+                self.forward(WindowKey(key, start, end), self.agg.result(acc), end - 1)
+        reached = watermark if watermark < FIRE_ALL else last_end
+        if reached > self.horizon:
+            self.horizon = reached
+            self.horizon_changed = True
+        if watermark < FIRE_ALL:
+            self.watermark = max(self.watermark, watermark)
+
+    def flush(self) -> None:
+        if self.horizon_changed:
+            self.store.put(self.name, "__horizon__", self.horizon)
+
+    def pending(self) -> list[tuple[int, Any]]:
+        return self.store.timers(self.name)
+
+    def metrics(self) -> dict[str, Any]:
+        pending = self.pending()
+        return {
+            "records_in": self.records_in, "late": self.late, "windows_fired": self.fired,
+            "windows_open": len(pending), "watermark": finite(self.watermark),
+            "pending": [[str(key), start, end] for end, (key, start) in pending[:MAX_PENDING]],
+        }
