@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     words = sum(len(s.split()) for s in text)
     print(f"processed {words} words in {len(job.progress)} micro-batches, {took:.1f} s\n")
 
-    counts = {}
+    counts: dict[str, int] = {}
     for message in broker.read("word-counts"):
         word, _, count = message.body.decode().rpartition(":")
         counts[word] = int(count)  # the last update per word is its count

@@ -410,7 +410,7 @@ class RocketMQStream:
             delete_commits(self.job_id)
         for topic in [*self.topology.shuffle_topics, *self.topology.state_topics.values(), self.late_topic]:
             if self.broker.has_topic(topic):
-                self.broker.delete_topic(topic)  # type: ignore[attr-defined]
+                self.broker.delete_topic(topic)
         with self._lock:
             self._progress.clear()
 
