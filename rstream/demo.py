@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
 
     counts: dict[str, int] = {}
     for message in broker.read("word-counts"):
-        word, _, count = message.body.decode().rpartition(":")
-        counts[word] = int(count)  # the last update per word is its count
+        word, _, text_count = message.body.decode().rpartition(":")
+        counts[word] = int(text_count)  # the last update per word is its count
     expected = Counter(w for s in text for w in s.split())
     print("top words (word: count):")
     for word, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:10]:
