@@ -12,7 +12,7 @@ from rstream.broker import (
     Message,
     UnknownTopicError,
 )
-from rstream.dsl import DslError, GroupedStream, RStream, StreamBuilder
+from rstream.dsl import DslError, GroupedStream, JoinedStream, RStream, StreamBuilder, WindowStream
 from rstream.errors import RStreamError
 from rstream.graph import Topology
 from rstream.processors import Accumulator, ProcessingError, RecordError, UnhashableKeyError
@@ -36,6 +36,7 @@ from rstream.serde import (
     TextSerializer,
 )
 from rstream.state import StateError, StateStore
+from rstream.time import SessionWindow, SlidingWindow, Time, TimeType, TumblingWindow, WindowError, WindowKey
 
 __version__ = "0.1.0"
 
@@ -64,15 +65,24 @@ __all__ = [
     "RawSerializer",
     "RecordError",
     "RocketMQStream",
+    "SessionWindow",
+    "SlidingWindow",
     "SerdeError",
     "StateError",
     "StateStore",
     "StreamBuilder",
     "TextDeserializer",
     "TextSerializer",
+    "Time",
+    "TimeType",
     "Topology",
+    "TumblingWindow",
     "UnhashableKeyError",
     "UnknownTopicError",
+    "WindowError",
+    "WindowKey",
+    "WindowStream",
+    "JoinedStream",
     "get_spark",
     "__version__",
 ]

@@ -9,6 +9,8 @@ PUBLIC = {
     "RStream", "RStreamError", "RawDeserializer", "RawSerializer", "RecordError", "RocketMQStream",
     "SerdeError", "StateError", "StateStore", "StreamBuilder", "TextDeserializer", "TextSerializer",
     "Topology", "UnhashableKeyError", "UnknownTopicError", "get_spark", "__version__",
+    "SessionWindow", "SlidingWindow", "Time", "TimeType", "TumblingWindow", "WindowError", "WindowKey",
+    "WindowStream", "JoinedStream",
 }
 
 

@@ -1,6 +1,6 @@
 """The fluent DSL: ``StreamBuilder``, ``RStream``, ``GroupedStream``."""
 
 from rstream.dsl.builder import StreamBuilder
-from rstream.dsl.streams import DslError, GroupedStream, RStream
+from rstream.dsl.streams import DslError, GroupedStream, JoinedStream, RStream, WindowStream
 
-__all__ = ["DslError", "GroupedStream", "RStream", "StreamBuilder"]
+__all__ = ["DslError", "GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowStream"]
