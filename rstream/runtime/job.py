@@ -130,6 +130,9 @@ class RocketMQStream:
         self._listeners: list[Callable[[BatchProgress], None]] = []
         self._failure: BaseException | None = None
         self._printed: list[str] = []
+        self._open_windows: dict[tuple[str, int], int] = {}
+        self._last_input_ms = 0
+        self._ticker: threading.Thread | None = None
 
     # -- topics and options -------------------------------------------------------------------
     def _prepare_topics(self) -> dict[str, int]:
@@ -212,8 +215,26 @@ class RocketMQStream:
         """Start processing continuously, in the background; returns at once."""
         if self.is_running:
             return self
-        self._start_query(available_now=False)
+        query = self._start_query(available_now=False)
+        if self.topology.framed_topics:
+            self._ticker = threading.Thread(target=self._tick_while_running, args=(query,),
+                                            name=f"rstream-ticker-{self.job_id}", daemon=True)
+            self._ticker.start()
         return self
+
+    def _tick_while_running(self, query: Any) -> None:
+        """While windows are open and no input came for half the idle timeout, send idle ticks, so
+        the operators notice idleness and a quiet stream's last windows fire."""
+        period = max(self.properties.idle_timeout_ms / 2, 100) / 1000
+        while query.isActive:
+            time.sleep(period)
+            quiet_ms = time.time_ns() // 1_000_000 - self._last_input_ms
+            if sum(self._open_windows.values()) and quiet_ms >= self.properties.idle_timeout_ms / 2:
+                try:
+                    self.tick()
+                except Exception as exc:  # the broker went away: the query will fail and say why
+                    print(f"rstream: idle tick failed: {exc}")
+                    return
 
     def run_until_idle(self, timeout: float | None = 600, fire_idle: bool = True) -> RocketMQStream:
         """Process until every input and shuffle queue is drained, then return (the query started
@@ -315,6 +336,11 @@ class RocketMQStream:
             self._progress.append(progress)
             for q in progress.queues:
                 self._printed.extend(q.printed)
+                if q.topic in self.topology.source_topics and q.records_in:
+                    self._last_input_ms = progress.timestamp_ms
+                if q.topic in self.topology.framed_topics:
+                    self._open_windows[(q.topic, q.queue)] = sum(
+                        int(op.get("windows_open", 0)) for op in q.operators.values())
         for listener in list(self._listeners):
             try:
                 listener(progress)

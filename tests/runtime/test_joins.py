@@ -1,0 +1,113 @@
+"""Joins on Spark against the reference: JoinWindow, JoinWithoutWindow, left joins, and two streams
+from the same topic."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from typing import Any
+
+from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder, Time, TumblingWindow
+from tests.conftest import job_id
+from tests.runtime.reference import fixed_windows, split_late
+from tests.runtime.test_windows import EXACT, LATENESS, produce
+
+
+def events(n: int, seed: int, side: str, keys: int = 6) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [{"id": f"k{rng.randrange(keys)}", "ts": 1_700_000_000_000 + i * 40_000 // n - rng.randrange(3000),
+             "v": f"{side}{i}", "type": side} for i in range(n)]
+
+
+def emitted(broker: EmbeddedBroker, topic: str = "joined") -> list[tuple[Any, Any]]:
+    return sorted((d["key"], d["value"]) for d in (json.loads(m.body) for m in broker.read(topic)))
+
+
+def windowed_pairs(lefts: list[dict[str, Any]], rights: list[dict[str, Any]], size: int, how: str) -> list[tuple[Any, Any]]:
+    buckets: dict[tuple[Any, int], list[list[dict[str, Any]]]] = defaultdict(lambda: [[], []])
+    for side, records in enumerate((lefts, rights)):
+        for r in records:
+            (start, _end), = fixed_windows(r["ts"], size)
+            buckets[(r["id"], start)][side].append(r)
+    out = []
+    for (key, _start), (ls, rs) in buckets.items():
+        out += [(key, [l["v"], r["v"]]) for l in ls for r in rs]
+        if how == "left" and not rs:
+            out += [(key, [l["v"], None]) for l in ls]
+    return sorted(out)
+
+
+def join_job(name: str, how: str, window: Any, same_topic: bool = False) -> StreamBuilder:
+    b = StreamBuilder(name, shuffle_queues=3)
+    if same_topic:
+        both = b.source("events", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+        left, right = both.filter(lambda e: e["type"] == "L"), both.filter(lambda e: e["type"] == "R")
+    else:
+        left = b.source("left", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+        right = b.source("right", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+    joined = left.join(right) if how == "inner" else left.left_join(right)
+    joined = joined.where(lambda e: e["id"]).equal_to(lambda e: e["id"])
+    if window is not None:
+        joined = joined.window(window)
+    joined.apply(lambda l, r: [l["v"], None if r is None else r["v"]]).sink("joined", JsonSerializer(with_key=True))
+    return b
+
+
+def test_join_window(broker: EmbeddedBroker, make_job: Any) -> None:  # JoinWindow: inner join in a 10 s window
+    lq = produce(broker, "left", events(120, 1, "L"))
+    rq = produce(broker, "right", events(90, 2, "R"))
+    job = make_job(join_job(job_id("jw"), "inner", TumblingWindow(Time.seconds(10))), **EXACT)
+    job.run_until_idle()
+    lefts, late_l = split_late(lq, lambda e: e["ts"], LATENESS)
+    rights, late_r = split_late(rq, lambda e: e["ts"], LATENESS)
+    assert emitted(broker) == windowed_pairs(lefts, rights, 10_000, "inner")
+    assert len(job.late_records()) == len(late_l) + len(late_r) > 0
+
+
+def test_left_join_window_emits_unmatched_left_records_when_the_window_closes(broker: EmbeddedBroker, make_job: Any) -> None:
+    lq = produce(broker, "left", events(80, 3, "L", keys=10))
+    rq = produce(broker, "right", events(30, 4, "R", keys=10))
+    make_job(join_job(job_id("ljw"), "left", TumblingWindow(Time.seconds(10))), **EXACT).run_until_idle()
+    lefts, _ = split_late(lq, lambda e: e["ts"], LATENESS)
+    rights, _ = split_late(rq, lambda e: e["ts"], LATENESS)
+    got = emitted(broker)
+    assert got == windowed_pairs(lefts, rights, 10_000, "left")
+    assert any(v[1] is None for _, v in got) and any(v[1] is not None for _, v in got)
+
+
+def test_two_streams_from_the_same_topic(broker: EmbeddedBroker, make_job: Any) -> None:
+    mixed = events(60, 5, "L") + events(60, 6, "R")
+    random.Random(7).shuffle(mixed)
+    per_queue = produce(broker, "events", mixed)
+    make_job(join_job(job_id("self"), "inner", TumblingWindow(Time.seconds(10)), same_topic=True), **EXACT).run_until_idle()
+    # each side's watermark counts the records that reach its shuffle (after its filter)
+    lefts, _ = split_late({q: [e for e in rs if e["type"] == "L"] for q, rs in per_queue.items()}, lambda e: e["ts"], LATENESS)
+    rights, _ = split_late({q: [e for e in rs if e["type"] == "R"] for q, rs in per_queue.items()}, lambda e: e["ts"], LATENESS)
+    assert emitted(broker) == windowed_pairs(lefts, rights, 10_000, "inner")
+
+
+def test_join_without_window(broker: EmbeddedBroker, make_job: Any) -> None:  # JoinWithoutWindow
+    broker.create_topic("left", queues=2)
+    broker.create_topic("right", queues=2)
+    rights = [{"id": "a", "v": "R1"}, {"id": "b", "v": "R2"}, {"id": "a", "v": "R3"}]
+    for r in rights:  # one at a time, so "latest per key" is well defined
+        broker.send("right", json.dumps(dict(r, ts=0)), queue=0)
+    name = job_id("nowin")
+    make_job(join_job(name, "inner", None)).run_until_idle()
+    lefts = [{"id": "a", "v": "L1"}, {"id": "c", "v": "L2"}, {"id": "b", "v": "L3"}]
+    broker.send_batch("left", [json.dumps(dict(e, ts=0)) for e in lefts])
+    make_job(join_job(name, "inner", None)).run_until_idle()
+    latest = {r["id"]: r["v"] for r in rights}
+    assert emitted(broker) == sorted((e["id"], [e["v"], latest[e["id"]]]) for e in lefts if e["id"] in latest)
+
+
+def test_left_join_without_window_emits_at_once(broker: EmbeddedBroker, make_job: Any) -> None:
+    broker.create_topic("left", queues=1)
+    broker.create_topic("right", queues=1)
+    broker.send("right", json.dumps({"id": "a", "v": "R1", "ts": 0}))
+    name = job_id("leftnow")
+    make_job(join_job(name, "left", None)).run_until_idle()
+    broker.send_batch("left", [json.dumps({"id": k, "v": f"L-{k}", "ts": 0}) for k in ("a", "z")])
+    make_job(join_job(name, "left", None)).run_until_idle()
+    assert emitted(broker) == [("a", ["L-a", "R1"]), ("z", ["L-z", None])]
