@@ -32,9 +32,9 @@ def windowed_pairs(lefts: list[dict[str, Any]], rights: list[dict[str, Any]], si
             buckets[(r["id"], start)][side].append(r)
     out = []
     for (key, _start), (ls, rs) in buckets.items():
-        out += [(key, [l["v"], r["v"]]) for l in ls for r in rs]
+        out += [(key, [left["v"], right["v"]]) for left in ls for right in rs]
         if how == "left" and not rs:
-            out += [(key, [l["v"], None]) for l in ls]
+            out += [(key, [left["v"], None]) for left in ls]
     return sorted(out)
 
 
@@ -50,7 +50,7 @@ def join_job(name: str, how: str, window: Any, same_topic: bool = False) -> Stre
     joined = joined.where(lambda e: e["id"]).equal_to(lambda e: e["id"])
     if window is not None:
         joined = joined.window(window)
-    joined.apply(lambda l, r: [l["v"], None if r is None else r["v"]]).sink("joined", JsonSerializer(with_key=True))
+    joined.apply(lambda left, right: [left["v"], None if right is None else right["v"]]).sink("joined", JsonSerializer(with_key=True))
     return b
 
 
