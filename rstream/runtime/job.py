@@ -418,6 +418,31 @@ class RocketMQStream:
                     store.close()
         return pd.DataFrame(rows, columns=["operator", "queue", "key", "value"])
 
+    def replay_state(self) -> Any:
+        """Bring every queue's local state up to its last committed batch now, replaying from the
+        state topics where the local copy is missing or stale (tasks otherwise do it lazily, when a
+        queue next gets records). Returns one row per queue: what was replayed."""
+        import pandas as pd
+
+        if self.is_running:
+            raise JobError("stop the job before replaying its state here (its tasks hold the stores)")
+        rows = []
+        for topic, state_topic in self.topology.state_topics.items():
+            if not self.broker.has_topic(topic):
+                continue
+            for q in range(self.broker.topic(topic).queues):
+                last = self.broker.last_commit(self.job_id, topic, q)
+                committed = None if last is None else last.end_offset
+                store = StateStore(state_folder(self.state_dir, topic, q), state_topic, q).open()
+                try:
+                    stale = store.applied_offset != committed
+                    replayed = store.replay(self.broker, committed) if stale else 0
+                    rows.append({"topic": topic, "queue": q, "committed_offset": committed,
+                                 "replayed": stale, "replayed_keys": replayed, "state_keys": store.key_count})
+                finally:
+                    store.close()
+        return pd.DataFrame(rows, columns=["topic", "queue", "committed_offset", "replayed", "replayed_keys", "state_keys"])
+
     def delete_local_state(self) -> None:
         """Delete every local RocksDB folder of this job; the next batch replays them from the
         state topics (what losing an executor does)."""

@@ -124,3 +124,18 @@ def test_kill_9_of_the_whole_process_then_restart(broker: EmbeddedBroker, make_j
     resumed = make_job(wordcount(name), max_records_per_queue=1000)
     resumed.run_until_idle()
     assert_exact_counts(broker, "counts", sentences)
+
+
+def test_replay_state_brings_every_queue_back_at_once(broker: EmbeddedBroker, make_job: Any) -> None:
+    broker.create_topic("sentences", queues=2)
+    broker.send_batch("sentences", BATCH_1 + BATCH_2)
+    job = make_job(wordcount(job_id("eager")))
+    job.run_until_idle()
+    before = job.state().sort_values(["queue", "key"]).reset_index(drop=True)
+    job.delete_local_state()
+    report = job.replay_state()
+    assert report["replayed_keys"].sum() == len(before) and report["replayed"].any()
+    assert job.state().sort_values(["queue", "key"]).reset_index(drop=True).equals(before)
+    again = job.replay_state()
+    assert not again["replayed"].any()  # up to date now: nothing to replay
+    assert dict(zip(again["queue"], again["state_keys"])) == {q: int((before["queue"] == q).sum()) for q in again["queue"]}
