@@ -33,6 +33,7 @@ class ShuffleSinkProcessor(Processor):
     def open(self, ctx: Any) -> None:
         super().open(ctx)
         self._outs = [ctx.output(self.topic, q) for q in range(self.queues)]
+        self._routes: dict[Any, tuple[list[Any], bytes]] = {}  # key -> (its queue's output, serialized key)
         self.producer = f"{ctx.topic}/{ctx.queue}/{self.name}"
         self.from_source = ctx.watermarks is None  # in a shuffle pipeline, time comes from upstream
         self.watermark = ctx.source_watermarks.get(self.name, NO_WATERMARK)
@@ -40,9 +41,13 @@ class ShuffleSinkProcessor(Processor):
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        kb = encode(key)
+        route = self._routes.get(key)  # keys are hashable here: key_by checked them
+        if route is None:
+            kb = encode(key)
+            route = self._routes[key] = (self._outs[stable_queue(kb, self.queues)], kb)
+        out, kb = route
         if not self.framed:
-            self._outs[stable_queue(kb, self.queues)].append((kb, encode(value), ts, None, None))
+            out.append((kb, encode(value), ts, None, None))
             return
         ctx = self.ctx
         if self.from_source:
@@ -54,8 +59,7 @@ class ShuffleSinkProcessor(Processor):
         else:
             wm = self.watermark = max(self.watermark, ctx.emit_watermark)  # type: ignore[union-attr]
             offset = ctx.src_offset  # type: ignore[union-attr]
-        body = encode((value, wm, self.producer, offset, self.side))
-        self._outs[stable_queue(kb, self.queues)].append((kb, body, ts, None, None))
+        out.append((kb, encode((value, wm, self.producer, offset, self.side)), ts, None, None))
 
     def flush(self) -> None:
         if not self.framed:
@@ -91,6 +95,7 @@ class SinkProcessor(Processor):
         super().open(ctx)
         self._outs = [ctx.output(self.topic, q) for q in range(self.queues)]
         self._keyless = self._outs[ctx.queue % self.queues]
+        self._routes: dict[Any, tuple[list[Any], Any]] = {}  # key -> (its queue's output, message key)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -103,10 +108,20 @@ class SinkProcessor(Processor):
         if key is None:
             self._keyless.append((None, body, ts, None, None))
             return
-        mkey = key if type(key) is str or type(key) is bytes else str(key)
-        out = self._outs[stable_queue(encode(key), self.queues)] if self.queues > 1 else self._outs[0]
-        out.append((mkey, body, ts, None, None))
+        try:
+            route = self._routes.get(key)
+        except TypeError:  # an unhashable key from a deserializer: route it without the cache
+            out, mkey = self._route(key)
+            out.append((mkey, body, ts, None, None))
+            return
+        if route is None:
+            route = self._routes[key] = self._route(key)
+        route[0].append((route[1], body, ts, None, None))
 
+    def _route(self, key: Any) -> tuple[list[Any], Any]:
+        """The output list of the key's queue, and the message key (str or bytes)."""
+        out = self._outs[stable_queue(encode(key), self.queues)] if self.queues > 1 else self._outs[0]
+        return out, key if type(key) is str or type(key) is bytes else str(key)
 
 
 def _as_bytes(body: Any) -> bytes:

@@ -11,6 +11,8 @@ from rstream.processors.watermarks import ACTIVE_HEADER, FLUSH_HEADER, PRODUCER_
 from rstream.serde import SerdeError
 from rstream.serde.codec import decode
 
+_UNSEEN: Any = object()
+
 #: Printed lines kept per queue and batch, so a chatty ``print()`` cannot flood the driver.
 MAX_PRINTED = 1000
 
@@ -65,10 +67,17 @@ class ShuffleSourceProcessor(Processor):
         self.framed = framed
         self.markers = 0
 
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        self._keys: dict[bytes, Any] = {}  # serialized key -> key: keys repeat, decoding them once is enough
+
     def receive(self, offset: int, key: Any, body: bytes, born: int, store: int, headers: Any) -> None:
+        k = self._keys.get(key, _UNSEEN)
+        if k is _UNSEEN:
+            k = self._keys[key] = decode(key) if key is not None else None
         if not self.framed:
             self.records_in += 1
-            self.forward(decode(key), decode(body), born)
+            self.forward(k, decode(body), born)
             return
         ctx = self.ctx
         if headers:
@@ -77,7 +86,7 @@ class ShuffleSourceProcessor(Processor):
             return
         self.records_in += 1
         value, ctx.carried_wm, ctx.producer, ctx.src_offset, ctx.side = decode(body)  # type: ignore[union-attr]
-        self.forward(decode(key), value, born)
+        self.forward(k, value, born)
 
     def _control(self, headers: dict[str, str]) -> None:
         ctx = self.ctx

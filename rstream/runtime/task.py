@@ -170,7 +170,8 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int) -> 
         out: dict[str, int] = {}
         for (t, _q), recs in records.items():
             if store is None or t != store.state_topic:
-                out[t] = out.get(t, 0) + sum(1 for r in recs if r[4] != "WATERMARK")
+                markers = sum(1 for r in recs if r[4] == "WATERMARK") if t in cfg.producers else 0
+                out[t] = out.get(t, 0) + len(recs) - markers
         info.update(
             records_in=roots[0].records_in if roots else 0, records_out=out, errors=errors,
             error_count=error_count, printed=ctx.printed, skipped=not written,
