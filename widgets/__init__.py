@@ -1,13 +1,32 @@
 """The notebook toolkit: ipywidgets views over rstream's plain objects.
 
-    from widgets import JobMonitor, topology_view
-    monitor = JobMonitor(job).start()   # live batches table; monitor.stop() when done
+    from widgets import JobMonitor, WatermarkMonitor, LateDataTable, topology_view
+    monitor = JobMonitor(job).start()        # live batches table; monitor.stop() when done
+    watermarks = WatermarkMonitor(job).start()  # watermarks, and why each open window has not fired
+    late = LateDataTable(job).start()        # the records that came too late, and why
 
-It imports rstream; rstream never imports it.
+Each widget is a view over a plain object (``ProgressSnapshot``, ``WatermarkSnapshot``,
+``LateDataSnapshot``) with ``to_pandas()`` and ``_repr_html_``. It imports rstream; rstream never
+imports it.
 """
 
+from widgets.late import LateDataSnapshot
+from widgets.late_table import LateDataTable
+from widgets.live import LiveView
 from widgets.monitor import JobMonitor
 from widgets.progress import ProgressSnapshot
 from widgets.topology import topology_svg, topology_view
+from widgets.watermark_monitor import WatermarkMonitor
+from widgets.watermarks import WatermarkSnapshot
 
-__all__ = ["JobMonitor", "ProgressSnapshot", "topology_svg", "topology_view"]
+__all__ = [
+    "JobMonitor",
+    "LateDataSnapshot",
+    "LateDataTable",
+    "LiveView",
+    "ProgressSnapshot",
+    "WatermarkMonitor",
+    "WatermarkSnapshot",
+    "topology_svg",
+    "topology_view",
+]
