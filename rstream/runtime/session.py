@@ -69,4 +69,6 @@ def register(spark: Any) -> None:
     from rstream.runtime.source import RStreamDataSource
 
     spark.dataSource.register(RStreamDataSource)
+    # progress for idle triggers within 100 ms, not 10 s: run_until_idle() in continuous mode reads it
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100")
     _REGISTERED.add(id(spark))

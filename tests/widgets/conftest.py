@@ -1,15 +1,28 @@
-"""Fixtures for the notebook toolkit: a word count that has really run (with one bad record), and a
-comm that records which thread sent each widget message. ``spark`` comes from ``tests/conftest.py``."""
+"""Fixtures for the notebook toolkit: a word count that has really run (with one bad record), an
+event-time window job held back by a slow source queue (with one late record), and a comm that
+records which thread sent each widget message. ``spark`` comes from ``tests/conftest.py``."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
 import comm
 import pytest
 
-from rstream import EmbeddedBroker, RocketMQStream, StreamBuilder, TextDeserializer, TextSerializer
+from rstream import (
+    EmbeddedBroker,
+    JsonDeserializer,
+    JsonSerializer,
+    RocketMQStream,
+    StreamBuilder,
+    TextDeserializer,
+    TextSerializer,
+    Time,
+    TumblingWindow,
+)
+from widgets import WatermarkSnapshot
 
 SENTENCES = ["the quick brown fox", "jumps over the lazy dog", "the dog sleeps", "boom"]
 
@@ -56,6 +69,54 @@ def finished_job(spark: Any, module_broker: EmbeddedBroker, tmp_path_factory: py
                          broker=module_broker, spark=spark)
     job.run_until_idle(timeout=120)
     yield job
+    job.stop()
+
+
+def page_clicks(job_id: str) -> StreamBuilder:
+    """Clicks per page in 10 s tumbling windows of event time (``ts``), on 2 shuffle queues."""
+    builder = StreamBuilder(job_id, shuffle_queues=2)
+    (builder.source("clicks", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+     .key_by(lambda e: e["page"]).window(TumblingWindow(Time.seconds(10))).count()
+     .to_rstream().sink("page-counts", JsonSerializer(with_key=True)))
+    return builder
+
+
+#: Lateness 2000 ms. Queue 0 runs ahead (watermark 21000 - 2000 = 19000), then sends t=4000: late.
+#: Queue 1 lags (watermark 9000 - 2000 = 7000) and holds every window back: nothing fires.
+FAST = [("a", 1000), ("b", 3000), ("a", 12000), ("b", 14000), ("a", 21000), ("b", 4000)]
+SLOW = [("a", 2000), ("b", 5000), ("a", 9000)]
+#: Then queue 1 reaches t=16000 (watermark 14000): the windows ending at 10000 fire, the others wait.
+CATCH_UP = [("b", 16000)]
+WINDOW_PROPS = {"allowed_lateness_ms": 2000, "idle_timeout_ms": 600_000}  # nobody goes idle: exact
+
+
+def send_clicks(broker: EmbeddedBroker, queue: int, clicks: list[tuple[str, int]]) -> None:
+    broker.send_batch("clicks", [json.dumps({"page": p, "ts": t}) for p, t in clicks], queue=queue)
+
+
+@pytest.fixture(scope="session")
+def page_clicks_builder() -> Any:
+    """``page_clicks_builder(job_id)`` -> a fresh tumbling-window ``StreamBuilder`` over ``clicks``."""
+    return page_clicks
+
+
+@pytest.fixture(scope="session")
+def held_back_job(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``(job, first)``: the page-clicks job after ``FAST`` and ``SLOW`` (``first``, a
+    ``WatermarkSnapshot`` taken then: nothing fired, everything held back by queue 1), then after
+    ``CATCH_UP`` (the job: windows ending at 10000 fired). Never idle, stopped."""
+    root = tmp_path_factory.mktemp("held-back")
+    broker = EmbeddedBroker(root / "broker")
+    broker.create_topic("clicks", queues=2)
+    send_clicks(broker, 0, FAST)
+    send_clicks(broker, 1, SLOW)
+    job = RocketMQStream(page_clicks("widgets-held-back").build(), properties={"data_dir": str(root), **WINDOW_PROPS},
+                         broker=broker, spark=spark)
+    job.run_until_idle(timeout=120, fire_idle=False)
+    first = WatermarkSnapshot.of(job)
+    send_clicks(broker, 1, CATCH_UP)
+    job.run_until_idle(timeout=120, fire_idle=False)
+    yield job, first
     job.stop()
 
 
