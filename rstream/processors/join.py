@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rstream.processors.base import Processor, StreamContext
+from rstream.processors.base import Processor, StreamContext, _short_repr
 from rstream.processors.watermarks import FIRE_ALL, finite
+from rstream.processors.window import MAX_PENDING
 from rstream.state.store import MISSING
 from rstream.time.watermark import NO_WATERMARK
 from rstream.time.windows import Window
@@ -134,5 +135,6 @@ class JoinProcessor(Processor):
         if self.window is not None:
             pending = self.store.timers(self.name)
             out.update(late=self.late, windows_fired=self.fired, windows_open=len(pending),
-                       horizon=finite(self.horizon))
+                       horizon=finite(self.horizon),
+                       pending=[[_short_repr(key), start, end] for end, (key, start) in pending[:MAX_PENDING]])
         return out

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rstream.processors.aggregate import Accumulator
-from rstream.processors.base import Processor, StreamContext
+from rstream.processors.base import Processor, StreamContext, _short_repr
 from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.state.store import MISSING
 from rstream.time.watermark import NO_WATERMARK
@@ -211,5 +211,5 @@ class WindowAggregateProcessor(Processor):
         return {
             "records_in": self.records_in, "late": self.late, "windows_fired": self.fired,
             "windows_open": len(pending), "watermark": finite(self.watermark),
-            "pending": [[str(key), start, end] for end, (key, start) in pending[:MAX_PENDING]],
+            "pending": [[_short_repr(key), start, end] for end, (key, start) in pending[:MAX_PENDING]],
         }
