@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rstream.processors.base import Processor, StreamContext, _short_repr
-from rstream.processors.watermarks import FIRE_ALL, finite
-from rstream.processors.window import MAX_PENDING
+from rstream.processors.base import _short_repr
+from rstream.processors.watermarks import finite
+from rstream.processors.window import MAX_PENDING, WindowedOperator
 from rstream.state.store import MISSING
 from rstream.time.watermark import NO_WATERMARK
 from rstream.time.windows import Window
@@ -22,27 +22,14 @@ from rstream.time.windows import Window
 LEFT, RIGHT = 0, 1
 
 
-class JoinProcessor(Processor):
+class JoinProcessor(WindowedOperator):
     kind = "join"
 
     def __init__(self, name: str, how: str, window: Window | None, fn: Callable[[Any, Any], Any]) -> None:
-        super().__init__(name)
+        super().__init__(name, window)
         self.how = how
-        self.window = window
         self.fn = fn
-        self.late = 0
-        self.fired = 0
         self.emitted = 0
-
-    def open(self, ctx: StreamContext) -> None:
-        super().open(ctx)
-        assert ctx.store is not None
-        self.store = ctx.store
-        saved = self.store.get(self.name, "__horizon__")
-        self.horizon = NO_WATERMARK if saved is MISSING else int(saved)
-        self.horizon_changed = False
-        if self.window is not None:
-            ctx.time_operators.append(self)
 
     def _emit(self, key: Any, left: Any, right: Any, ts: int, value: Any) -> None:
         try:
@@ -121,14 +108,7 @@ class JoinProcessor(Processor):
             store.cancel_timer(name, end, (key, start))
             self.fired += 1
             last_end = max(last_end, end)
-        reached = watermark if watermark < FIRE_ALL else last_end
-        if reached > self.horizon:
-            self.horizon = reached
-            self.horizon_changed = True
-
-    def flush(self) -> None:
-        if self.horizon_changed:
-            self.store.put(self.name, "__horizon__", self.horizon)
+        self._fired_up_to(watermark, last_end)
 
     def metrics(self) -> dict[str, Any]:
         out: dict[str, Any] = {"records_in": self.records_in, "emitted": self.emitted}

@@ -85,16 +85,13 @@ class Agg:
         return acc
 
 
-class WindowAggregateProcessor(Processor):
-    """One windowed aggregation on one shuffle queue."""
+class WindowedOperator(Processor):
+    """What window and join operators share: the state store, and the *horizon*: the end up to which
+    their windows have fired (a record whose window ends at or before it is late)."""
 
-    kind = "window"
-
-    def __init__(self, name: str, window: Window, agg: Agg) -> None:
+    def __init__(self, name: str, window: Window | None) -> None:
         super().__init__(name)
         self.window = window
-        self.agg = agg
-        self.session = isinstance(window, SessionWindow)
         self.late = 0
         self.fired = 0
 
@@ -106,7 +103,33 @@ class WindowAggregateProcessor(Processor):
         self.horizon = NO_WATERMARK if saved is MISSING else int(saved)
         self.horizon_changed = False
         self.watermark = NO_WATERMARK
-        ctx.time_operators.append(self)
+        if self.window is not None:
+            ctx.time_operators.append(self)
+
+    def _fired_up_to(self, watermark: int, last_end: int) -> None:
+        """After firing at ``watermark``: every window ending at or before it is closed (with every
+        source idle, only the windows that existed: up to the last end fired)."""
+        reached = watermark if watermark < FIRE_ALL else last_end
+        if reached > self.horizon:
+            self.horizon = reached
+            self.horizon_changed = True
+        if watermark < FIRE_ALL:
+            self.watermark = max(self.watermark, watermark)
+
+    def flush(self) -> None:
+        if self.horizon_changed:
+            self.store.put(self.name, "__horizon__", self.horizon)
+
+
+class WindowAggregateProcessor(WindowedOperator):
+    """One windowed aggregation on one shuffle queue."""
+
+    kind = "window"
+
+    def __init__(self, name: str, window: Window, agg: Agg) -> None:
+        super().__init__(name, window)
+        self.agg = agg
+        self.session = isinstance(window, SessionWindow)
 
     def _late(self, key: Any, value: Any, ts: int, watermark: int, reason: str) -> None:
         self.late += 1
@@ -127,7 +150,7 @@ class WindowAggregateProcessor(Processor):
             self._add_to_session(key, value, x, ts)
             return
         store, name, agg = self.store, self.name, self.agg
-        for start, end in self.window.assign(ts):
+        for start, end in self.window.assign(ts):  # type: ignore[union-attr]
             if end <= self.horizon:
                 self._late(key, value, ts, self.horizon,
                            f"its window [{start},{end}) already fired: its source queue was idle")
@@ -143,7 +166,7 @@ class WindowAggregateProcessor(Processor):
                 raise ctx.record_error(name, exc, value) from exc  # type: ignore[union-attr]
 
     def _add_to_session(self, key: Any, value: Any, x: Any, ts: int) -> None:
-        gap = self.window.gap  # type: ignore[attr-defined]
+        gap = self.window.gap  # type: ignore[union-attr]
         if ts + gap <= self.horizon:
             self._late(key, value, ts, self.horizon, "its session already fired: its source queue was idle")
             return
@@ -192,16 +215,7 @@ class WindowAggregateProcessor(Processor):
             last_end = max(last_end, end)
             if acc is not MISSING:
                 self.forward(WindowKey(key, start, end), self.agg.result(acc), end - 1)
-        reached = watermark if watermark < FIRE_ALL else last_end
-        if reached > self.horizon:
-            self.horizon = reached
-            self.horizon_changed = True
-        if watermark < FIRE_ALL:
-            self.watermark = max(self.watermark, watermark)
-
-    def flush(self) -> None:
-        if self.horizon_changed:
-            self.store.put(self.name, "__horizon__", self.horizon)
+        self._fired_up_to(watermark, last_end)
 
     def pending(self) -> list[tuple[int, Any]]:
         return self.store.timers(self.name)
