@@ -59,10 +59,13 @@ class RealNode:
             detail = f"{detail + ' ' if detail else ''}{self.params['window'].describe()}"
         return f"{self.name}\n{detail}" if detail else self.name
 
-    def create(self, sink_queues: Mapping[str, int]) -> Processor:
-        """Make this node's processor (the third build)."""
+    def create(self, sink_queues: Mapping[str, int], emit: str = "record") -> Processor:
+        """Make this node's processor (the third build). ``emit`` is the job's ``aggregate_emit``:
+        "record" (each input emits the updated value) or "batch" (each key once per batch, after a
+        combine before the shuffle)."""
         p = self.params
         kind = self.kind
+        per_batch = emit == "batch"
         if kind == "source":
             return sl.SourceProcessor(self.name, p["deserializer"])
         if kind == "shuffle_source":
@@ -88,20 +91,24 @@ class RealNode:
         if kind == "to_rstream":
             return Processor(self.name)
         if kind == "shuffle_sink":
+            combine = p.get("combine")
+            if per_batch and combine is not None:
+                return sinks.CombiningShuffleSinkProcessor(self.name, p["topic"], p["queues"], combine["kind"],
+                                                           combine["fn"])
             return sinks.ShuffleSinkProcessor(self.name, p["topic"], p["queues"], p.get("framed", False),
                                               p.get("side", 0))
         if kind == "sink":
             return sinks.SinkProcessor(self.name, p["topic"], sink_queues[p["topic"]], p["serializer"])
         if kind == "count":
-            return agg.CountProcessor(self.name)
+            return agg.CountProcessor(self.name, per_batch)
         if kind == "sum":
-            return agg.SumProcessor(self.name, p["fn"])
+            return agg.SumProcessor(self.name, p["fn"], per_batch)
         if kind == "min":
-            return agg.MinProcessor(self.name, p["fn"])
+            return agg.MinProcessor(self.name, p["fn"], per_batch)
         if kind == "max":
-            return agg.MaxProcessor(self.name, p["fn"])
+            return agg.MaxProcessor(self.name, p["fn"], per_batch)
         if kind == "aggregate":
-            return agg.AccumulateProcessor(self.name, p["accumulator"])
+            return agg.AccumulateProcessor(self.name, p["accumulator"], per_batch)
         raise ValueError(f"no processor for real node kind {kind!r}")
 
 
@@ -157,11 +164,11 @@ class Topology:
     def is_stateful(self, topic: str) -> bool:
         return topic in self.state_topics
 
-    def build_processors(self, topic: str, sink_queues: Mapping[str, int]) -> list[Processor]:
+    def build_processors(self, topic: str, sink_queues: Mapping[str, int], emit: str = "record") -> list[Processor]:
         """The third build for one queue of ``topic``: its processor chain, wired; returns the roots."""
         made: dict[int, Processor] = {}
         for node in self.pipeline_nodes(topic):
-            made[id(node)] = node.create(sink_queues)
+            made[id(node)] = node.create(sink_queues, emit)
         for node in self.pipeline_nodes(topic):
             proc = made[id(node)]
             proc.children = [made[id(c)] for c in node.children]
@@ -259,7 +266,8 @@ class TopologyBuilder:
 
         windows: dict[int, Any] = {}  # logical number of a window node -> its window
 
-        def shuffle_into(lnode: LogicalNode, sides: list[tuple[RealNode, str, Any]], framed: bool) -> RealNode:
+        def shuffle_into(lnode: LogicalNode, sides: list[tuple[RealNode, str, Any]], framed: bool,
+                         combine: dict[str, Any] | None = None) -> RealNode:
             """Shuffle sink(s) in the parents' pipelines -> shuffle topic -> shuffle source."""
             shuffle = shuffle_topic_name(self.graph.job_id, lnode)
             for side, (parent, suffix, key_fn) in enumerate(sides):
@@ -269,7 +277,7 @@ class TopologyBuilder:
                                           logical=lnode.number), parent)
                 add(RealNode("shuffle_sink", f"SHUFFLE_SINK{suffix}-{lnode.number}", parent.pipeline,
                              {"topic": shuffle, "queues": self.shuffle_queues, "detail": shuffle,
-                              "framed": framed, "side": side}, logical=lnode.number), parent)
+                              "framed": framed, "side": side, "combine": combine}, logical=lnode.number), parent)
             topo.shuffle_topics[shuffle] = self.shuffle_queues
             topo.state_topics[shuffle] = state_topic_name(shuffle)
             if framed:
@@ -293,7 +301,9 @@ class TopologyBuilder:
             if lnode.kind in AGGREGATE_KINDS:
                 window = windows.get(lnode.parents[0].number)
                 params["window"] = window
-                src = shuffle_into(lnode, [(parent, "", None)], framed=window is not None)
+                combinable = window is None and lnode.kind in ("count", "sum", "min", "max")
+                src = shuffle_into(lnode, [(parent, "", None)], framed=window is not None,
+                                   combine={"kind": lnode.kind, "fn": params.get("fn")} if combinable else None)
                 out[lnode.number] = add(RealNode(lnode.kind, lnode.name, src.pipeline, params,
                                                  logical=lnode.number), src)
                 continue

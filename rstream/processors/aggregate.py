@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from rstream.processors.base import Processor, StreamContext
+from rstream.processors.sink import PARTIAL_HEADER
 from rstream.state.store import MISSING
 
 V = TypeVar("V")
@@ -36,12 +37,15 @@ class Accumulator(Generic[V, A, R]):
 
 
 class AggregateProcessor(Processor):
-    """Base of the keyed aggregations; subclasses define ``step(old, value) -> (state, result)``."""
+    """Base of the keyed aggregations. With ``per_batch`` (``aggregate_emit="batch"``) a key's
+    result is emitted once per batch, at its end, instead of for every input record; the input
+    may then hold partial results combined before the shuffle (marked by a header)."""
 
     kind = "aggregate"
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, per_batch: bool = False) -> None:
         super().__init__(name)
+        self.per_batch = per_batch
         self.keys_changed = 0
 
     def open(self, ctx: StreamContext) -> None:
@@ -50,8 +54,21 @@ class AggregateProcessor(Processor):
             raise RuntimeError(f"{self.name} needs a state store for {ctx.topic}/{ctx.queue}")
         self.store = ctx.store
         self.cache: dict[Any, Any] = {}
+        self.times: dict[Any, int] = {}  # per key, the time of its latest record (per-batch emission)
+
+    def _emit(self, key: Any, result: Any, ts: int) -> None:
+        if self.per_batch:
+            self.times[key] = ts
+        else:
+            self.forward(key, result, ts)
+
+    def result(self, state: Any) -> Any:
+        return state
 
     def flush(self) -> None:
+        if self.per_batch:
+            for key, ts in self.times.items():
+                self.forward(key, self.result(self.cache[key]), ts)
         put = self.store.put
         for key, value in self.cache.items():
             put(self.name, key, value)
@@ -72,14 +89,15 @@ class CountProcessor(AggregateProcessor):
             old = self.store.get(self.name, key)
             if old is MISSING:
                 old = 0
-        new = old + 1
+        headers = self.ctx.headers  # type: ignore[union-attr]
+        new = old + (value if headers is not None and PARTIAL_HEADER in headers else 1)
         cache[key] = new
-        self.forward(key, new, ts)
+        self._emit(key, new, ts)
 
 
 class _FoldProcessor(AggregateProcessor):
-    def __init__(self, name: str, fn: Callable[[Any], Any]) -> None:
-        super().__init__(name)
+    def __init__(self, name: str, fn: Callable[[Any], Any], per_batch: bool = False) -> None:
+        super().__init__(name, per_batch)
         self.fn = fn
 
     #: ``combine(old, x) -> new``: how a fold merges a new number into the key's state.
@@ -87,17 +105,21 @@ class _FoldProcessor(AggregateProcessor):
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        try:
-            x = self.fn(value)
-        except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        headers = self.ctx.headers  # type: ignore[union-attr]
+        if headers is not None and PARTIAL_HEADER in headers:
+            x = value  # already fn(value), combined before the shuffle
+        else:
+            try:
+                x = self.fn(value)
+            except Exception as exc:
+                raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
         cache = self.cache
         old = cache.get(key, MISSING)
         if old is MISSING:
             old = self.store.get(self.name, key)
         new = x if old is MISSING else self.combine(old, x)
         cache[key] = new
-        self.forward(key, new, ts)
+        self._emit(key, new, ts)
 
 
 class SumProcessor(_FoldProcessor):
@@ -118,9 +140,12 @@ class MaxProcessor(_FoldProcessor):
 class AccumulateProcessor(AggregateProcessor):
     kind = "aggregate"
 
-    def __init__(self, name: str, accumulator: Accumulator[Any, Any, Any]) -> None:
-        super().__init__(name)
+    def __init__(self, name: str, accumulator: Accumulator[Any, Any, Any], per_batch: bool = False) -> None:
+        super().__init__(name, per_batch)
         self.accumulator = accumulator
+
+    def result(self, state: Any) -> Any:
+        return self.accumulator.result(state)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -133,8 +158,8 @@ class AccumulateProcessor(AggregateProcessor):
                 if acc is MISSING:
                     acc = acc_.initial()
             acc = acc_.add(acc, value)
-            result = acc_.result(acc)
+            result = None if self.per_batch else acc_.result(acc)
         except Exception as exc:
             raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
         cache[key] = acc
-        self.forward(key, result, ts)
+        self._emit(key, result, ts)

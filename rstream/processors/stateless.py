@@ -207,7 +207,8 @@ class KeyByProcessor(_FnProcessor):
         except Exception as exc:
             raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
         try:
-            hash(new_key)
+            if type(new_key) is not str:  # str keys are hashable: skip the check on the common path
+                hash(new_key)
         except TypeError:
             ctx = self.ctx
             raise UnhashableKeyError(

@@ -50,6 +50,7 @@ class TaskConfig:
     allowed_lateness_ms: int = 2000
     idle_timeout_ms: int = 2000
     late_topic: str | None = None
+    aggregate_emit: str = "record"
     #: Per framed shuffle topic, its producers (``topic/queue/shuffle sink``).
     producers: dict[str, list[str]] = field(default_factory=dict)
 
@@ -124,7 +125,7 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int) -> 
             ctx.watermarks = OperatorWatermark(cfg.producers[topic], cfg.idle_timeout_ms, store, ctx.now_ms())
             current = ctx.watermarks.current(ctx.now_ms())
             ctx.emit_watermark = current if current < FIRE_ALL else NO_WATERMARK
-        roots = topology.build_processors(topic, cfg.sink_queues)
+        roots = topology.build_processors(topic, cfg.sink_queues, cfg.aggregate_emit)
         procs = [p for root in roots for p in root.walk()]
         for proc in procs:
             proc.open(ctx)

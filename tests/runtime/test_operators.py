@@ -48,7 +48,8 @@ class AvgPrice(Accumulator):
         return round(acc[0] / acc[1], 6)
 
 
-def test_sum_min_max_aggregate_match_pandas(broker: EmbeddedBroker, make_job: Any) -> None:
+@pytest.mark.parametrize("emit", ["record", "batch"])
+def test_sum_min_max_aggregate_match_pandas(broker: EmbeddedBroker, make_job: Any, emit: str) -> None:
     records = orders(400, seed=1)
     produce(broker, "orders", records)
     b = StreamBuilder(job_id("agg"), shuffle_queues=4)
@@ -60,7 +61,7 @@ def test_sum_min_max_aggregate_match_pandas(broker: EmbeddedBroker, make_job: An
     by_user.max(lambda o: o["price"]).sink("max", ser)
     by_user.aggregate(AvgPrice()).sink("avg", ser)
     s.key_by(lambda o: (o["user"], o["item"])).count().sink("pairs", ser)  # composite key
-    make_job(b).run_until_idle()
+    make_job(b, aggregate_emit=emit, max_records_per_queue=50).run_until_idle()
 
     df = pd.DataFrame(records)
     g = df.groupby("user")
@@ -69,12 +70,18 @@ def test_sum_min_max_aggregate_match_pandas(broker: EmbeddedBroker, make_job: An
     assert last_per_key(broker, "max") == g["price"].max().to_dict()
     assert last_per_key(broker, "avg") == pytest.approx(g["price"].mean().to_dict(), abs=1e-5)
     assert last_per_key(broker, "pairs") == df.groupby(["user", "item"]).size().to_dict()
-    # every input emits the updated value: per user, the emitted sums are running sums over some
-    # interleaving of the source queues, so their steps are exactly that user's amounts
     running = sink_values(broker, "sum", parse_json_kv)
-    for user, frame in g:
-        steps = [b - a for a, b in zip([0, *running[user]], running[user])]
-        assert sorted(steps) == sorted(frame["amount"].tolist())
+    if emit == "record":
+        # every input emits the updated value: per user, the emitted sums are running sums over some
+        # interleaving of the source queues, so their steps are exactly that user's amounts
+        for user, frame in g:
+            steps = [b - a for a, b in zip([0, *running[user]], running[user])]
+            assert sorted(steps) == sorted(frame["amount"].tolist())
+    else:
+        # one update per key and batch: fewer than the inputs, and the counts only grow
+        assert 0 < sum(len(v) for v in running.values()) < len(records)
+        for counts in sink_values(broker, "pairs", parse_json_kv).values():
+            assert counts == sorted(set(counts))
 
 
 def test_branches_feed_several_sinks(broker: EmbeddedBroker, make_job: Any) -> None:

@@ -76,3 +76,25 @@ def test_continuous_mode_processes_new_records_while_running(broker: EmbeddedBro
     finally:
         job.stop()
     assert not job.is_running
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(sentences=SENTENCES)
+def test_wordcount_with_per_batch_emission(spark: Any, tmp_path_factory: Any, sentences: list[str]) -> None:
+    """aggregate_emit="batch": counts combined before the shuffle, one update per key and batch."""
+    from rstream import RocketMQStream
+
+    root = tmp_path_factory.mktemp("wcb")
+    broker = EmbeddedBroker(root / "broker")
+    broker.create_topic("sentences", queues=2)
+    broker.send_batch("sentences", sentences)
+    job = RocketMQStream(wordcount(job_id("wcb")).build(), {"data_dir": str(root), "aggregate_emit": "batch",
+                         "max_records_per_queue": 7}, broker=broker, spark=spark)
+    job.run_until_idle()
+    expected = Counter(w for s in sentences for w in s.split())
+    got = {w: [int(v) for v in vs] for w, vs in sink_values(broker, "counts").items()}
+    assert {w: vs[-1] for w, vs in got.items()} == dict(expected)
+    for counts in got.values():
+        assert counts == sorted(set(counts))  # each batch's update is higher than the last
+    shuffled = sum(len(broker.read(t)) for t in job.topology.shuffle_topics)
+    assert shuffled <= sum(expected.values())  # the combine never shuffles more than the words
