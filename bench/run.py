@@ -1,9 +1,11 @@
-"""rstream benchmarks: word count against plain Python and Spark's native streaming count, and
-state replay against raw rocksdict ``WriteBatch`` puts.
+"""rstream benchmarks: word count against plain Python and Spark's native streaming count, an
+event-time tumbling-window count against plain Python and Spark's native windowed count, and state
+replay against raw rocksdict ``WriteBatch`` puts.
 
-    python bench/run.py                 # full size: 1 M words, 200 K replay keys
+    python bench/run.py                 # full size: 1 M words, 1 M clicks, 200 K replay keys
     python bench/run.py --quick         # smoke run (seconds)
     python bench/run.py --profile       # also cProfile one source queue and one shuffle queue
+    python bench/run.py --skip wordcount,replay   # the window count alone
 
 Everything runs in one process with one SparkSession (``local[2]`` unless ``--master``). All
 temporary data lives in one temporary folder that is deleted at the end (``--keep`` keeps it).
@@ -24,6 +26,22 @@ Measured:
 (r) replay: ``StateStore.replay`` of a state topic written by a real rstream job (N distinct keys
     counted once each) vs the same (key, value) pairs put into a fresh rocksdict with one
     ``WriteBatch``.
+
+Window count (``--skip windows`` leaves it out): generated clicks ``{"page", "ts"}`` (ts in epoch
+ms, mostly increasing, some out of order within the allowed lateness, some later than it), counted
+per page in 10 s tumbling windows with 2 s allowed lateness:
+
+(a) rstream: ``select_timestamp(ts).key_by(page).window(TumblingWindow(10 s)).count()`` to a sink,
+    ``run_until_idle()`` (which ends with an idle tick that fires the last windows).
+(b) plain Python over the same JSON bodies, per source queue in offset order as the broker stores
+    them: watermark = max(watermark, ts - lateness) per queue, ts < watermark is late, count the
+    rest per (page, window). (a) must equal (b) exactly: every window's count, and the late records.
+(c) Spark natively: the same JSON lines in files, ``readStream.schema(...).json`` ->
+    ``withWatermark("ts", "2 seconds")`` -> ``groupBy(window("ts", "10 seconds"), "page").count()``
+    -> memory sink, append mode, ``availableNow``: once with all files in one batch (c1), once one
+    file per batch (c2). Spark's watermark is global and judges a batch by the previous batch's
+    watermark, so its result differs from (a) and (b); the bench reports by how much, and checks
+    it against a model of Spark's rule.
 """
 
 from __future__ import annotations
@@ -208,7 +226,7 @@ def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, e
     return out
 
 
-def diff(got: dict[str, int], expected: dict[str, int], limit: int = 5) -> str:
+def diff(got: dict[Any, int], expected: dict[Any, int], limit: int = 5) -> str:
     keys = sorted(set(got) | set(expected))
     bad = [(k, got.get(k), expected.get(k)) for k in keys if got.get(k) != expected.get(k)]
     return f"{len(bad)} keys differ (len {len(got)} vs {len(expected)}), e.g. {bad[:limit]}"
@@ -341,6 +359,270 @@ def run_replay(broker: Any, root: Path, job_id: str, shuffle: str, state_topic: 
 
 
 # --------------------------------------------------------------------------------------------
+# event-time tumbling-window count: data
+
+#: Epoch ms of the first click (a multiple of the window size, so windows start at round times).
+T0 = 1_700_000_000_000
+WINDOW_MS = 10_000
+LATENESS_MS = 2_000
+#: The record Spark's file source gets after the data, far in the future, so that its watermark
+#: passes every window and append mode emits them all (what rstream's final idle tick does).
+SENTINEL_PAGE = "__end__"
+
+
+def make_clicks(n: int, pages: int, zipf_s: float, rate: float, seed: int) -> list[dict[str, Any]]:
+    """``n`` clicks ``{"page", "ts"}``, ``rate`` clicks per second of event time, pages drawn from a
+    Zipf(``zipf_s``) distribution over ``pages`` names, with a fixed seed. Each click is 0..199 ms
+    behind its place in time; 5 % are 200..1 800 ms out of order (on time: within the 2 s
+    lateness); 1 % are 2.5..30 s late and 0.1 % 1..10 min late (beyond it: late)."""
+    names = [f"/page/{i:04d}" for i in range(pages)]
+    weights = [1.0 / (rank + 1) ** zipf_s for rank in range(pages)]
+    cum = list(itertools.accumulate(weights))
+    total = cum[-1]
+    rng = random.Random(seed * 31 + 7)
+    rand, randrange, randint = rng.random, rng.randrange, rng.randint
+    step = 1000.0 / rate
+    out = []
+    for i in range(n):
+        t = T0 + int(i * step) - randrange(200)
+        u = rand()
+        if u < 0.001:
+            t -= randint(60_000, 600_000)
+        elif u < 0.011:
+            t -= randint(2_500, 30_000)
+        elif u < 0.061:
+            t -= randint(200, 1_800)
+        out.append({"page": names[bisect.bisect_right(cum, rand() * total)], "ts": t})
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# window count (b): plain Python, per source queue, RIP-58's rules
+
+
+def python_windows(per_queue: list[list[bytes]], lateness: int, size: int,
+                   decode_first: bool = False) -> tuple[dict[tuple[str, int, int], int], list[int]]:
+    """Per queue in offset order: watermark = max(watermark, ts - lateness); ts < watermark is late;
+    the rest counted per (page, window start). Returns ``{(page, start, end): n}`` and the late times.
+    ``decode_first``: ``json.loads(body.decode())`` instead of ``json.loads(body)`` (which first
+    sniffs the encoding of bytes: about 0.5 s per million bodies slower here)."""
+    counts: dict[tuple[str, int], int] = {}
+    get = counts.get
+    late: list[int] = []
+    loads = json.loads
+    for bodies in per_queue:
+        wm = -(1 << 62)
+        for body in bodies:
+            e = loads(body.decode()) if decode_first else loads(body)
+            t = e["ts"]
+            if t - lateness > wm:
+                wm = t - lateness
+            if t < wm:
+                late.append(t)
+                continue
+            k = (e["page"], t - t % size)
+            counts[k] = get(k, 0) + 1
+    return {(page, start, start + size): c for (page, start), c in counts.items()}, late
+
+
+def python_windows_parsed(per_queue: list[list[dict[str, Any]]], lateness: int, size: int) -> dict[tuple[str, int], int]:
+    """The same loop over already parsed dicts (to show what ``json.loads`` costs in (b))."""
+    counts: dict[tuple[str, int], int] = {}
+    get = counts.get
+    for events in per_queue:
+        wm = -(1 << 62)
+        for e in events:
+            t = e["ts"]
+            if t - lateness > wm:
+                wm = t - lateness
+            if t < wm:
+                continue
+            k = (e["page"], t - t % size)
+            counts[k] = get(k, 0) + 1
+    return counts
+
+
+def run_python_windows(per_queue: list[list[bytes]], parsed: list[list[dict[str, Any]]],
+                       expected: dict[tuple[str, int, int], int]) -> dict[str, Any]:
+    """(b): the loop from the bodies, with ``json.loads(bytes)`` (what ``JsonDeserializer`` does)
+    and with ``json.loads(str)``; the faster one is the ceiling. Also the loop alone on parsed dicts."""
+    out: dict[str, Any] = {}
+    for name, decode_first in (("loads_bytes_s", False), ("loads_str_s", True)):
+        t = time.perf_counter()
+        counts, _late = python_windows(per_queue, LATENESS_MS, WINDOW_MS, decode_first)
+        out[name] = time.perf_counter() - t
+        assert counts == expected
+    t = time.perf_counter()
+    python_windows_parsed(parsed, LATENESS_MS, WINDOW_MS)
+    out["without_json_s"] = time.perf_counter() - t
+    out["seconds"] = min(out["loads_bytes_s"], out["loads_str_s"])
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# window count (a): rstream
+
+
+def window_topology(job_id: str, source: str, sink: str) -> Any:
+    from rstream import JsonDeserializer, JsonSerializer, StreamBuilder, Time, TumblingWindow
+
+    b = StreamBuilder(job_id)
+    (b.source(source, JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["page"])
+     .window(TumblingWindow(Time.seconds(WINDOW_MS // 1000))).count().to_rstream()
+     .sink(sink, JsonSerializer(with_key=True)))
+    return b.build()
+
+
+def read_window_results(broker: Any, topic: str) -> dict[tuple[str, int, int], int]:
+    """``{(page, start, end): count}`` from the sink topic; a window fired twice fails."""
+    out: dict[tuple[str, int, int], int] = {}
+    for m in broker.read(topic):
+        doc = json.loads(m.body)
+        page, start, end = doc["key"]
+        assert (page, start, end) not in out, f"window {(page, start, end)} fired twice"
+        out[(page, start, end)] = doc["value"]
+    return out
+
+
+def run_rstream_windows(spark: Any, broker: Any, root: Path, source: str, job_id: str, n: int,
+                        expected: dict[tuple[str, int, int], int] | None,
+                        expected_late: list[int] | None) -> dict[str, Any]:
+    from rstream import RocketMQStream
+
+    sink = f"{job_id}-windows"
+    topo = window_topology(job_id, source, sink)
+    job = RocketMQStream(topo, properties={"data_dir": str(root / "rstream"), "allowed_lateness_ms": LATENESS_MS,
+                                           "idle_timeout_ms": 600_000, "max_records_per_queue": n},
+                         broker=broker, spark=spark)
+    ticks: list[float] = []
+    tick = job.tick
+
+    def timed_tick(flush: bool = False) -> None:  # marks where run_until_idle's second query starts
+        ticks.append(time.perf_counter())
+        tick(flush)
+
+    job.tick = timed_tick  # type: ignore[method-assign]
+    t = time.perf_counter()
+    job.run_until_idle(timeout=3600)
+    end = time.perf_counter()
+    seconds = end - t
+    progress = job.progress
+    by_topic: dict[str, float] = collections.defaultdict(float)
+    for p in progress:
+        for q in p.queues:
+            by_topic["source" if q.topic == source else "shuffle"] += q.millis
+    out: dict[str, Any] = {
+        "seconds": seconds,
+        "drain_s": (ticks[0] - t) if ticks else seconds,
+        "flush_s": (end - ticks[0]) if ticks else 0.0,
+        "busy_ms": sum(p.duration_ms for p in progress),
+        "queue_ms": dict(by_topic),
+        "batches": [{"batch_id": p.batch_id, "records_in": p.records_in, "records_out": p.records_out,
+                     "duration_ms": round(p.duration_ms, 1),
+                     "queue_ms": [round(q.millis, 1) for q in p.queues]} for p in progress],
+    }
+    if expected is not None:
+        got = read_window_results(broker, sink)
+        late = job.late_records()
+        out["windows"] = len(got)
+        out["late"] = len(late)
+        assert got == expected, f"rstream windows differ from Python: {diff(got, expected)}"
+        assert sum(got.values()) + len(late) == n, f"on time {sum(got.values())} + late {len(late)} != {n}"
+        assert expected_late is not None and sorted(late["data_time"]) == sorted(expected_late), \
+            f"rstream declared {len(late)} records late, Python {len(expected_late or [])}"
+        out["verified"] = True
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# window count (c): Spark natively
+
+
+def write_click_files(bodies: list[str], folder: Path, files: int, sentinel_ts: int) -> list[list[str]]:
+    """The bodies as JSON lines in ``files`` files in produce order, then one file holding only the
+    sentinel; modification times increase, so one-file-per-batch reads them in this order.
+    Returns the chunks (the batches of the one-file-per-batch run)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    per = -(-len(bodies) // files)
+    chunks = [bodies[i * per:(i + 1) * per] for i in range(files)]
+    chunks = [c for c in chunks if c] + [[json.dumps({"page": SENTINEL_PAGE, "ts": sentinel_ts})]]
+    base = time.time() - len(chunks) - 10
+    for i, chunk in enumerate(chunks):
+        path = folder / f"part-{i:05d}.json"
+        path.write_text("\n".join(chunk) + "\n")
+        os.utime(path, (base + i, base + i))
+    return chunks
+
+
+def spark_rule_model(batches: list[list[dict[str, Any]]], delay: int, size: int) -> dict[tuple[str, int, int], int]:
+    """What Spark should count, by its rule as understood here: batch k runs with watermark
+    W_k = max(W_k-1, max ts of all earlier batches - delay) (global; W_0 = 0), and drops a row when
+    its window's end <= W_k-1 (the previous batch's watermark)."""
+    counts: dict[tuple[str, int, int], int] = collections.Counter()
+    w_prev = w = 0
+    max_ts = None
+    for batch in batches:
+        late_wm = w_prev
+        for e in batch:
+            t = e["ts"]
+            start = t - t % size
+            if start + size <= late_wm:
+                continue
+            counts[(e["page"], start, start + size)] += 1
+        top = max(e["ts"] for e in batch)
+        max_ts = top if max_ts is None else max(max_ts, top)
+        w_prev, w = w, max(w, max_ts - delay)
+    return {k: v for k, v in counts.items() if k[0] != SENTINEL_PAGE}
+
+
+def run_spark_windows(spark: Any, root: Path, folder: Path, name: str, files_per_trigger: int | None) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField("page", StringType()), StructField("ts", LongType())])
+    reader = spark.readStream.schema(schema)
+    if files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", files_per_trigger)
+    clicks = reader.json(str(folder)).select("page", F.timestamp_millis("ts").alias("ts"))
+    counts = (clicks.withWatermark("ts", f"{LATENESS_MS // 1000} seconds")
+              .groupBy(F.window("ts", f"{WINDOW_MS // 1000} seconds"), "page").count())
+    rows = counts.select("page", F.unix_millis(F.col("window.start")).alias("start"),
+                         F.unix_millis(F.col("window.end")).alias("end"), "count")
+    writer = (rows.writeStream.outputMode("append").format("memory").queryName(name)
+              .option("checkpointLocation", str(root / "native-checkpoints" / name))
+              .trigger(availableNow=True))
+    wall = time.time()
+    t = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - t
+    phases = query_phases(query, wall, time.time())
+    if query.exception() is not None:
+        raise RuntimeError(f"native query failed: {query.exception()}")
+    progress = list(query.recentProgress)
+    got: dict[tuple[str, int, int], int] = {}
+    for r in spark.sql(f"SELECT page, start, `end`, `count` FROM {name} WHERE page != '{SENTINEL_PAGE}'").collect():
+        key = (r["page"], int(r["start"]), int(r["end"]))
+        assert key not in got, f"Spark emitted window {key} twice"
+        got[key] = int(r["count"])
+    spark.sql(f"DROP VIEW IF EXISTS {name}")
+    dropped_rows = sum(int(s.get("numRowsDroppedByWatermark", 0)) for p in progress for s in p.get("stateOperators", []))
+    return {"seconds": seconds, "spark_trigger_ms": spark_trigger_ms(query), "phases": phases,
+            "batches": len([p for p in progress if p.get("numInputRows", 0)]), "triggers": len(progress),
+            "rows_dropped_by_watermark": dropped_rows, "counts": got}
+
+
+def compare_windows(got: dict[tuple[str, int, int], int], expected: dict[tuple[str, int, int], int]) -> dict[str, int]:
+    keys = set(got) | set(expected)
+    differ = [k for k in keys if got.get(k, 0) != expected.get(k, 0)]
+    return {"windows": len(got), "windows_expected": len(expected), "windows_differ": len(differ),
+            "only_here": len(set(got) - set(expected)), "only_expected": len(set(expected) - set(got)),
+            "records": sum(got.values()), "records_expected": sum(expected.values()),
+            "abs_count_diff": sum(abs(got.get(k, 0) - expected.get(k, 0)) for k in differ)}
+
+
+
+# --------------------------------------------------------------------------------------------
 # profile of one queue's task
 
 
@@ -411,6 +693,76 @@ def profile_queue(broker: Any, root: Path, source: str, top: int) -> dict[str, A
     return out
 
 
+def profile_window_queue(broker: Any, root: Path, source: str, top: int) -> dict[str, Any]:
+    """The window count's per-queue tasks in this process, without Spark (as ``profile_queue``).
+
+    1. Every queue one after the other on one core, no profiler: the source stage (JSON, time,
+       key, framed shuffle), the shuffle stage (window counts; windows fire as the source queues'
+       watermark markers arrive) and the flush stage (the final idle tick fires the rest).
+    2. cProfile of ``run_queue`` on source queue 0, shuffle queue 0 and its flush, for a second job.
+    """
+    from rstream.processors.watermarks import FLUSH_HEADER, TICK_HEADER
+    from rstream.runtime.task import TaskConfig, run_queue
+
+    def setup(job_id: str) -> tuple[Any, str]:
+        sink = f"{job_id}-windows"
+        topo = window_topology(job_id, source, sink)
+        for shuffle, queues in topo.shuffle_topics.items():
+            broker.create_topic(shuffle, queues=queues)
+        for input_topic, state_topic in topo.state_topics.items():
+            broker.create_topic(state_topic, queues=broker.topic(input_topic).queues, compact=True)
+        broker.create_topic(sink, queues=4)
+        late_topic = f"{job_id}-late"
+        broker.create_topic(late_topic, queues=1)
+        counts = {t: broker.topic(t).queues for t in topo.input_topics}
+        cfg = TaskConfig(job=job_id, topology=topo, broker=broker, state_dir=str(root / "profile-state" / job_id),
+                         sink_queues={sink: 4}, allowed_lateness_ms=LATENESS_MS, idle_timeout_ms=600_000,
+                         late_topic=late_topic,
+                         producers={t: topo.producers(t, counts) for t in topo.framed_topics})
+        return cfg, next(iter(topo.shuffle_topics))
+
+    def flush_tick(shuffle: str) -> None:  # what RocketMQStream.tick(flush=True) appends
+        now = time.time_ns() // 1_000_000
+        headers = {TICK_HEADER: str(now), FLUSH_HEADER: "1"}
+        broker.append({(shuffle, q): [(None, b"", now, headers, "TICK")] for q in range(broker.topic(shuffle).queues)})
+
+    def run_all(cfg: Any, topic: str, starts: list[int] | None = None) -> dict[str, Any]:
+        t = time.perf_counter()
+        n = 0
+        ends = broker.end_offsets(topic)
+        for q, end in enumerate(ends):
+            n += run_queue(cfg, topic, q, starts[q] if starts else 0, end)["records_in"]
+        return {"seconds": round(time.perf_counter() - t, 3), "records_in": n, "ends": ends}
+
+    cfg, shuffle = setup("win-plain")
+    src = run_all(cfg, source)
+    shf = run_all(cfg, shuffle)
+    flush_tick(shuffle)
+    fl = run_all(cfg, shuffle, shf["ends"])
+    out: dict[str, Any] = {"in_process": {name: {"seconds": x["seconds"], "records_in": x["records_in"]}
+                                          for name, x in (("source", src), ("shuffle", shf), ("flush", fl))}}
+
+    prof_cfg, prof_shuffle = setup("win-profile")
+    ends = broker.end_offsets(source)
+    for q in range(1, len(ends)):
+        run_queue(prof_cfg, source, q, 0, ends[q])
+    for stage, topic in (("source", source), ("shuffle", prof_shuffle), ("flush", prof_shuffle)):
+        start = 0
+        if stage == "flush":  # queue 0 only: each shuffle queue fires its own windows
+            start = broker.end_offsets(prof_shuffle)[0]
+            flush_tick(prof_shuffle)
+        end = broker.end_offsets(topic)[0]
+        prof = cProfile.Profile()
+        t = time.perf_counter()
+        prof.enable()
+        info = run_queue(prof_cfg, topic, 0, start, end)
+        prof.disable()
+        out[stage] = {"topic": topic, "queue": 0, "records": end - start, "records_in": info["records_in"],
+                      "late": info.get("late"), "wall_profiled_s": round(time.perf_counter() - t, 3),
+                      "operators": info["operators"], "top": top_rows(prof, top)}
+    return out
+
+
 def profile_replay(broker: Any, root: Path, state_topic: str, top: int) -> dict[str, Any]:
     from rstream import StateStore
 
@@ -464,6 +816,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queues", type=int, default=4, help="queues of the sentences topic (4)")
     ap.add_argument("--text-files", type=int, default=4, help="text files for Spark's native source (4)")
     ap.add_argument("--seed", type=int, default=58)
+    ap.add_argument("--clicks", type=int, default=1_000_000, help="clicks in the window count (1 000 000)")
+    ap.add_argument("--pages", type=int, default=1_000, help="distinct pages of the clicks (1 000)")
+    ap.add_argument("--page-zipf", type=float, default=1.0, help="Zipf exponent of page popularity (1.0)")
+    ap.add_argument("--click-rate", type=float, default=1_000.0,
+                    help="clicks per second of event time (1 000: 1 M clicks span about 17 min, 100 windows)")
+    ap.add_argument("--click-files", type=int, default=10,
+                    help="JSON files of the clicks for Spark native; (c2) reads one per batch (10)")
     ap.add_argument("--replay-keys", type=int, default=200_000, help="keys in the replayed state topic (200 000)")
     ap.add_argument("--replay-queues", type=int, default=1,
                     help="queues of the replayed state topic (1: all keys in one store)")
@@ -471,10 +830,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="measured runs of each word count (median reported) and of replay (best reported)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--no-warmup", action="store_true", help="skip the small warm-up runs of (a) and (c)")
-    ap.add_argument("--profile", action="store_true", help="cProfile one source and one shuffle queue task")
+    ap.add_argument("--profile", action="store_true",
+                    help="cProfile one source and one shuffle queue task (word count, window count)")
     ap.add_argument("--profile-top", type=int, default=25)
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: wordcount,replay")
-    ap.add_argument("--quick", action="store_true", help="smoke run: 20 K words, 5 K keys, 1 repeat")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: wordcount,windows,replay")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 20 K words, 20 K clicks, 5 K keys, 1 repeat")
     ap.add_argument("--tmp", default=None, help="parent folder of the temporary data (system temp)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary data")
     ap.add_argument("--json", default=None, help="also write the results as JSON here")
@@ -482,6 +842,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.words, args.replay_keys, args.repeat = 20_000, 5_000, 1
         args.vocab = min(args.vocab, 2_000)
+        args.clicks, args.click_rate, args.pages, args.click_files = 20_000, 200.0, min(args.pages, 200), 4
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
 
     root = Path(tempfile.mkdtemp(prefix="rstream-bench-", dir=args.tmp)).absolute()
@@ -516,6 +877,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if "wordcount" not in skip:
             results["wordcount"] = bench_wordcount(args, spark, broker, root)
+        if "windows" not in skip:
+            results["windows"] = bench_windows(args, spark, broker, root)
         state_topic = None
         if "replay" not in skip:
             t = time.perf_counter()
@@ -533,7 +896,7 @@ def main(argv: list[str] | None = None) -> int:
             rp["ratio_replay_vs_writebatch"] = ratio
             print(f"  replay speed / WriteBatch speed = {ratio:.2f}   (target >= 0.5: "
                   f"{'MET' if ratio >= 0.5 else 'NOT MET'})", flush=True)
-        if args.profile:
+        if args.profile and ("wordcount" not in skip or "windows" in skip):
             print("\nprofiling run_queue in-process (cProfile) ...", flush=True)
             source = "sentences"
             if not broker.has_topic(source):
@@ -553,6 +916,22 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n[{stage}] {p['topic']} queue {p['queue']}: {p['records']} input records, "
                       f"{p['records_in']} records into the chain; {p['wall_profiled_s']} s under cProfile")
                 print_top(p["top"])
+        if args.profile and "windows" in results:
+            print("\nprofiling the window count's run_queue in-process (cProfile) ...", flush=True)
+            prof = profile_window_queue(broker, root, "clicks", args.profile_top)
+            results["profile_windows"] = prof
+            stages = prof.pop("in_process")
+            total = sum(x["seconds"] for x in stages.values())
+            print("\n  every queue in this process, one after the other (one core, no Spark, no profiler):")
+            print("    " + "   ".join(f"{name} stage {x['seconds']:6.2f} s ({x['records_in']} records in)"
+                                      for name, x in stages.items())
+                  + f"   total {total:6.2f} s = {fmt_rate(args.clicks, total)} clicks on one core")
+            results["profile_windows_in_process"] = stages
+            for stage, p in prof.items():
+                print(f"\n[window {stage}] {p['topic']} queue {p['queue']}: {p['records']} input records, "
+                      f"{p['records_in']} records into the chain, {p['late']} late; {p['wall_profiled_s']} s under cProfile")
+                print_top(p["top"])
+        if args.profile:
             if state_topic is not None:
                 rp = profile_replay(broker, root, state_topic, args.profile_top)
                 results["profile_replay"] = rp
@@ -684,6 +1063,125 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
             "c_trigger_s": statistics.median(c_trigger) / 1000 if c_trigger else None,
             "a_trigger_s": statistics.median(a_trigger) / 1000 if a_trigger else None,
             "speed_a_over_b": speed_ab, "speed_a_over_c": speed_ac, "runs": runs}
+
+
+def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path) -> dict[str, Any]:
+    t = time.perf_counter()
+    clicks = make_clicks(args.clicks, args.pages, args.page_zipf, args.click_rate, args.seed)
+    bodies = [json.dumps(e) for e in clicks]
+    n = len(clicks)
+    span_s = (max(e["ts"] for e in clicks) - min(e["ts"] for e in clicks)) / 1000
+    print(f"\nwindow count: {n} clicks over {args.pages} pages (Zipf s={args.page_zipf}), {args.click_rate:g} clicks "
+          f"per s of event time ({span_s:.0f} s from the earliest to the latest ts), seed {args.seed}; tumbling "
+          f"{WINDOW_MS // 1000} s windows, allowed lateness {LATENESS_MS} ms (generated in {time.perf_counter() - t:.1f} s)",
+          flush=True)
+    source = "clicks"
+    t_produce = produce(broker, bodies, source, args.queues)
+    # (b) and the expected result: the records per queue in offset order, as rstream reads them
+    t = time.perf_counter()
+    per_queue = [[m.body for m in broker.read(source, q)] for q in range(args.queues)]
+    t_read = time.perf_counter() - t
+    parsed = [[json.loads(b) for b in bodies_q] for bodies_q in per_queue]
+    expected, expected_late = python_windows(per_queue, LATENESS_MS, WINDOW_MS)
+    assert sum(expected.values()) + len(expected_late) == n
+    folder = root / "clicks-json"
+    sentinel_ts = max(e["ts"] for e in clicks) + 10 * WINDOW_MS
+    chunks = write_click_files(bodies, folder, args.click_files, sentinel_ts)
+    batches_c2 = [[json.loads(b) for b in chunk] for chunk in chunks]
+    model = {"c1": spark_rule_model([[e for b in batches_c2 for e in b]], LATENESS_MS, WINDOW_MS),
+             "c2": spark_rule_model(batches_c2, LATENESS_MS, WINDOW_MS)}
+    print(f"  produced into the broker ({args.queues} queues, round robin) in {t_produce:.2f} s, read back per queue "
+          f"in {t_read:.2f} s (neither timed below); {len(chunks) - 1} JSON files + 1 sentinel file for Spark native")
+    print(f"  expected (b): {len(expected)} (page, window) counts, {sum(expected.values())} clicks on time, "
+          f"{len(expected_late)} late ({len(expected_late) / n:.2%})", flush=True)
+
+    if not args.no_warmup:
+        t = time.perf_counter()
+        m = max(1, n // 50)
+        warm_clicks = clicks[:m]
+        produce(broker, [json.dumps(e) for e in warm_clicks], "warm-clicks", args.queues)
+        warm_q = [[mm.body for mm in broker.read("warm-clicks", q)] for q in range(args.queues)]
+        warm_expected, warm_late = python_windows(warm_q, LATENESS_MS, WINDOW_MS)
+        run_rstream_windows(spark, broker, root, "warm-clicks", "warmwin", m, warm_expected, warm_late)
+        write_click_files([json.dumps(e) for e in warm_clicks], root / "warm-clicks-json", 2,
+                          max(e["ts"] for e in warm_clicks) + 10 * WINDOW_MS)
+        run_spark_windows(spark, root, root / "warm-clicks-json", "warm_native_win", None)
+        print(f"  warm-up of (a) and (c) on {m} clicks: {time.perf_counter() - t:.1f} s", flush=True)
+
+    runs: dict[str, list[dict[str, Any]]] = {"a": [], "b": [], "c1": [], "c2": []}
+    spark_diff: dict[str, Any] = {}
+    for r in range(args.repeat):
+        order = ("b", "a", "c1", "c2") if r % 2 == 0 else ("b", "c1", "c2", "a")
+        for part in order:
+            if part == "b":
+                res = run_python_windows(per_queue, parsed, expected)
+            elif part == "a":
+                res = run_rstream_windows(spark, broker, root, source, f"win-r{r}", n, expected, expected_late)
+            else:
+                res = run_spark_windows(spark, root, folder, f"native_win_{part}_r{r}", None if part == "c1" else 1)
+                got = res.pop("counts")
+                cmp = compare_windows(got, expected)
+                cmp["dropped"] = n - cmp["records"]
+                cmp["matches_rule_model"] = got == model[part]
+                if r == 0:
+                    spark_diff[part] = cmp
+                else:  # same input, same deterministic plan: the same answer every run
+                    assert cmp == spark_diff[part], (part, cmp, spark_diff[part])
+            runs[part].append(res)
+        a, b, c1, c2 = runs["a"][-1], runs["b"][-1], runs["c1"][-1], runs["c2"][-1]
+        print(f"  run {r + 1}/{args.repeat}: (a) rstream {a['seconds']:.2f} s (busy {a['busy_ms'] / 1000:.2f} s)  "
+              f"(b) python {b['seconds']:.3f} s  (c1) spark native, 1 batch {c1['seconds']:.2f} s  "
+              f"(c2) {c2['batches']} batches {c2['seconds']:.2f} s   (a) = (b) verified", flush=True)
+
+    med = {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()}
+    best = {k: min(x["seconds"] for x in v) for k, v in runs.items()}
+    a_busy = statistics.median(x["busy_ms"] for x in runs["a"]) / 1000
+    a_drain = statistics.median(x["drain_s"] for x in runs["a"])
+    a_flush = statistics.median(x["flush_s"] for x in runs["a"])
+    a_queue = {k: statistics.median(x["queue_ms"].get(k, 0) for x in runs["a"]) / 1000 for k in ("source", "shuffle")}
+    b_nojson = statistics.median(x["without_json_s"] for x in runs["b"])
+    b_bytes = statistics.median(x["loads_bytes_s"] for x in runs["b"])
+    b_str = statistics.median(x["loads_str_s"] for x in runs["b"])
+    late_a = runs["a"][0]["late"]
+    print(f"\nwindow count results (median of {args.repeat}; {n} clicks; (a) verified equal to (b): "
+          f"{len(expected)} window counts and {late_a} late records)")
+    print(f"  (a) rstream end to end            {med['a']:7.2f} s  {fmt_rate(n, med['a'])} clicks")
+    print(f"      until drained (1st query)     {a_drain:7.2f} s;  final idle tick + 2nd query {a_flush:.2f} s")
+    print(f"      sum of batch busy time        {a_busy:7.2f} s  {fmt_rate(n, a_busy)} clicks  "
+          f"({len(runs['a'][-1]['batches'])} batches)")
+    print(f"      task time, source queues      {a_queue['source']:7.2f} s  (sum over queues; 2 tasks run at once)")
+    print(f"      task time, shuffle queues     {a_queue['shuffle']:7.2f} s")
+    print(f"  (b) python, json.loads(bytes)     {b_bytes:7.3f} s  {fmt_rate(n, b_bytes)} clicks  (as JsonDeserializer)")
+    print(f"      python, json.loads(str)       {b_str:7.3f} s  {fmt_rate(n, b_str)} clicks  "
+          f"(b = the faster of the two: {med['b']:.3f} s)")
+    print(f"      same loop on parsed dicts     {b_nojson:7.3f} s  {fmt_rate(n, b_nojson)} clicks  (no JSON)")
+    for part, label in (("c1", "all files, 1 batch"), ("c2", "1 file per batch")):
+        c = runs[part]
+        trig = [x["spark_trigger_ms"] for x in c if x["spark_trigger_ms"] is not None]
+        print(f"  ({part}) spark native, {label:18s} {med[part]:6.2f} s  {fmt_rate(n, med[part])} clicks  "
+              f"({c[-1]['batches']} data batches, {c[-1]['triggers']} triggers"
+              + (f"; triggerExecution sum {statistics.median(trig) / 1000:.2f} s)" if trig else ")"))
+    print(f"  speed a/b = {med['b'] / med['a']:.3f}   speed a/c1 = {med['c1'] / med['a']:.3f}   "
+          f"speed a/c2 = {med['c2'] / med['a']:.3f}")
+    print(f"  best of {args.repeat}: (a) {best['a']:.2f} s  (b) {best['b']:.3f} s  (c1) {best['c1']:.2f} s  "
+          f"(c2) {best['c2']:.2f} s  ->  a/b = {best['b'] / best['a']:.3f}  a/c1 = {best['c1'] / best['a']:.3f}  "
+          f"a/c2 = {best['c2'] / best['a']:.3f}")
+    print("\n  late / dropped records (same input; Spark's rule differs, so no equality is asserted):")
+    print(f"    (a) = (b) rstream, per source queue: {late_a} declared late ({late_a / n:.2%}), "
+          f"{sum(expected.values())} counted in {len(expected)} (page, window) counts")
+    for part in ("c1", "c2"):
+        d = spark_diff[part]
+        print(f"    ({part}) Spark, global watermark:   {d['dropped']} dropped ({d['dropped'] / n:.2%}), "
+              f"{d['records']} counted in {d['windows']} counts; vs (b): {d['windows_differ']} counts differ "
+              f"({d['only_here']} windows only in Spark), {d['records'] - d['records_expected']:+d} clicks counted; "
+              f"matches the model of Spark's rule: {d['matches_rule_model']}; Spark's own "
+              f"numRowsDroppedByWatermark: {runs[part][0]['rows_dropped_by_watermark']}")
+    return {"clicks": n, "pages": args.pages, "windows": len(expected), "late": late_a, "produce_s": t_produce,
+            "median_s": med, "best_s": best, "a_busy_s": a_busy, "a_drain_s": a_drain, "a_flush_s": a_flush,
+            "a_queue_s": a_queue, "b_loads_bytes_s": b_bytes, "b_loads_str_s": b_str, "b_without_json_s": b_nojson,
+            "spark_vs_python": spark_diff,
+            "speed_a_over_b": med["b"] / med["a"], "speed_a_over_c1": med["c1"] / med["a"],
+            "speed_a_over_c2": med["c2"] / med["a"], "runs": runs}
 
 
 if __name__ == "__main__":
