@@ -93,6 +93,13 @@ class OperatorWatermark:
         }
 
 
+def tick_records(queues: dict[str, int], now_ms: int, flush: bool) -> dict[tuple[str, int], list[Any]]:
+    """An idle tick for every queue of the given framed topics (``{topic: queue count}``): it makes
+    their operators check idleness even when no data comes; ``flush`` treats every source as idle."""
+    headers = {TICK_HEADER: str(now_ms), **({FLUSH_HEADER: "1"} if flush else {})}
+    return {(topic, q): [(None, b"", now_ms, headers, "TICK")] for topic, n in queues.items() for q in range(n)}
+
+
 def finite(watermark: int) -> int | None:
     """A watermark for display: None before any record, and never the FIRE_ALL sentinel."""
     if watermark <= NO_WATERMARK or watermark >= FIRE_ALL:

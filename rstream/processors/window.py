@@ -131,6 +131,18 @@ class WindowAggregateProcessor(WindowedOperator):
         self.agg = agg
         self.session = isinstance(window, SessionWindow)
 
+    def open(self, ctx: StreamContext) -> None:
+        super().open(ctx)
+        # this batch's accumulators of fixed windows, staged in the store at flush (sessions, which
+        # merge, go straight to the store)
+        self.cache: dict[tuple[Any, int, int], Any] = {}
+
+    def flush(self) -> None:
+        put, name = self.store.put, self.name
+        for wk, acc in self.cache.items():
+            put(name, wk, acc)
+        super().flush()
+
     def _late(self, key: Any, value: Any, ts: int, watermark: int, reason: str) -> None:
         self.late += 1
         self.ctx.late(self.name, key, value, ts, watermark, reason)  # type: ignore[union-attr]
@@ -149,19 +161,21 @@ class WindowAggregateProcessor(WindowedOperator):
         if self.session:
             self._add_to_session(key, value, x, ts)
             return
-        store, name, agg = self.store, self.name, self.agg
+        store, name, agg, cache = self.store, self.name, self.agg, self.cache
         for start, end in self.window.assign(ts):  # type: ignore[union-attr]
             if end <= self.horizon:
                 self._late(key, value, ts, self.horizon,
                            f"its window [{start},{end}) already fired: its source queue was idle")
                 continue
             wk = (key, start, end)
-            acc = store.get(name, wk)
+            acc = cache.get(wk, MISSING)
             if acc is MISSING:
-                acc = agg.initial()
-                store.set_timer(name, end, (key, start))
+                acc = store.get(name, wk)
+                if acc is MISSING:
+                    acc = agg.initial()
+                    store.set_timer(name, end, (key, start))
             try:
-                store.put(name, wk, agg.add(acc, x))
+                cache[wk] = agg.add(acc, x)
             except Exception as exc:
                 raise ctx.record_error(name, exc, value) from exc  # type: ignore[union-attr]
 
@@ -201,7 +215,9 @@ class WindowAggregateProcessor(WindowedOperator):
         last_end = NO_WATERMARK
         for end, (key, start) in store.timers_due(name, watermark):
             wk = (key, start, end)
-            acc = store.get(name, wk)
+            acc = self.cache.pop(wk, MISSING)
+            if acc is MISSING:
+                acc = store.get(name, wk)
             store.delete(name, wk)
             store.cancel_timer(name, end, (key, start))
             if self.session:

@@ -15,7 +15,7 @@ from rstream.broker.base import Broker
 from rstream.broker.embedded import EmbeddedBroker
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
-from rstream.processors.watermarks import FLUSH_HEADER, TICK_HEADER
+from rstream.processors.watermarks import tick_records
 from rstream.runtime.progress import BatchProgress, QueueProgress
 from rstream.runtime.source import queue_key
 from rstream.runtime.task import TaskConfig, dump_blob, load_blob, state_folder
@@ -191,16 +191,20 @@ class RocketMQStream:
             "broker": dump_blob(self.broker),
             "sourceTopics": json.dumps(self.topology.source_topics),
             "shuffleTopics": json.dumps(list(self.topology.shuffle_topics)),
+            "framedTopics": json.dumps(self.topology.framed_topics),
             "initialOffsets": json.dumps(self._initial_offsets()),
             "tasks": str(tasks),
             "maxRecordsPerQueue": str(self.properties.max_records_per_queue),
         }
 
     # -- running ------------------------------------------------------------------------------
-    def _start_query(self, available_now: bool) -> Any:
+    def _start_query(self, available_now: bool, flush_at_end: bool = False) -> Any:
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self._failure = None
-        df = self.spark.readStream.format("rstream").options(**self._source_options()).load()
+        options = self._source_options()
+        if flush_at_end:
+            options["flushAtEnd"] = "1"
+        df = self.spark.readStream.format("rstream").options(**options).load()
         writer = (
             df.writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(self.checkpoint_dir))
@@ -251,24 +255,23 @@ class RocketMQStream:
         as it would be after ``idle_timeout_ms``: the windows still open fire, and records that
         arrive later for them are late (reason: their source was idle)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._drain(deadline, timeout)
-        if fire_idle and self.topology.framed_topics:
-            self.tick(flush=True)
+        flush = fire_idle and bool(self.topology.framed_topics)
+        if self.is_running:
             self._drain(deadline, timeout)
+            if flush:
+                self.tick(flush=True)
+                self._drain(deadline, timeout)
+        else:
+            self._drain(deadline, timeout, flush_at_end=flush)  # the source sends the flush tick itself
         return self
 
     def tick(self, flush: bool = False) -> None:
         """Send an idle tick to every queue of the job's window and join topics, so their operators
         check idleness (with ``flush``: treat every source as idle now) even when no data comes."""
-        now = str(time.time_ns() // 1_000_000)
-        headers = {TICK_HEADER: now, **({FLUSH_HEADER: "1"} if flush else {})}
-        records = {}
-        for topic in self.topology.framed_topics:
-            for q in range(self.broker.topic(topic).queues):
-                records[(topic, q)] = [(None, b"", int(now), headers, "TICK")]
-        self.broker.append(records)
+        queues = {t: self.broker.topic(t).queues for t in self.topology.framed_topics}
+        self.broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush))
 
-    def _drain(self, deadline: float | None, timeout: float | None) -> None:
+    def _drain(self, deadline: float | None, timeout: float | None, flush_at_end: bool = False) -> None:
         if self.is_running:
             while not self._drained():
                 self._check_failure()
@@ -276,7 +279,7 @@ class RocketMQStream:
                     raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s")
                 time.sleep(0.05)
         else:
-            query = self._start_query(available_now=True)
+            query = self._start_query(available_now=True, flush_at_end=flush_at_end)
             left = None if deadline is None else max(1.0, deadline - time.monotonic())
             try:
                 finished = query.awaitTermination(left)

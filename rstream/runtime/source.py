@@ -9,6 +9,7 @@ one small metrics row per queue range.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -50,6 +51,8 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.initial: dict[str, int] = json.loads(options["initialoffsets"])
         self.tasks = max(1, int(options.get("tasks", "2")))
         self.max_per_queue = max(1, int(options.get("maxrecordsperqueue", "1000000")))
+        self.framed_topics: list[str] = json.loads(options.get("framedtopics", "[]"))
+        self.flush_at_end = options.get("flushatend") == "1"
         self._target: dict[str, int] | None = None
         self._broker: Any = None
 
@@ -78,14 +81,29 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
         start = start or {}
-        ends = self._ends(self.source_topics + self.shuffle_topics)
+        out = self._latest(start)
+        if self.flush_at_end and self._target is not None and self._drained(start, out):
+            # an availableNow run that is done: the input is idle now, so let the windows still
+            # open fire (in this same query, instead of a second one just for the tick)
+            self.flush_at_end = False
+            from rstream.processors.watermarks import tick_records
+
+            queues = {t: len(self.broker.end_offsets(t)) for t in self.framed_topics}
+            self.broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush=True))
+            out = self._latest(start)
+        return out
+
+    def _latest(self, start: dict[str, int]) -> dict[str, int]:
         out = {}
-        for key, end in ends.items():
+        for key, end in self._ends(self.source_topics + self.shuffle_topics).items():
             begin = start.get(key, self.initial.get(key, 0))
             if self._target is not None and key in self._target:
                 end = min(end, self._target[key])
             out[key] = max(begin, min(end, begin + self.max_per_queue))
         return out
+
+    def _drained(self, start: dict[str, int], latest: dict[str, int]) -> bool:
+        return all(latest[key] <= start.get(key, self.initial.get(key, 0)) for key in latest)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         ranges = []
