@@ -189,12 +189,13 @@ def query_phases(query: Any, started: float, ended: float) -> dict[str, float] |
 
 
 def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, expected: dict[str, int] | None,
-                max_per_queue: int) -> dict[str, Any]:
+                max_per_queue: int, emit: str = "record") -> dict[str, Any]:
     from rstream import RocketMQStream
 
     sink = f"{job_id}-counts"
     topo = wordcount_topology(job_id, source, sink)
-    job = RocketMQStream(topo, properties={"data_dir": str(root / "rstream"), "max_records_per_queue": max_per_queue},
+    job = RocketMQStream(topo, properties={"data_dir": str(root / "rstream"), "max_records_per_queue": max_per_queue,
+                                           "aggregate_emit": emit},
                          broker=broker, spark=spark)
     wall = time.time()
     t = time.perf_counter()
@@ -1007,21 +1008,24 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
         print(f"  warm-up of (a) and (c) on {sum(warm_expected.values())} words: {time.perf_counter() - t:.1f} s",
               flush=True)
 
-    runs: dict[str, list[dict[str, Any]]] = {"a": [], "b": [], "c": []}
+    runs: dict[str, list[dict[str, Any]]] = {"a": [], "a2": [], "b": [], "c": []}
     for r in range(args.repeat):
         # alternate the order so neither side always runs on a warmer (or busier) machine
-        order = ("b", "a", "c") if r % 2 == 0 else ("b", "c", "a")
+        order = ("b", "a", "a2", "c") if r % 2 == 0 else ("b", "c", "a2", "a")
         for part in order:
             if part == "b":
                 res = run_python(sentences)
                 assert res.pop("counts") == expected
             elif part == "a":
                 res = run_rstream(spark, broker, root, "sentences", f"wc-r{r}", expected, args.words)
+            elif part == "a2":
+                res = run_rstream(spark, broker, root, "sentences", f"wcb-r{r}", expected, args.words, emit="batch")
             else:
                 res = run_spark_native(spark, root, text_dir, f"native_r{r}", expected)
             runs[part].append(res)
-        a, b, c = runs["a"][-1], runs["b"][-1], runs["c"][-1]
+        a, a2, b, c = runs["a"][-1], runs["a2"][-1], runs["b"][-1], runs["c"][-1]
         print(f"  run {r + 1}/{args.repeat}: (a) rstream {a['seconds']:.2f} s (busy {a['busy_ms'] / 1000:.2f} s)  "
+              f"(a2) rstream emit=batch {a2['seconds']:.2f} s  "
               f"(b) python {b['seconds']:.3f} s  (c) spark native {c['seconds']:.2f} s   verified", flush=True)
 
     med = {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()}
@@ -1041,6 +1045,10 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
     print_phases(runs["a"])
     print(f"      task time, source queues   {a_queue['source']:7.2f} s  (sum over queues; 2 tasks run at once)")
     print(f"      task time, shuffle queues  {a_queue['shuffle']:7.2f} s")
+    a2_busy = statistics.median(x["busy_ms"] for x in runs["a2"]) / 1000
+    print("  (a2) rstream, aggregate_emit=batch (combine before the shuffle, one update per key and batch)")
+    print(f"      end to end                 {med['a2']:7.2f} s  {fmt_rate(n, med['a2'])} words")
+    print(f"      sum of batch busy time     {a2_busy:7.2f} s  {fmt_rate(n, a2_busy)} words")
     print(f"  (b) python dict loop           {b_dict:7.3f} s  {fmt_rate(n, b_dict)} words")
     print(f"      python Counter.update      {b_counter:7.3f} s  {fmt_rate(n, b_counter)} words")
     print(f"  (c) spark native end to end    {med['c']:7.2f} s  {fmt_rate(n, med['c'])} words")
@@ -1053,6 +1061,7 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
     print(f"  speed a/b = {speed_ab:.3f}  (target >= 0.3: {'MET' if speed_ab >= 0.3 else 'NOT MET'}; "
           f"b = the faster of dict loop and Counter)")
     print(f"  speed a/c = {speed_ac:.3f}  (target >= 1.0: {'MET' if speed_ac >= 1.0 else 'NOT MET'})")
+    print(f"  speed a2/b = {med['b'] / med['a2']:.3f}   speed a2/c = {med['c'] / med['a2']:.3f}  (emit=batch)")
     best = {k: min(x["seconds"] for x in v) for k, v in runs.items()}
     print(f"  best of {args.repeat}: (a) {best['a']:.2f} s  (b) {best['b']:.3f} s  (c) {best['c']:.2f} s  ->  "
           f"a/b = {best['b'] / best['a']:.3f}  a/c = {best['c'] / best['a']:.3f}")
@@ -1062,7 +1071,8 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
             "median_s": med, "best_s": best, "a_busy_s": a_busy, "a_queue_s": a_queue, "b_dict_s": b_dict, "b_counter_s": b_counter,
             "c_trigger_s": statistics.median(c_trigger) / 1000 if c_trigger else None,
             "a_trigger_s": statistics.median(a_trigger) / 1000 if a_trigger else None,
-            "speed_a_over_b": speed_ab, "speed_a_over_c": speed_ac, "runs": runs}
+            "speed_a_over_b": speed_ab, "speed_a_over_c": speed_ac, "a2_busy_s": a2_busy,
+            "speed_a2_over_b": med["b"] / med["a2"], "speed_a2_over_c": med["c"] / med["a2"], "runs": runs}
 
 
 def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path) -> dict[str, Any]:

@@ -465,6 +465,29 @@ class EmbeddedBroker:
         return pd.DataFrame(rows, columns=cols)
 
     # -- compact topics -----------------------------------------------------------------------
+    def read_latest(self, topic: str, queue: int, end: int | None = None) -> dict[MessageKey, tuple[Any, ...]]:
+        """Per key, the latest record ``(key, body, born_ms, headers, tags)`` of ``queue`` below
+        ``end``: what a compact topic's reader (state replay) needs, read batch by batch."""
+        conn = self._conn()
+        if end is None:
+            end = self.end_offsets(topic)[queue]
+        latest: dict[MessageKey, tuple[Any, ...]] = {}
+        rows = conn.execute(
+            "SELECT base_offset, payload FROM batches WHERE topic=? AND queue=? AND base_offset<? ORDER BY base_offset",
+            (topic, queue, end),
+        )
+        for base, payload in rows:
+            offsets, recs = _decode_payload(payload)
+            if offsets is None and base + len(recs) <= end:
+                for rec in recs:
+                    latest[rec[0]] = rec
+            else:
+                offs = offsets if offsets is not None else range(base, base + len(recs))
+                for off, rec in zip(offs, recs):
+                    if off < end:
+                        latest[rec[0]] = rec
+        return latest
+
     def latest_by_key(self, topic: str, queue: int) -> dict[MessageKey, tuple[int, bytes]]:
         """The view a compact topic keeps: per key, ``(offset, body)`` of its latest message;
         keys whose latest message has an empty body (a delete) are left out."""

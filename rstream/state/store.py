@@ -225,18 +225,19 @@ class StateStore:
         if self.folder.exists():
             shutil.rmtree(self.folder)
         self.open()
-        latest: dict[Any, tuple[bytes, dict[str, str] | None]] = {}
-        if broker.has_topic(self.state_topic):  # type: ignore[attr-defined]
-            end = broker.end_offsets(self.state_topic)[self.queue]
-            for _off, key, body, _born, _store, headers in broker.read_records(self.state_topic, self.queue, 0, end):
-                latest[key] = (body, headers)
+        latest = {}
+        if broker.has_topic(self.state_topic):
+            latest = broker.read_latest(self.state_topic, self.queue)
         batch = WriteBatch(raw_mode=True)
+        put = batch.put
+        unpack = _LEN.unpack_from
         loaded = 0
-        for body, headers in latest.values():
-            if not body or (headers and headers.get(DELETE_HEADER)):
+        for rec in latest.values():
+            body, headers = rec[1], rec[3]
+            if not body or (headers and DELETE_HEADER in headers):
                 continue
-            kb, vb = unframe(body)
-            batch.put(kb, vb)
+            n = unpack(body)[0]
+            put(body[4:4 + n], body[4 + n:])
             loaded += 1
         batch.put(_KEYS, str(loaded).encode())
         if applied_offset is not None:
