@@ -96,7 +96,8 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int) -> 
         if done.end_offset != end:
             raise CheckpointMismatchError(
                 f"job {job!r} committed {topic}/{queue} offsets {start}..{done.end_offset}, but Spark asks "
-                f"for {start}..{end}: the checkpoint does not belong to this broker's history"
+                f"for {start}..{end}: the checkpoint folder was deleted or belongs to another run. Use a new "
+                "job id, or reset the job (RocketMQStream.reset()) to start over."
             )
         info["skipped"] = True
         info["millis"] = (time.perf_counter() - began) * 1000

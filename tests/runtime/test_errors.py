@@ -118,3 +118,26 @@ def test_unknown_properties_are_named(spark: Any, broker: EmbeddedBroker) -> Non
     b.source("in").sink("out")
     with pytest.raises(JobError, match="unknown job properties \\['skip_errors'\\]"):
         RocketMQStream(b.build(), {"skip_errors": True}, broker=broker, spark=spark)
+
+
+def test_a_deleted_checkpoint_never_recounts(broker: EmbeddedBroker, make_job: Any) -> None:
+    import shutil
+
+    from rstream import CheckpointMismatchError
+
+    broker.create_topic("events", queues=1)
+    broker.send_batch("events", ['{"user": "a"}', '{"user": "b"}', '{"user": "a"}'])
+    name = job_id("lostckpt")
+    job = make_job(json_count(name), max_records_per_queue=2)  # batches of offsets 0..2, then 2..3
+    job.run_until_idle()
+    committed = sink_values(broker, "counts")
+    assert committed == {"a": ["1", "2"], "b": ["1"]}
+    shutil.rmtree(job.checkpoint_dir)  # Spark starts over from offset 0, with other batch ranges
+    again = make_job(json_count(name))
+    with pytest.raises(CheckpointMismatchError, match="checkpoint folder was deleted or belongs to another run"):
+        again.run_until_idle()
+    assert sink_values(broker, "counts") == committed  # nothing counted twice
+    again.reset()  # the way out the error names: start this job over
+    fresh = make_job(json_count(name))
+    fresh.run_until_idle()
+    assert fresh.state().set_index("key")["value"].to_dict() == {"a": 2, "b": 1}
