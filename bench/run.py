@@ -246,6 +246,19 @@ def write_text_files(sentences: list[str], folder: Path, files: int) -> None:
             (folder / f"part-{i:05d}.txt").write_text("\n".join(chunk) + "\n")
 
 
+def run_native_query(writer: Any) -> tuple[Any, float, dict[str, float] | None]:
+    """Start a native availableNow query and wait for it: (query, seconds, phases)."""
+    wall = time.time()
+    t = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    seconds = time.perf_counter() - t
+    phases = query_phases(query, wall, time.time())
+    if query.exception() is not None:
+        raise RuntimeError(f"native query failed: {query.exception()}")
+    return query, seconds, phases
+
+
 def run_spark_native(spark: Any, root: Path, text_dir: Path, name: str, expected: dict[str, int] | None) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -255,14 +268,7 @@ def run_spark_native(spark: Any, root: Path, text_dir: Path, name: str, expected
     writer = (counts.writeStream.outputMode("update").format("memory").queryName(name)
               .option("checkpointLocation", str(root / "native-checkpoints" / name))
               .trigger(availableNow=True))
-    wall = time.time()
-    t = time.perf_counter()
-    query = writer.start()
-    query.awaitTermination()
-    seconds = time.perf_counter() - t
-    phases = query_phases(query, wall, time.time())
-    if query.exception() is not None:
-        raise RuntimeError(f"native query failed: {query.exception()}")
+    query, seconds, phases = run_native_query(writer)
     out = {"seconds": seconds, "spark_trigger_ms": spark_trigger_ms(query), "phases": phases,
            "batches": len([p for p in query.recentProgress if p.get("numInputRows", 0)])}
     if expected is not None:
@@ -592,14 +598,7 @@ def run_spark_windows(spark: Any, root: Path, folder: Path, name: str, files_per
     writer = (rows.writeStream.outputMode("append").format("memory").queryName(name)
               .option("checkpointLocation", str(root / "native-checkpoints" / name))
               .trigger(availableNow=True))
-    wall = time.time()
-    t = time.perf_counter()
-    query = writer.start()
-    query.awaitTermination()
-    seconds = time.perf_counter() - t
-    phases = query_phases(query, wall, time.time())
-    if query.exception() is not None:
-        raise RuntimeError(f"native query failed: {query.exception()}")
+    query, seconds, phases = run_native_query(writer)
     progress = list(query.recentProgress)
     got: dict[tuple[str, int, int], int] = {}
     for r in spark.sql(f"SELECT page, start, `end`, `count` FROM {name} WHERE page != '{SENTINEL_PAGE}'").collect():

@@ -44,11 +44,11 @@ class LiveView(ipywidgets.VBox):
     # -- what subclasses provide ------------------------------------------------------------------
     def snapshot(self) -> Any:
         """The plain object this widget shows (``to_pandas()``, ``_repr_html_``)."""
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} must define snapshot()")
 
     def draw(self) -> Hashable:
         """Set the widgets' values from one snapshot; return the ``seen()`` key it showed."""
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} must define draw()")
 
     def seen(self) -> Hashable:
         """What, when it changes, calls for a redraw: the batch count and whether the job runs."""
