@@ -488,13 +488,10 @@ class EmbeddedBroker:
                         latest[rec[0]] = rec
         return latest
 
-    def latest_by_key(self, topic: str, queue: int) -> dict[MessageKey, tuple[int, bytes]]:
-        """The view a compact topic keeps: per key, ``(offset, body)`` of its latest message;
-        keys whose latest message has an empty body (a delete) are left out."""
-        latest: dict[MessageKey, tuple[int, bytes]] = {}
-        for off, k, body, _born, _store, _h in self.read_records(topic, queue, 0):
-            latest[k] = (off, body)
-        return {k: v for k, v in latest.items() if v[1]}
+    def latest_by_key(self, topic: str, queue: int) -> dict[MessageKey, bytes]:
+        """The view a compact topic keeps: per key, the body of its latest message; keys whose
+        latest message has an empty body (a delete) are left out."""
+        return {k: rec[1] for k, rec in self.read_latest(topic, queue).items() if rec[1]}
 
     def compact(self, topic: str) -> int:
         """Compact a compact topic: keep only the latest message per key, drop deletes (empty

@@ -128,10 +128,6 @@ class Topology:
         #: Shuffle topics that feed windows or joins: their records carry time, side and producer.
         self.framed_topics: list[str] = []
 
-    @property
-    def has_time_operators(self) -> bool:
-        return any(n.windowed for n in self.nodes)
-
     def producers(self, topic: str, queue_counts: Mapping[str, int]) -> list[str]:
         """The producers of a framed shuffle topic: ``<input topic>/<queue>/<shuffle sink>`` for every
         queue of every pipeline that has a shuffle sink writing to it."""
