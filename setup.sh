@@ -42,7 +42,11 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
 fi
 if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
-  "$PY" -m venv .venv
+  if ! "$PY" -m venv .venv; then
+    rm -rf .venv  # Debian's Python needs python3-venv for ensurepip
+    apt_install python3-venv
+    "$PY" -m venv .venv
+  fi
 fi
 say "installing rstream into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
