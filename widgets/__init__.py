@@ -15,7 +15,7 @@ from widgets.late_table import LateDataTable
 from widgets.live import LiveView
 from widgets.monitor import JobMonitor
 from widgets.progress import ProgressSnapshot
-from widgets.topology import topology_svg, topology_view
+from widgets.topology import TopologyMonitor, TopologySnapshot, topology_svg, topology_view
 from widgets.watermark_monitor import WatermarkMonitor
 from widgets.watermarks import WatermarkSnapshot
 
@@ -25,6 +25,8 @@ __all__ = [
     "LateDataTable",
     "LiveView",
     "ProgressSnapshot",
+    "TopologyMonitor",
+    "TopologySnapshot",
     "WatermarkMonitor",
     "WatermarkSnapshot",
     "topology_svg",

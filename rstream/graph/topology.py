@@ -203,8 +203,11 @@ class Topology:
         """The logical graph as a ``graphviz.Digraph``."""
         return self.graph.to_digraph()
 
-    def real_graph(self) -> Any:
-        """The real topology as a ``graphviz.Digraph``: one cluster per pipeline, topics as cylinders."""
+    def real_graph(self, counters: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
+        """The real topology as a ``graphviz.Digraph``: one cluster per pipeline, topics as cylinders.
+        With ``counters`` (per operator name, e.g. ``job.operator_totals()``) each node also shows
+        its records in, and windows/joins their open and fired windows and late records: the live
+        view of a running job."""
         ids = {id(n): f"r{i}" for i, n in enumerate(self.nodes)}
         draw: list[DrawNode] = []
         edges: list[DrawEdge] = []
@@ -222,7 +225,8 @@ class Topology:
             for root in self.pipelines[topic]:
                 edges.append(DrawEdge(tid, ids[id(root)]))
         for node in self.nodes:
-            draw.append(DrawNode(ids[id(node)], node.kind, node.label, (("tooltip", node.name),), node.pipeline))
+            label = node.label + _counter_line((counters or {}).get(node.name))
+            draw.append(DrawNode(ids[id(node)], node.kind, label, (("tooltip", node.name),), node.pipeline))
             for child in node.children:
                 edges.append(DrawEdge(ids[id(node)], ids[id(child)]))
             if node.kind in ("shuffle_sink", "sink"):
@@ -239,6 +243,16 @@ class Topology:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return self.real_graph()._repr_mimebundle_(include, exclude)  # type: ignore[no-any-return]
+
+
+def _counter_line(counters: Mapping[str, Any] | None) -> str:
+    if not counters:
+        return ""
+    parts = [f"{int(counters.get('records_in', 0)):,} in"]
+    for key, word in (("windows_open", "open"), ("windows_fired", "fired"), ("late", "late")):
+        if counters.get(key):
+            parts.append(f"{int(counters[key]):,} {word}")
+    return "\n" + " · ".join(parts)
 
 
 class TopologyBuilder:

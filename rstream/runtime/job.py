@@ -378,6 +378,24 @@ class RocketMQStream:
         """Call ``listener(batch_progress)`` after each batch (on a Spark callback thread)."""
         self._listeners.append(listener)
 
+    def operator_totals(self) -> dict[str, dict[str, int]]:
+        """Per operator, its counters summed over every batch so far (``windows_open``: as the latest
+        batch of each queue left it). Feed it to ``topology.real_graph(counters=...)``."""
+        totals: dict[str, dict[str, int]] = {}
+        open_now: dict[tuple[str, str, int], int] = {}
+        for batch in self.progress:
+            for q in batch.queues:
+                for name, counters in q.operators.items():
+                    acc = totals.setdefault(name, {})
+                    for key, value in counters.items():
+                        if key == "windows_open":
+                            open_now[(name, q.topic, q.queue)] = int(value)
+                        elif isinstance(value, int) and not isinstance(value, bool) and key != "watermark" and key != "horizon":
+                            acc[key] = acc.get(key, 0) + value
+        for (name, _topic, _queue), n in open_now.items():
+            totals[name]["windows_open"] = totals[name].get("windows_open", 0) + n
+        return totals
+
     def progress_df(self) -> Any:
         """Every batch's queues as one DataFrame."""
         import pandas as pd

@@ -34,3 +34,34 @@ def test_bad_arguments_say_what_was_wrong(wordcount_builder: Any) -> None:
         topology_svg(wordcount_builder("view").build(), graph="physical")
     with pytest.raises(TypeError, match="needs a Topology .*got StreamBuilder"):
         topology_view(wordcount_builder("view"))  # type: ignore[arg-type]
+
+
+def test_live_counters_on_the_real_topology(finished_job: Any) -> None:
+    from tests.widgets.conftest import SENTENCES
+    from widgets import TopologyMonitor
+
+    words = sum(len(s.split()) for s in SENTENCES if s != "boom")  # "boom" raises in flat_map: skipped
+    totals = finished_job.operator_totals()
+    assert totals["SOURCE-1"]["records_in"] == len(SENTENCES)
+    assert totals["KEY_BY-3"]["records_in"] == totals["COUNT-4"]["records_in"] == words
+    svg = unescape(TopologyMonitor(finished_job).graph.value)
+    assert f">{len(SENTENCES)} in<" in svg and f">{words} in<" in svg  # each a text line of its node
+
+
+def test_live_counters_show_windows_and_late_records(held_back_job: Any) -> None:
+    job, _ = held_back_job
+    totals = job.operator_totals()
+    window_op = next(n.name for n in job.topology.nodes if n.windowed)
+    assert totals[window_op]["windows_fired"] == 2 and totals[window_op]["late"] == 1
+    svg = unescape(topology_svg(job.topology, counters=totals))
+    assert f"{totals[window_op]['windows_open']} open · 2 fired · 1 late" in svg
+
+
+def test_topology_snapshot_table(finished_job: Any) -> None:
+    from widgets import TopologySnapshot
+
+    snap = TopologySnapshot.of(finished_job)
+    table = snap.to_pandas().set_index("operator")
+    assert list(table.index) == [n.name for n in finished_job.topology.nodes]
+    assert table.loc["SOURCE-1", "records_in"] == 4 and table.loc["COUNT-4", "kind"] == "count"
+    assert snap._repr_html_().startswith("<svg")
