@@ -8,6 +8,7 @@ offset), as Kafka and Pulsar do: one row per record is far too slow for shuffles
 from __future__ import annotations
 
 import marshal
+import operator
 import os
 import sqlite3
 import threading
@@ -61,6 +62,9 @@ CREATE TABLE IF NOT EXISTS consumer_offsets (
     PRIMARY KEY (grp, topic, queue)
 ) WITHOUT ROWID;
 """
+
+
+_first = operator.itemgetter(0)
 
 
 def _now_ms() -> int:
@@ -479,8 +483,7 @@ class EmbeddedBroker:
         for base, payload in rows:
             offsets, recs = _decode_payload(payload)
             if offsets is None and base + len(recs) <= end:
-                for rec in recs:
-                    latest[rec[0]] = rec
+                latest.update(zip(map(_first, recs), recs))  # later records overwrite earlier ones
             else:
                 offs = offsets if offsets is not None else range(base, base + len(recs))
                 for off, rec in zip(offs, recs):

@@ -9,7 +9,6 @@ last committed offset is stale: it is rebuilt by ``replay`` from the state topic
 
 from __future__ import annotations
 
-import shutil
 import struct
 import time
 from collections.abc import Iterator
@@ -220,15 +219,17 @@ class StateStore:
     # -- replay ---------------------------------------------------------------------------------
     def replay(self, broker: Broker, applied_offset: int | None) -> int:
         """Rebuild the local copy from the state topic: per key the message with the highest offset
-        wins, deletes are skipped, everything goes in one write batch. Returns the keys loaded."""
-        self.close()
-        if self.folder.exists():
-            shutil.rmtree(self.folder)
-        self.open()
+        wins, deletes are skipped. One write batch wipes the stale copy and loads the new one, so a
+        crash leaves either the old copy (replayed again next time) or the new one. Returns the keys
+        loaded."""
+        if self.db is None:
+            self.open()
+        self._changes.clear()
         latest = {}
         if broker.has_topic(self.state_topic):
             latest = broker.read_latest(self.state_topic, self.queue)
         batch = WriteBatch(raw_mode=True)
+        batch.delete_range(b"\x00", b"\xff")  # every key: meta keys start with \x00, operator names are ASCII
         put = batch.put
         unpack = _LEN.unpack_from
         loaded = 0
