@@ -188,6 +188,21 @@ def query_phases(query: Any, started: float, ended: float) -> dict[str, float] |
         return None
 
 
+def progress_summary(progress: list[Any], source: str) -> dict[str, Any]:
+    """What every rstream run reports of its batches: busy time, task time by stage, per batch."""
+    by_topic: dict[str, float] = collections.defaultdict(float)
+    for p in progress:
+        for q in p.queues:
+            by_topic["source" if q.topic == source else "shuffle"] += q.millis
+    return {
+        "busy_ms": sum(p.duration_ms for p in progress),
+        "queue_ms": dict(by_topic),
+        "batches": [{"batch_id": p.batch_id, "records_in": p.records_in, "records_out": p.records_out,
+                     "duration_ms": round(p.duration_ms, 1),
+                     "queue_ms": [round(q.millis, 1) for q in p.queues]} for p in progress],
+    }
+
+
 def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, expected: dict[str, int] | None,
                 max_per_queue: int, emit: str = "record") -> dict[str, Any]:
     from rstream import RocketMQStream
@@ -202,20 +217,11 @@ def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, e
     job.run_until_idle(timeout=3600)
     seconds = time.perf_counter() - t
     phases = query_phases(getattr(job, "_query", None), wall, time.time())
-    progress = job.progress
-    by_topic: dict[str, float] = collections.defaultdict(float)
-    for p in progress:
-        for q in p.queues:
-            by_topic["source" if q.topic == source else "shuffle"] += q.millis
     out = {
         "seconds": seconds,
-        "busy_ms": sum(p.duration_ms for p in progress),
         "spark_trigger_ms": spark_trigger_ms(getattr(job, "_query", None)),
         "phases": phases,
-        "queue_ms": dict(by_topic),
-        "batches": [{"batch_id": p.batch_id, "records_in": p.records_in, "records_out": p.records_out,
-                     "duration_ms": round(p.duration_ms, 1),
-                     "queue_ms": [round(q.millis, 1) for q in p.queues]} for p in progress],
+        **progress_summary(job.progress, source),
     }
     if expected is not None:
         got = read_sink_counts(broker, sink)
@@ -501,33 +507,10 @@ def run_rstream_windows(spark: Any, broker: Any, root: Path, source: str, job_id
     job = RocketMQStream(topo, properties={"data_dir": str(root / "rstream"), "allowed_lateness_ms": LATENESS_MS,
                                            "idle_timeout_ms": 600_000, "max_records_per_queue": n},
                          broker=broker, spark=spark)
-    ticks: list[float] = []
-    tick = job.tick
-
-    def timed_tick(flush: bool = False) -> None:  # marks where run_until_idle's second query starts
-        ticks.append(time.perf_counter())
-        tick(flush)
-
-    job.tick = timed_tick  # type: ignore[method-assign]
     t = time.perf_counter()
-    job.run_until_idle(timeout=3600)
-    end = time.perf_counter()
-    seconds = end - t
-    progress = job.progress
-    by_topic: dict[str, float] = collections.defaultdict(float)
-    for p in progress:
-        for q in p.queues:
-            by_topic["source" if q.topic == source else "shuffle"] += q.millis
-    out: dict[str, Any] = {
-        "seconds": seconds,
-        "drain_s": (ticks[0] - t) if ticks else seconds,
-        "flush_s": (end - ticks[0]) if ticks else 0.0,
-        "busy_ms": sum(p.duration_ms for p in progress),
-        "queue_ms": dict(by_topic),
-        "batches": [{"batch_id": p.batch_id, "records_in": p.records_in, "records_out": p.records_out,
-                     "duration_ms": round(p.duration_ms, 1),
-                     "queue_ms": [round(q.millis, 1) for q in p.queues]} for p in progress],
-    }
+    job.run_until_idle(timeout=3600)  # one query: the source sends the end-of-input idle flush itself
+    seconds = time.perf_counter() - t
+    out: dict[str, Any] = {"seconds": seconds, **progress_summary(job.progress, source)}
     if expected is not None:
         got = read_window_results(broker, sink)
         late = job.late_records()
@@ -1145,8 +1128,6 @@ def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path)
     med = {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()}
     best = {k: min(x["seconds"] for x in v) for k, v in runs.items()}
     a_busy = statistics.median(x["busy_ms"] for x in runs["a"]) / 1000
-    a_drain = statistics.median(x["drain_s"] for x in runs["a"])
-    a_flush = statistics.median(x["flush_s"] for x in runs["a"])
     a_queue = {k: statistics.median(x["queue_ms"].get(k, 0) for x in runs["a"]) / 1000 for k in ("source", "shuffle")}
     b_nojson = statistics.median(x["without_json_s"] for x in runs["b"])
     b_bytes = statistics.median(x["loads_bytes_s"] for x in runs["b"])
@@ -1155,7 +1136,6 @@ def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path)
     print(f"\nwindow count results (median of {args.repeat}; {n} clicks; (a) verified equal to (b): "
           f"{len(expected)} window counts and {late_a} late records)")
     print(f"  (a) rstream end to end            {med['a']:7.2f} s  {fmt_rate(n, med['a'])} clicks")
-    print(f"      until drained (1st query)     {a_drain:7.2f} s;  final idle tick + 2nd query {a_flush:.2f} s")
     print(f"      sum of batch busy time        {a_busy:7.2f} s  {fmt_rate(n, a_busy)} clicks  "
           f"({len(runs['a'][-1]['batches'])} batches)")
     print(f"      task time, source queues      {a_queue['source']:7.2f} s  (sum over queues; 2 tasks run at once)")
@@ -1186,7 +1166,7 @@ def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path)
               f"matches the model of Spark's rule: {d['matches_rule_model']}; Spark's own "
               f"numRowsDroppedByWatermark: {runs[part][0]['rows_dropped_by_watermark']}")
     return {"clicks": n, "pages": args.pages, "windows": len(expected), "late": late_a, "produce_s": t_produce,
-            "median_s": med, "best_s": best, "a_busy_s": a_busy, "a_drain_s": a_drain, "a_flush_s": a_flush,
+            "median_s": med, "best_s": best, "a_busy_s": a_busy,
             "a_queue_s": a_queue, "b_loads_bytes_s": b_bytes, "b_loads_str_s": b_str, "b_without_json_s": b_nojson,
             "spark_vs_python": spark_diff,
             "speed_a_over_b": med["b"] / med["a"], "speed_a_over_c1": med["c1"] / med["a"],
