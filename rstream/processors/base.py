@@ -107,6 +107,7 @@ class StreamContext:
         self.emit_watermark = NO_WATERMARK
         self.time_operators: list[Any] = []
         self.late_count = 0
+        self.flushed = False  # an end-of-input flush declared every source idle in this batch
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000

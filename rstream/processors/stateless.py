@@ -93,7 +93,9 @@ class ShuffleSourceProcessor(Processor):
         assert ctx is not None and ctx.watermarks is not None
         if WM_HEADER in headers:
             ctx.watermarks.update(headers[PRODUCER_HEADER], int(headers[WM_HEADER]), int(headers[ACTIVE_HEADER]))
-        ctx.advance(force_idle=FLUSH_HEADER in headers)
+        flush = FLUSH_HEADER in headers
+        ctx.flushed = ctx.flushed or flush
+        ctx.advance(force_idle=flush)
 
     def metrics(self) -> dict[str, Any]:
         return {"records_in": self.records_in, "markers": self.markers}

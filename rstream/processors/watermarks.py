@@ -68,9 +68,10 @@ class OperatorWatermark:
             return FIRE_ALL
         return min(self.table[p].watermark if p in self.table else NO_WATERMARK for p in active)
 
-    def holding_back(self, now_ms: int) -> str | None:
-        """The producer whose watermark is the minimum (why windows have not fired yet)."""
-        active = [p for p in self.producers if not self.idle(p, now_ms)]
+    def holding_back(self, now_ms: int, all_idle: bool = False) -> str | None:
+        """The producer whose watermark is the minimum (why windows have not fired yet); None when
+        every producer is idle (``all_idle``: a flush declared them so)."""
+        active = [] if all_idle else [p for p in self.producers if not self.idle(p, now_ms)]
         if not active:
             return None
         return min(active, key=lambda p: self.table[p].watermark if p in self.table else NO_WATERMARK)
@@ -83,11 +84,11 @@ class OperatorWatermark:
             })
             self.changed = False
 
-    def describe(self, now_ms: int) -> dict[str, Any]:
+    def describe(self, now_ms: int, all_idle: bool = False) -> dict[str, Any]:
         return {
             p: {
                 "watermark": self.table[p].watermark if p in self.table else None,
-                "idle": self.idle(p, now_ms),
+                "idle": all_idle or self.idle(p, now_ms),
             }
             for p in self.producers
         }

@@ -152,9 +152,9 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int) -> 
             proc.flush()
         if ctx.watermarks is not None:
             now = ctx.now_ms()
-            info["watermark"] = finite(ctx.watermarks.current(now))
-            info["held_back_by"] = ctx.watermarks.holding_back(now)
-            info["producers"] = ctx.watermarks.describe(now)
+            info["watermark"] = finite(ctx.watermarks.current(now, ctx.flushed))
+            info["held_back_by"] = ctx.watermarks.holding_back(now, ctx.flushed)
+            info["producers"] = ctx.watermarks.describe(now, ctx.flushed)
             ctx.watermarks.persist()
         records = {k: v for k, v in ctx.outputs.items() if v}
         if store is not None and store.changed_keys:

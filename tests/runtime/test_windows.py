@@ -83,6 +83,9 @@ def test_seeds_completeness_table_on_spark(broker: EmbeddedBroker, make_job: Any
     assert late[["data_time", "watermark", "late_ms", "topic", "queue", "offset"]].values.tolist() == [[3, 5, 2, "clicks", 0, 3]]
     assert "behind its source queue's watermark 5" in late["reason"][0]
     assert results(broker) == {("u", 0, 10): 3}
+    last = [q for q in job.progress[-1].queues if q.topic in job.topology.framed_topics]
+    assert last and all(q.held_back_by is None for q in last)  # the end-of-input flush: every source idle
+    assert all(p["idle"] for q in last for p in q.producers.values())
 
 
 @pytest.mark.parametrize("agg,fn,reduce", [
