@@ -391,15 +391,14 @@ class EmbeddedBroker:
             raise BrokerError(f"topic {topic!r} has queues 0..{info.queues - 1}, not {queue!r}")
         return info
 
-    def read_records(
-        self, topic: str, queue: int, start: int, end: int | None = None
-    ) -> Iterator[tuple[int, MessageKey, bytes, int, int, dict[str, str] | None]]:
-        """The hot path: ``(offset, key, body, born_ms, store_ms, headers)`` for offsets in ``[start, end)``."""
-        conn = self._conn()
-        if end is None:
-            end = self.end_offsets(topic)[queue]
+    def _batches(
+        self, topic: str, queue: int, start: int, end: int
+    ) -> Iterator[tuple[int, int, list[int] | None, list[Any]]]:
+        """``(base offset, store ms, explicit offsets or None, records)`` of the stored batches that
+        may hold offsets in ``[start, end)``: a seek to the batch holding ``start``, then in order."""
         if end <= start:
             return
+        conn = self._conn()
         first = conn.execute(
             "SELECT MAX(base_offset) FROM batches WHERE topic=? AND queue=? AND base_offset<=?",
             (topic, queue, start),
@@ -411,10 +410,17 @@ class EmbeddedBroker:
         )
         for base, store_ms, payload in cursor:
             offsets, recs = _decode_payload(payload)
+            yield base, store_ms, offsets, recs
+
+    def read_records(
+        self, topic: str, queue: int, start: int, end: int | None = None
+    ) -> Iterator[tuple[int, MessageKey, bytes, int, int, dict[str, str] | None]]:
+        """The hot path: ``(offset, key, body, born_ms, store_ms, headers)`` for offsets in ``[start, end)``."""
+        if end is None:
+            end = self.end_offsets(topic)[queue]
+        for base, store_ms, offsets, recs in self._batches(topic, queue, start, end):
             if offsets is None:
-                lo = max(start - base, 0)
-                hi = min(end - base, len(recs))
-                for i in range(lo, hi):
+                for i in range(max(start - base, 0), min(end - base, len(recs))):
                     k, body, born, hdrs, _tags = recs[i]
                     yield base + i, k, body, born, store_ms, hdrs
             else:
@@ -429,19 +435,11 @@ class EmbeddedBroker:
         info = self.topic(topic)
         if queue is not None:
             self._check_queue(topic, queue)
-        queues = range(info.queues) if queue is None else [queue]
+        ends = self.end_offsets(topic)
         out: list[Message] = []
-        conn = self._conn()
-        for q in queues:
-            # tags are not in the hot path's tuple; read them here for the full message view
-            stop = self.end_offsets(topic)[q] if end is None else end
-            rows = conn.execute(
-                "SELECT base_offset, store_ms, payload FROM batches WHERE topic=? AND queue=? "
-                "AND base_offset<? ORDER BY base_offset",
-                (topic, q, stop),
-            )
-            for base, store_ms, payload in rows:
-                offsets, recs = _decode_payload(payload)
+        for q in range(info.queues) if queue is None else [queue]:
+            stop = ends[q] if end is None else end
+            for base, store_ms, offsets, recs in self._batches(topic, q, start, stop):
                 offs = offsets if offsets is not None else range(base, base + len(recs))
                 for off, (k, body, born, hdrs, tags) in zip(offs, recs):
                     if start <= off < stop:
@@ -472,16 +470,10 @@ class EmbeddedBroker:
     def read_latest(self, topic: str, queue: int, end: int | None = None) -> dict[MessageKey, tuple[Any, ...]]:
         """Per key, the latest record ``(key, body, born_ms, headers, tags)`` of ``queue`` below
         ``end``: what a compact topic's reader (state replay) needs, read batch by batch."""
-        conn = self._conn()
         if end is None:
             end = self.end_offsets(topic)[queue]
         latest: dict[MessageKey, tuple[Any, ...]] = {}
-        rows = conn.execute(
-            "SELECT base_offset, payload FROM batches WHERE topic=? AND queue=? AND base_offset<? ORDER BY base_offset",
-            (topic, queue, end),
-        )
-        for base, payload in rows:
-            offsets, recs = _decode_payload(payload)
+        for base, _store_ms, offsets, recs in self._batches(topic, queue, 0, end):
             if offsets is None and base + len(recs) <= end:
                 latest.update(zip(map(_first, recs), recs))  # later records overwrite earlier ones
             else:

@@ -259,7 +259,7 @@ class StateStore:
                 continue
             if prefix is not None and not kb.startswith(prefix):
                 break
-            if kb[_separator(kb)] == 1:
+            i = _separator(kb)
+            if kb[i] == 1:
                 continue  # a timer, not a value
-            op, key = split_state_key(kb)
-            yield op, key, decode(vb)
+            yield kb[:i].decode(), decode(kb[i + 1:]), decode(vb)
