@@ -88,7 +88,11 @@ RecordTuple = tuple[MessageKey, bytes, int, "dict[str, str] | None", "str | None
 @dataclass(frozen=True)
 class CommitTag:
     """Identifies the writes of one task's micro-batch on one input queue: a second append with
-    the same tag is a no-op, which makes task retries and batch reruns exactly-once."""
+    the same tag is a no-op, which makes task retries and batch reruns exactly-once.
+
+    The tag is stored with the writes, in the same transaction, so what it carries is visible no
+    later than they are: the job's batch id, the queue's progress (``info``), and, filled in by the
+    broker, where every record of the append landed (``outputs``)."""
 
     job: str
     topic: str
@@ -97,6 +101,21 @@ class CommitTag:
     end_offset: int
     #: What the task wants back at its next batch (e.g. its source watermark), as JSON text.
     meta: str = ""
+    #: The job's micro-batch this range belongs to (None for tags written without one).
+    batch_id: int | None = None
+    #: The queue's progress in this batch, as JSON text (``QueueProgress.from_info``).
+    info: str = ""
+    #: Set by the broker: per ``"topic/queue"`` written, the ``(first, end)`` offsets appended.
+    outputs: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    #: Set by the broker: the order in which tags were committed (increasing, never reused).
+    seq: int = 0
+    #: Set by the broker: its clock when the tag was committed (ms).
+    committed_ms: int = 0
+
+    def output_range(self, topic: str, queue: int) -> tuple[int, int] | None:
+        """``(first, end)`` offsets this append wrote to ``topic``/``queue``, or None."""
+        rng = self.outputs.get(f"{topic}/{queue}")
+        return None if rng is None else (int(rng[0]), int(rng[1]))
 
 
 @runtime_checkable
@@ -130,3 +149,7 @@ class Broker(Protocol):
     def last_commit(self, job: str, topic: str, queue: int) -> CommitTag | None: ...
 
     def find_commit(self, job: str, topic: str, queue: int, start_offset: int) -> CommitTag | None: ...
+
+    def commits(self, job: str, after_seq: int = 0) -> list[CommitTag]: ...
+
+    def compacted_below(self, topic: str, queue: int) -> int: ...

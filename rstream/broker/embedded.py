@@ -7,6 +7,7 @@ offset), as Kafka and Pulsar do: one row per record is far too slow for shuffles
 
 from __future__ import annotations
 
+import json
 import marshal
 import operator
 import os
@@ -44,6 +45,7 @@ CREATE TABLE IF NOT EXISTS topics (
 );
 CREATE TABLE IF NOT EXISTS queues (
     topic TEXT NOT NULL, queue INTEGER NOT NULL, next_offset INTEGER NOT NULL, last_store_ms INTEGER NOT NULL,
+    compacted_below INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (topic, queue)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
@@ -52,11 +54,13 @@ CREATE TABLE IF NOT EXISTS batches (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS batches_by_offset ON batches (topic, queue, base_offset);
 CREATE TABLE IF NOT EXISTS commit_tags (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
     job TEXT NOT NULL, topic TEXT NOT NULL, queue INTEGER NOT NULL,
     start_offset INTEGER NOT NULL, end_offset INTEGER NOT NULL, committed_ms INTEGER NOT NULL,
-    meta TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (job, topic, queue, start_offset)
-) WITHOUT ROWID;
+    meta TEXT NOT NULL DEFAULT '', batch_id INTEGER, info TEXT NOT NULL DEFAULT '',
+    outputs TEXT NOT NULL DEFAULT ''
+);
+CREATE UNIQUE INDEX IF NOT EXISTS commit_tags_by_range ON commit_tags (job, topic, queue, start_offset);
 CREATE TABLE IF NOT EXISTS consumer_offsets (
     grp TEXT NOT NULL, topic TEXT NOT NULL, queue INTEGER NOT NULL, next_offset INTEGER NOT NULL,
     PRIMARY KEY (grp, topic, queue)
@@ -138,9 +142,32 @@ class EmbeddedBroker:
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
         with self._write(conn):
+            self._migrate(conn)
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        """Bring a broker file written by an earlier rstream up to this schema, keeping its data."""
+        def columns(table: str) -> set[str]:
+            return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+        queue_columns = columns("queues")
+        if queue_columns and "compacted_below" not in queue_columns:
+            conn.execute("ALTER TABLE queues ADD COLUMN compacted_below INTEGER NOT NULL DEFAULT 0")
+        tag_columns = columns("commit_tags")
+        if tag_columns and "seq" not in tag_columns:  # tags without order, batch id, progress or outputs
+            conn.execute("ALTER TABLE commit_tags RENAME TO commit_tags_before_seq")
+            for statement in _SCHEMA.split(";"):
+                if "commit_tags" in statement:
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO commit_tags (job, topic, queue, start_offset, end_offset, committed_ms, meta) "
+                "SELECT job, topic, queue, start_offset, end_offset, committed_ms, meta FROM commit_tags_before_seq "
+                "ORDER BY committed_ms, start_offset"
+            )
+            conn.execute("DROP TABLE commit_tags_before_seq")
 
     class _Tx:
         def __init__(self, conn: sqlite3.Connection) -> None:
@@ -319,6 +346,7 @@ class EmbeddedBroker:
     ) -> dict[tuple[str, int], int] | None:
         conn = self._conn()
         firsts: dict[tuple[str, int], int] = {}
+        outputs: dict[str, list[int]] = {}
         with self._write(conn):
             if tag is not None:
                 done = conn.execute(
@@ -349,35 +377,56 @@ class EmbeddedBroker:
                     "UPDATE queues SET next_offset=?, last_store_ms=? WHERE topic=? AND queue=?",
                     (next_offset, store_ms, topic, q),
                 )
+                outputs[f"{topic}/{q}"] = [firsts[(topic, q)], next_offset]
             conn.executemany(
                 "INSERT INTO batches (topic, queue, base_offset, span, store_ms, payload) VALUES (?,?,?,?,?,?)",
                 rows,
             )
             if tag is not None:
                 conn.execute(
-                    "INSERT INTO commit_tags (job, topic, queue, start_offset, end_offset, committed_ms, meta) "
-                    "VALUES (?,?,?,?,?,?,?)",
-                    (tag.job, tag.topic, tag.queue, tag.start_offset, tag.end_offset, now, tag.meta),
+                    "INSERT INTO commit_tags (job, topic, queue, start_offset, end_offset, committed_ms, meta, "
+                    "batch_id, info, outputs) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (tag.job, tag.topic, tag.queue, tag.start_offset, tag.end_offset, now, tag.meta,
+                     tag.batch_id, tag.info, json.dumps(outputs, separators=(",", ":"))),
                 )
         return firsts
 
     # -- commit tags --------------------------------------------------------------------------
+    _TAG_COLUMNS = ("job, topic, queue, start_offset, end_offset, meta, batch_id, info, outputs, seq, "
+                    "committed_ms")
+
+    @staticmethod
+    def _tag(row: Sequence[Any]) -> CommitTag:
+        outputs = {k: (int(v[0]), int(v[1])) for k, v in json.loads(row[8]).items()} if row[8] else {}
+        return CommitTag(row[0], row[1], int(row[2]), int(row[3]), int(row[4]), row[5],
+                         None if row[6] is None else int(row[6]), row[7], outputs, int(row[9]), int(row[10]))
+
+    def _tags(self, where: str, args: Sequence[Any], order: str = "seq", limit: int | None = None) -> list[CommitTag]:
+        sql = f"SELECT {self._TAG_COLUMNS} FROM commit_tags WHERE {where} ORDER BY {order}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [self._tag(row) for row in self._conn().execute(sql, tuple(args))]
+
     def last_commit(self, job: str, topic: str, queue: int) -> CommitTag | None:
         """The latest committed tag of ``job`` for an input queue, if any."""
-        row = self._conn().execute(
-            "SELECT start_offset, end_offset, meta FROM commit_tags WHERE job=? AND topic=? AND queue=? "
-            "ORDER BY start_offset DESC LIMIT 1",
-            (job, topic, queue),
-        ).fetchone()
-        return None if row is None else CommitTag(job, topic, queue, row[0], row[1], row[2])
+        found = self._tags("job=? AND topic=? AND queue=?", (job, topic, queue), "start_offset DESC", 1)
+        return found[0] if found else None
 
     def find_commit(self, job: str, topic: str, queue: int, start_offset: int) -> CommitTag | None:
         """The committed tag of ``job`` for an input queue that starts at ``start_offset``, if any."""
-        row = self._conn().execute(
-            "SELECT end_offset, meta FROM commit_tags WHERE job=? AND topic=? AND queue=? AND start_offset=?",
-            (job, topic, queue, start_offset),
-        ).fetchone()
-        return None if row is None else CommitTag(job, topic, queue, start_offset, row[0], row[1])
+        found = self._tags("job=? AND topic=? AND queue=? AND start_offset=?", (job, topic, queue, start_offset))
+        return found[0] if found else None
+
+    def commit_covering(self, job: str, topic: str, queue: int, offset: int) -> CommitTag | None:
+        """The committed tag of ``job`` whose input range holds ``offset`` of ``topic``/``queue``."""
+        found = self._tags("job=? AND topic=? AND queue=? AND start_offset<=?", (job, topic, queue, offset),
+                           "start_offset DESC", 1)
+        return found[0] if found and offset < found[0].end_offset else None
+
+    def commits(self, job: str, after_seq: int = 0) -> list[CommitTag]:
+        """Every committed tag of ``job`` with ``seq > after_seq``, in commit order: a reader that
+        remembers the last ``seq`` it saw reads only what is new."""
+        return self._tags("job=? AND seq>?", (job, after_seq))
 
     def delete_commits(self, job: str) -> None:
         """Forget every commit tag of ``job`` (used when a job is reset)."""
@@ -521,7 +570,16 @@ class EmbeddedBroker:
                         conn.execute("UPDATE batches SET payload=? WHERE rowid=?", (payload, rowid))
                     else:
                         conn.execute("DELETE FROM batches WHERE rowid=?", (rowid,))
+                conn.execute("UPDATE queues SET compacted_below=next_offset WHERE topic=? AND queue=?", (topic, q))
         return removed
+
+    def compacted_below(self, topic: str, queue: int) -> int:
+        """The queue's end offset when it was last compacted (0: never). Below it, only the latest
+        message per key is left, so the topic as it was at an earlier offset can no longer be read."""
+        self._check_queue(topic, queue)
+        row = self._conn().execute(
+            "SELECT compacted_below FROM queues WHERE topic=? AND queue=?", (topic, queue)).fetchone()
+        return int(row[0])
 
     # -- consumer groups ----------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue: int, next_offset: int) -> None:

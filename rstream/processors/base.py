@@ -52,6 +52,27 @@ class RecordError(ProcessingError):
         }
 
 
+#: Headers of a dead-letter message: what went wrong, where, and in which batch.
+DLQ_ERROR = "rstream-dlq-error"
+DLQ_OPERATOR = "rstream-dlq-operator"
+DLQ_TOPIC = "rstream-dlq-topic"
+DLQ_QUEUE = "rstream-dlq-queue"
+DLQ_OFFSET = "rstream-dlq-offset"
+DLQ_BATCH = "rstream-dlq-batch"
+DLQ_VALUE = "rstream-dlq-value"
+
+
+def dead_letter_row(message: Any) -> dict[str, Any]:
+    """A dead-letter message (a ``Message`` of the job's DLQ topic) as a row: batch_id, operator,
+    topic, queue, offset, error, value (what the operator was given) and body (the raw bytes read)."""
+    h = message.headers
+    return {
+        "batch_id": int(h.get(DLQ_BATCH, -1)), "operator": h.get(DLQ_OPERATOR), "topic": h.get(DLQ_TOPIC),
+        "queue": int(h.get(DLQ_QUEUE, -1)), "offset": int(h.get(DLQ_OFFSET, -1)), "error": h.get(DLQ_ERROR),
+        "value": h.get(DLQ_VALUE), "body": message.body,
+    }
+
+
 class _RemoteCause(Exception):
     """The text of an exception raised in a Spark task (its class may not exist here)."""
 
@@ -94,6 +115,12 @@ class StreamContext:
     producers: dict[str, list[str]] = field(default_factory=dict)
     #: The operator watermark of this (shuffle) queue, for window and join operators.
     watermarks: OperatorWatermark | None = None
+    #: The job's micro-batch being processed (-1: not known).
+    batch_id: int = -1
+    #: Where records that user code raised on go: the job's dead-letter topic (None: only counted).
+    dlq_topic: str | None = None
+    #: A fixed processing time (ms) instead of the wall clock: re-executing a committed batch.
+    fixed_now_ms: int | None = None
 
     def __post_init__(self) -> None:
         self.outputs: dict[tuple[str, int], list[Any]] = {}
@@ -107,9 +134,13 @@ class StreamContext:
         self.emit_watermark = NO_WATERMARK
         self.time_operators: list[Any] = []
         self.late_count = 0
+        self.error_count = 0
         self.flushed = False  # an end-of-input flush declared every source idle in this batch
 
     def now_ms(self) -> int:
+        """Processing time (ms): the wall clock, or the fixed time of a batch being re-executed."""
+        if self.fixed_now_ms is not None:
+            return self.fixed_now_ms
         return time.time_ns() // 1_000_000
 
     def advance(self, force_idle: bool = False) -> int:
@@ -140,6 +171,19 @@ class StreamContext:
         }
         self.output(self.late_topic, 0).append(
             (None, json.dumps(row, default=str).encode(), data_time, None, None))
+
+    def dead_letter(self, error: RecordError, key: Any, body: bytes, born: int) -> None:
+        """Send the input record user code raised on to the dead-letter topic, as it was read (key,
+        raw body, born time), with what went wrong in its headers (``DLQ_*``)."""
+        self.error_count += 1
+        if self.dlq_topic is None:
+            return
+        headers = {
+            DLQ_ERROR: f"{type(error.cause).__name__}: {error.cause}", DLQ_OPERATOR: error.operator,
+            DLQ_TOPIC: error.topic, DLQ_QUEUE: str(error.queue), DLQ_OFFSET: str(error.offset),
+            DLQ_BATCH: str(self.batch_id), DLQ_VALUE: error.value_repr,
+        }
+        self.output(self.dlq_topic, 0).append((key, body, born, headers, "DLQ"))
 
     def output(self, topic: str, queue: int) -> list[Any]:
         """The list collecting this batch's records for ``topic``/``queue``."""

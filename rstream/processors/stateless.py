@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,7 +48,7 @@ class SourceProcessor(Processor):
         elif time_type == "broker_time":
             ts = store
         else:
-            ts = time.time_ns() // 1_000_000
+            ts = self.ctx.now_ms()  # type: ignore[union-attr]
         self.forward(result[0], result[1], ts)
 
 

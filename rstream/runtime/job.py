@@ -15,12 +15,17 @@ from rstream.broker.base import Broker
 from rstream.broker.embedded import EmbeddedBroker
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
+from rstream.processors.base import dead_letter_row
 from rstream.processors.watermarks import tick_records
 from rstream.runtime.progress import BatchProgress, QueueProgress
 from rstream.runtime.source import queue_key
 from rstream.runtime.task import TaskConfig, dump_blob, load_blob, state_folder
 from rstream.state.store import StateStore
 from rstream.time.watermark import TimeType
+
+
+#: A commit sequence number no tag reaches.
+NEVER = 2**62
 
 
 class JobError(RStreamError):
@@ -131,8 +136,16 @@ class RocketMQStream:
             register(spark)
         self.spark = spark
         self._query: Any = None
-        self._lock = threading.Lock()
-        self._progress: list[BatchProgress] = []
+        self._lock = threading.RLock()
+        # progress, read from the commit tags: every batch of the job (also of earlier job objects
+        # and runs), and the batches this object ran or saw committed
+        self._seen_seq = 0
+        self._queues: dict[int, list[QueueProgress]] = {}
+        self._batches: dict[int, BatchProgress] = {}
+        self._mine: set[int] = set()
+        self._created_seq = NEVER
+        self._sync_progress()
+        self._created_seq = self._seen_seq
         self._listeners: list[Callable[[BatchProgress], None]] = []
         self._failure: BaseException | None = None
         self._printed: list[str] = []
@@ -156,12 +169,19 @@ class RocketMQStream:
             sink_queues[topic] = broker.topic(topic).queues
         if topo.framed_topics:
             broker.create_topic(self.late_topic, queues=1)
+        broker.create_topic(self.dlq_topic, queues=1)
         return sink_queues
 
     @property
     def late_topic(self) -> str:
         """The topic where this job's late records go: ``<job>-late``."""
         return f"{self.job_id}-late"
+
+    @property
+    def dlq_topic(self) -> str:
+        """The dead-letter topic (RocketMQ's DLQ): every record user code raised on, as it was read,
+        with the error, operator, where it came from and the batch in its headers: ``<job>-dlq``."""
+        return f"{self.job_id}-dlq"
 
     def _producers(self) -> dict[str, list[str]]:
         counts = {t: self.broker.topic(t).queues for t in self.topology.input_topics}
@@ -176,15 +196,20 @@ class RocketMQStream:
                 out[queue_key(topic, q)] = 0 if from_first else end
         return out
 
-    def _source_options(self) -> dict[str, str]:
+    def task_config(self) -> TaskConfig:
+        """What every task of this job gets (creates the job's topics where missing)."""
         sink_queues = self._prepare_topics()
-        cfg = TaskConfig(
+        return TaskConfig(
             job=self.job_id, topology=self.topology, broker=self.broker, state_dir=str(self.state_dir),
             sink_queues=sink_queues, skip_data_error=self.properties.skip_data_error,
             time_type=self.properties.time_type, allowed_lateness_ms=self.properties.allowed_lateness_ms,
             idle_timeout_ms=self.properties.idle_timeout_ms, aggregate_emit=self.properties.aggregate_emit,
             late_topic=self.late_topic if self.topology.framed_topics else None, producers=self._producers(),
+            dlq_topic=self.dlq_topic,
         )
+
+    def _source_options(self) -> dict[str, str]:
+        cfg = self.task_config()
         tasks = self.properties.tasks or self.spark.sparkContext.defaultParallelism
         return {
             "config": dump_blob(cfg),
@@ -324,29 +349,28 @@ class RocketMQStream:
             raise JobError(f"job {self.job_id!r} failed: {exc}")
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
-        began = time.perf_counter()
-        queues: list[QueueProgress] = []
+        printed: list[str] = []
         fatal: dict[str, Any] | None = None
         for row in df.collect():
             info = json.loads(row["info"])
             if "fatal" in info:
                 fatal = fatal or info
             else:
-                queues.append(QueueProgress.from_info(info))
+                printed.extend(info.get("printed", []))
         if fatal is not None:
             try:
                 self._failure = load_blob(fatal["fatal"])
             except Exception:
                 self._failure = JobError(fatal["message"])
             raise JobError(f"batch {batch_id} of job {self.job_id!r} failed: {fatal['message']}")
-        progress = BatchProgress(batch_id, time.time_ns() // 1_000_000, (time.perf_counter() - began) * 1000,
-                                 sorted(queues, key=lambda q: (q.topic, q.queue)))
         with self._lock:
-            self._progress.append(progress)
+            self._sync_progress()
+            self._mine.add(batch_id)
+            progress = self._batches.get(batch_id) or BatchProgress.of(batch_id, [])
+            self._printed.extend(printed)
             for q in progress.queues:
-                self._printed.extend(q.printed)
                 if q.topic in self.topology.source_topics and q.records_in:
-                    self._last_input_ms = progress.timestamp_ms
+                    self._last_input_ms = time.time_ns() // 1_000_000
                 if q.topic in self.topology.framed_topics:
                     self._open_windows[(q.topic, q.queue)] = sum(
                         int(op.get("windows_open", 0)) for op in q.operators.values())
@@ -363,16 +387,49 @@ class RocketMQStream:
             print(line)
 
     # -- progress -----------------------------------------------------------------------------
+    def _sync_progress(self) -> None:
+        """Read the commit tags committed since the last call: each holds one queue's progress."""
+        with self._lock:
+            tags = self.broker.commits(self.job_id, self._seen_seq)
+            changed: set[int] = set()
+            for tag in tags:
+                self._seen_seq = tag.seq
+                if tag.batch_id is None or not tag.info:
+                    continue
+                self._queues.setdefault(tag.batch_id, []).append(
+                    QueueProgress.from_info(json.loads(tag.info), tag.committed_ms))
+                changed.add(tag.batch_id)
+                if tag.seq > self._created_seq:
+                    self._mine.add(tag.batch_id)
+            for batch_id in changed:
+                self._batches[batch_id] = BatchProgress.of(batch_id, self._queues[batch_id])
+
     @property
     def progress(self) -> list[BatchProgress]:
-        """Every batch's progress since this object was made, oldest first."""
+        """The progress of every batch this object ran or saw committed, oldest first. A queue's
+        progress is committed with the queue's outputs, so it is never behind what a sink shows."""
         with self._lock:
-            return list(self._progress)
+            self._sync_progress()
+            return [self._batches[b] for b in sorted(self._mine) if b in self._batches]
 
     @property
     def last_progress(self) -> BatchProgress | None:
+        progress = self.progress
+        return progress[-1] if progress else None
+
+    def history(self) -> list[BatchProgress]:
+        """Every committed batch of this job, oldest first, also those of earlier runs and job objects
+        on the same broker (a restarted kernel sees them all). ``reset()`` forgets them."""
         with self._lock:
-            return self._progress[-1] if self._progress else None
+            self._sync_progress()
+            return [self._batches[b] for b in sorted(self._batches)]
+
+    @property
+    def commit_seq(self) -> int:
+        """Grows whenever a queue of this job commits a batch: a cheap "did anything change?" check."""
+        with self._lock:
+            self._sync_progress()
+            return self._seen_seq
 
     def on_progress(self, listener: Callable[[BatchProgress], None]) -> None:
         """Call ``listener(batch_progress)`` after each batch (on a Spark callback thread)."""
@@ -404,11 +461,17 @@ class RocketMQStream:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def errors(self) -> Any:
-        """The records skipped because user code raised on them (``skip_data_error``)."""
+        """Every record skipped because user code raised on it (``skip_data_error``), read from the
+        job's dead-letter topic (so it survives restarts): the batch, the operator that raised, where
+        the record came from (topic, queue, offset), the error, the value it raised on, and the raw
+        message body as it was read."""
         import pandas as pd
 
-        rows = [dict(e, batch_id=p.batch_id) for p in self.progress for q in p.queues for e in q.errors]
-        return pd.DataFrame(rows, columns=["batch_id", "operator", "topic", "queue", "offset", "error", "value"])
+        cols = ["batch_id", "operator", "topic", "queue", "offset", "error", "value", "body"]
+        if not self.broker.has_topic(self.dlq_topic):
+            return pd.DataFrame(columns=cols)
+        rows = [dead_letter_row(m) for m in self.broker.read(self.dlq_topic)]
+        return pd.DataFrame(rows, columns=cols)
 
     def late_records(self) -> Any:
         """Every late record of this job (read from its late-data topic, so it survives restarts):
@@ -486,12 +549,15 @@ class RocketMQStream:
         delete_commits = getattr(self.broker, "delete_commits", None)
         if delete_commits is not None:
             delete_commits(self.job_id)
-        for topic in [*self.topology.shuffle_topics, *self.topology.state_topics.values(), self.late_topic]:
+        for topic in [*self.topology.shuffle_topics, *self.topology.state_topics.values(), self.late_topic,
+                      self.dlq_topic]:
             if self.broker.has_topic(topic):
                 self.broker.delete_topic(topic)
         with self._lock:
-            self._progress.clear()
+            self._queues.clear()
+            self._batches.clear()
+            self._mine.clear()
 
     def __repr__(self) -> str:
         state = "running" if self.is_running else "stopped"
-        return f"RocketMQStream(job={self.job_id!r}, {state}, batches={len(self._progress)})"
+        return f"RocketMQStream(job={self.job_id!r}, {state}, batches={len(self.progress)})"

@@ -21,7 +21,6 @@ class QueueProgress:
     state_keys: int | None
     changed_keys: int
     error_count: int
-    errors: list[dict[str, Any]]
     printed: list[str]
     operators: dict[str, dict[str, Any]]
     millis: float
@@ -32,30 +31,46 @@ class QueueProgress:
     held_back_by: str | None = None
     producers: dict[str, dict[str, Any]] = field(default_factory=dict)
     late: int = 0
+    #: The job's batch this range belonged to, when the task started (processing time, ms), and
+    #: when its writes were committed (broker time, ms).
+    batch_id: int = -1
+    started_ms: int = 0
+    committed_ms: int = 0
 
     @classmethod
-    def from_info(cls, info: dict[str, Any]) -> QueueProgress:
+    def from_info(cls, info: dict[str, Any], committed_ms: int = 0) -> QueueProgress:
         return cls(
             topic=info["topic"], queue=int(info["queue"]), start=int(info["start"]), end=int(info["end"]),
             records_in=int(info.get("records_in", 0)), records_out=dict(info.get("records_out", {})),
             replayed_keys=int(info.get("replayed_keys", 0)), state_keys=info.get("state_keys"),
             changed_keys=int(info.get("changed_keys", 0)), error_count=int(info.get("error_count", 0)),
-            errors=list(info.get("errors", [])), printed=list(info.get("printed", [])),
+            printed=list(info.get("printed", [])),
             operators=dict(info.get("operators", {})), millis=float(info.get("millis", 0.0)),
             skipped=bool(info.get("skipped", False)), watermark=info.get("watermark"),
             held_back_by=info.get("held_back_by"), producers=dict(info.get("producers") or {}),
-            late=int(info.get("late", 0)),
+            late=int(info.get("late", 0)), batch_id=int(info.get("batch", -1)),
+            started_ms=int(info.get("now_ms", 0)), committed_ms=int(committed_ms),
         )
 
 
 @dataclass(frozen=True)
 class BatchProgress:
-    """One micro-batch: its Spark batch id, wall time on the driver, and every queue it ran."""
+    """One micro-batch: its batch id (Spark's), when its last queue committed (``timestamp_ms``),
+    how long from its first task's start to its last commit (``duration_ms``), and every queue it
+    ran. Read from the broker, where each queue's progress is committed with its writes."""
 
     batch_id: int
     timestamp_ms: int
     duration_ms: float
     queues: list[QueueProgress] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, batch_id: int, queues: list[QueueProgress]) -> BatchProgress:
+        """The batch made of the queues that committed so far (sorted by topic and queue)."""
+        committed = max((q.committed_ms for q in queues), default=0)
+        started = min((q.started_ms for q in queues if q.started_ms), default=committed)
+        return cls(batch_id, committed, float(max(committed - started, 0)),
+                   sorted(queues, key=lambda q: (q.topic, q.queue)))
 
     @property
     def records_in(self) -> int:

@@ -1,5 +1,11 @@
 """The Spark streaming source: offsets are ``{"topic/queue": next offset}`` over every input queue
-(source and shuffle topics alike); partitions are descriptors of queue ranges, never records.
+(source and shuffle topics alike), plus the job's batch counter; partitions are descriptors of
+queue ranges, never records.
+
+The batch counter (``BATCH_KEY``) goes up by one exactly when some queue's offset does, so it
+follows Spark's own batch id: Spark runs a batch only when the offsets changed, writes them to its
+offset log first, and reruns an unfinished batch with the logged offsets after a restart. Every
+range a task processes therefore knows its batch, and the batch is committed with its writes.
 
 ``initialOffset``, ``latestOffset`` and ``partitions`` run in a Python process of their own that the
 JVM starts; ``read`` runs in the Spark task and does the work (``rstream.runtime.task``), yielding
@@ -19,6 +25,10 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 SCHEMA = "topic string, queue int, start long, end long, info string"
 
 
+#: The offsets' entry holding the batch id of the batch that ends at them (-1: none yet).
+BATCH_KEY = "batch"
+
+
 def queue_key(topic: str, queue: int) -> str:
     return f"{topic}/{queue}"
 
@@ -26,6 +36,11 @@ def queue_key(topic: str, queue: int) -> str:
 def split_queue_key(key: str) -> tuple[str, int]:
     topic, _, queue = key.rpartition("/")
     return topic, int(queue)
+
+
+def queue_offsets(offsets: dict[str, int]) -> dict[str, int]:
+    """The ``{"topic/queue": offset}`` entries of a source offset, without the batch counter."""
+    return {k: v for k, v in offsets.items() if k != BATCH_KEY}
 
 
 class RStreamDataSource(DataSource):
@@ -72,7 +87,7 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def initialOffset(self) -> dict[str, int]:
-        return dict(self.initial)
+        return {**self.initial, BATCH_KEY: -1}
 
     def prepareForTriggerAvailableNow(self) -> None:
         # Sources stop at what exists now; shuffle topics are read to their end, since all they get
@@ -91,6 +106,8 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             queues = {t: len(self.broker.end_offsets(t)) for t in self.framed_topics}
             self.broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush=True))
             out = self._latest(start)
+        batch = int(start.get(BATCH_KEY, -1))
+        out[BATCH_KEY] = batch if self._drained(start, out) else batch + 1  # a batch only when offsets moved
         return out
 
     def _latest(self, start: dict[str, int]) -> dict[str, int]:
@@ -103,15 +120,16 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def _drained(self, start: dict[str, int], latest: dict[str, int]) -> bool:
-        return all(latest[key] <= start.get(key, self.initial.get(key, 0)) for key in latest)
+        return all(latest[key] <= start.get(key, self.initial.get(key, 0)) for key in queue_offsets(latest))
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        batch = int(end.get(BATCH_KEY, -1))
         ranges = []
-        for key, stop in end.items():
+        for key, stop in queue_offsets(end).items():
             begin = start.get(key, self.initial.get(key, 0))
             if stop > begin:
                 topic, queue = split_queue_key(key)
-                ranges.append([topic, queue, begin, stop])
+                ranges.append([topic, queue, begin, stop, batch])
         return [InputPartition(group) for group in plan_tasks(ranges, self.tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, int, str]]:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,6 @@ from rstream.processors.sink import ShuffleSinkProcessor
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
 from rstream.state.store import StateStore
 from rstream.time.watermark import NO_WATERMARK
-
-#: Data errors kept per queue and batch in the progress (all are counted).
-MAX_ERRORS = 200
 
 
 class CheckpointMismatchError(RStreamError):
@@ -53,6 +51,8 @@ class TaskConfig:
     aggregate_emit: str = "record"
     #: Per framed shuffle topic, its producers (``topic/queue/shuffle sink``).
     producers: dict[str, list[str]] = field(default_factory=dict)
+    #: The job's dead-letter topic: every record user code raised on (None: only counted).
+    dlq_topic: str | None = None
 
 
 def dump_blob(obj: Any) -> str:
@@ -82,15 +82,98 @@ def state_folder(state_dir: str | Path, topic: str, queue: int) -> Path:
     return Path(state_dir) / topic / str(queue)
 
 
-def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int) -> dict[str, Any]:
-    """Process ``[start, end)`` of ``topic``/``queue``; returns the queue's metrics."""
+class QueueRun:
+    """One queue range of one batch: the third build (the queue's processor chain), its state
+    store and context; ``feed`` the records, then ``finish`` for the batch's writes and metrics.
+
+    ``run_queue`` commits what a run writes; ``rstream.runtime.trace`` re-executes a committed
+    range with a scratch ``store``, a fixed clock (``now_ms``) and no commit, to see what each
+    record did."""
+
+    def __init__(self, cfg: TaskConfig, topic: str, queue: int, start: int, end: int, batch: int,
+                 store: StateStore | None, last: CommitTag | None, now_ms: int | None = None) -> None:
+        self.cfg, self.topic, self.queue, self.start, self.end, self.batch = cfg, topic, queue, start, end, batch
+        self.store = store
+        self.ctx = ctx = StreamContext(
+            cfg.job, topic, queue, cfg.skip_data_error, store, time_type=cfg.time_type,
+            allowed_lateness_ms=cfg.allowed_lateness_ms, idle_timeout_ms=cfg.idle_timeout_ms,
+            late_topic=cfg.late_topic, producers=cfg.producers, source_watermarks=_source_watermarks(last),
+            batch_id=batch, dlq_topic=cfg.dlq_topic, fixed_now_ms=now_ms,
+        )
+        self.now_ms = ctx.now_ms()
+        if topic in cfg.producers and store is not None:
+            ctx.watermarks = OperatorWatermark(cfg.producers[topic], cfg.idle_timeout_ms, store, ctx.now_ms())
+            current = ctx.watermarks.current(ctx.now_ms())
+            ctx.emit_watermark = current if current < FIRE_ALL else NO_WATERMARK
+        self.roots = cfg.topology.build_processors(topic, cfg.sink_queues, cfg.aggregate_emit)
+        self.procs = [p for root in self.roots for p in root.walk()]
+        for proc in self.procs:
+            proc.open(ctx)
+        self.receivers = [root.receive for root in self.roots]  # type: ignore[attr-defined]
+
+    def feed(self, records: Iterable[tuple[int, Any, bytes, int, int, dict[str, str] | None]]) -> None:
+        """Process records ``(offset, key, body, born, store time, headers)`` in offset order. A
+        record user code raised on goes to the dead-letter topic (or stops the run when
+        ``skip_data_error`` is off)."""
+        ctx, receivers, skip = self.ctx, self.receivers, self.cfg.skip_data_error
+        for rec in records:
+            ctx.offset = rec[0]
+            ctx.headers = rec[5]
+            for receive in receivers:
+                try:
+                    receive(*rec)
+                except RecordError as err:
+                    if not skip:
+                        raise
+                    ctx.dead_letter(err, rec[1], rec[2], rec[3])
+
+    def finish(self) -> tuple[dict[tuple[str, int], list[Any]], dict[str, Any]]:
+        """End the batch: fire what is due, flush every processor, stage the state changes.
+        Returns the records to append (per topic and queue, changelog included) and the metrics."""
+        cfg, ctx, store = self.cfg, self.ctx, self.store
+        if ctx.watermarks is not None:
+            ctx.advance()  # idle producers may have stopped holding the watermark back
+        for proc in self.procs:
+            proc.flush()
+        info: dict[str, Any] = {
+            "topic": self.topic, "queue": self.queue, "start": self.start, "end": self.end, "batch": self.batch,
+            "now_ms": self.now_ms, "replayed_keys": 0, "state_keys": None, "changed_keys": 0,
+        }
+        if ctx.watermarks is not None:
+            now = ctx.now_ms()
+            info["watermark"] = finite(ctx.watermarks.current(now, ctx.flushed))
+            info["held_back_by"] = ctx.watermarks.holding_back(now, ctx.flushed)
+            info["producers"] = ctx.watermarks.describe(now, ctx.flushed)
+            ctx.watermarks.persist()
+        records = {k: v for k, v in ctx.outputs.items() if v}
+        if store is not None and store.changed_keys:
+            info["changed_keys"] = store.changed_keys
+            records[(store.state_topic, self.queue)] = store.changelog()
+        out: dict[str, int] = {}
+        for (t, _q), recs in records.items():
+            if t in (cfg.dlq_topic, cfg.late_topic) or (store is not None and t == store.state_topic):
+                continue
+            markers = sum(1 for r in recs if r[4] == "WATERMARK") if t in cfg.producers else 0
+            out[t] = out.get(t, 0) + len(recs) - markers
+        info.update(
+            records_in=self.roots[0].records_in if self.roots else 0, records_out=out, late=ctx.late_count,
+            error_count=ctx.error_count, operators={p.name: p.metrics() for p in self.procs},
+        )
+        return records, info
+
+    def meta(self) -> str:
+        """What the next batch of this queue needs back: each framed shuffle sink's source watermark."""
+        return json.dumps({"wm": {p.name: p.watermark for p in self.procs
+                                  if isinstance(p, ShuffleSinkProcessor) and p.framed}})
+
+
+def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, batch: int = -1) -> dict[str, Any]:
+    """Process ``[start, end)`` of ``topic``/``queue`` as part of ``batch``; returns the queue's metrics.
+
+    Everything the range writes (outputs, late records, dead letters, the state changelog) and the
+    range's tag with the batch id and these metrics go to the broker in one transaction."""
     began = time.perf_counter()
     job, broker, topology = cfg.job, cfg.broker, cfg.topology
-    info: dict[str, Any] = {
-        "topic": topic, "queue": queue, "start": start, "end": end, "records_in": 0,
-        "records_out": {}, "operators": {}, "replayed_keys": 0, "state_keys": None,
-        "changed_keys": 0, "errors": [], "error_count": 0, "printed": [], "skipped": False,
-    }
     done = broker.find_commit(job, topic, queue, start)
     if done is not None:
         if done.end_offset != end:
@@ -99,9 +182,8 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int) -> 
                 f"for {start}..{end}: the checkpoint folder was deleted or belongs to another run. Use a new "
                 "job id, or reset the job (RocketMQStream.reset()) to start over."
             )
-        info["skipped"] = True
-        info["millis"] = (time.perf_counter() - began) * 1000
-        return info
+        return {"topic": topic, "queue": queue, "start": start, "end": end, "batch": batch, "skipped": True,
+                "printed": [], "millis": (time.perf_counter() - began) * 1000}
     last = broker.last_commit(job, topic, queue)
     committed = None if last is None else last.end_offset
     if committed is not None and committed > start:
@@ -114,71 +196,24 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int) -> 
     if topology.is_stateful(topic):
         store = StateStore(state_folder(cfg.state_dir, topic, queue), topology.state_topics[topic], queue).open()
     try:
+        replayed = 0
         if store is not None and store.applied_offset != committed:
-            info["replayed_keys"] = store.replay(broker, committed)
-        ctx = StreamContext(
-            job, topic, queue, cfg.skip_data_error, store, time_type=cfg.time_type,
-            allowed_lateness_ms=cfg.allowed_lateness_ms, idle_timeout_ms=cfg.idle_timeout_ms,
-            late_topic=cfg.late_topic, producers=cfg.producers,
-            source_watermarks=_source_watermarks(last),
-        )
-        if topic in cfg.producers and store is not None:
-            ctx.watermarks = OperatorWatermark(cfg.producers[topic], cfg.idle_timeout_ms, store, ctx.now_ms())
-            current = ctx.watermarks.current(ctx.now_ms())
-            ctx.emit_watermark = current if current < FIRE_ALL else NO_WATERMARK
-        roots = topology.build_processors(topic, cfg.sink_queues, cfg.aggregate_emit)
-        procs = [p for root in roots for p in root.walk()]
-        for proc in procs:
-            proc.open(ctx)
-        receivers = [root.receive for root in roots]  # type: ignore[attr-defined]
-        skip = cfg.skip_data_error
-        errors = ctx.errors
-        error_count = 0
-        for rec in broker.read_records(topic, queue, start, end):
-            ctx.offset = rec[0]
-            ctx.headers = rec[5]
-            for receive in receivers:
-                try:
-                    receive(*rec)
-                except RecordError as err:
-                    if not skip:
-                        raise
-                    error_count += 1
-                    if len(errors) < MAX_ERRORS:
-                        errors.append(err.as_row())
-        if ctx.watermarks is not None:
-            ctx.advance()  # idle producers may have stopped holding the watermark back
-        for proc in procs:
-            proc.flush()
-        if ctx.watermarks is not None:
-            now = ctx.now_ms()
-            info["watermark"] = finite(ctx.watermarks.current(now, ctx.flushed))
-            info["held_back_by"] = ctx.watermarks.holding_back(now, ctx.flushed)
-            info["producers"] = ctx.watermarks.describe(now, ctx.flushed)
-            ctx.watermarks.persist()
-        records = {k: v for k, v in ctx.outputs.items() if v}
-        if store is not None and store.changed_keys:
-            info["changed_keys"] = store.changed_keys
-            records[(store.state_topic, queue)] = store.changelog()
-        meta = {"wm": {p.name: p.watermark for p in procs if isinstance(p, ShuffleSinkProcessor) and p.framed}}
-        info["late"] = ctx.late_count
-        written = broker.append(records, CommitTag(job, topic, queue, start, end, json.dumps(meta)))
+            replayed = store.replay(broker, committed)
+        run = QueueRun(cfg, topic, queue, start, end, batch, store, last)
+        run.feed(broker.read_records(topic, queue, start, end))
+        records, info = run.finish()
+        info["replayed_keys"] = replayed
+        if store is not None:
+            info["state_keys"] = store.prepare()
+        info["millis"] = (time.perf_counter() - began) * 1000
+        written = broker.append(records, CommitTag(job, topic, queue, start, end, run.meta(), batch,
+                                                   json.dumps(info, default=str)))
         if store is not None:
             if written:
                 store.commit(end)
             else:
                 store.discard()  # another attempt committed this range first; replay next time
-            info["state_keys"] = store.key_count
-        out: dict[str, int] = {}
-        for (t, _q), recs in records.items():
-            if store is None or t != store.state_topic:
-                markers = sum(1 for r in recs if r[4] == "WATERMARK") if t in cfg.producers else 0
-                out[t] = out.get(t, 0) + len(recs) - markers
-        info.update(
-            records_in=roots[0].records_in if roots else 0, records_out=out, errors=errors,
-            error_count=error_count, printed=ctx.printed, skipped=not written,
-            operators={p.name: p.metrics() for p in procs},
-        )
+        info.update(skipped=not written, printed=run.ctx.printed)
     finally:
         if store is not None:
             store.close()
@@ -198,9 +233,9 @@ def run_partition(cfg_blob: str, ranges: list[list[Any]]) -> list[tuple[str, int
     becomes a row carrying the pickled exception, and the ranges after it are left for the rerun."""
     cfg = config_from_blob(cfg_blob)
     rows = []
-    for topic, queue, start, end in ranges:
+    for topic, queue, start, end, batch in ranges:
         try:
-            info = run_queue(cfg, topic, queue, start, end)
+            info = run_queue(cfg, topic, queue, start, end, batch)
         except Exception as exc:  # reported to the driver, which fails the batch
             try:
                 pickled = dump_blob(exc)

@@ -78,6 +78,7 @@ class StateStore:
         self.queue = queue
         self.db: Rdict | None = None
         self._changes: dict[bytes, bytes | None] = {}
+        self._prepared: tuple[WriteBatch, int] | None = None
         self.replayed_keys = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -193,8 +194,9 @@ class StateStore:
                 out.append((kb.hex(), _frame(kb, vb), now, None, None))
         return out
 
-    def commit(self, applied_offset: int) -> None:
-        """Write the staged changes and ``applied_offset`` in one RocksDB write batch."""
+    def prepare(self) -> int:
+        """Turn the staged changes into one RocksDB write batch (written by ``commit``); returns how
+        many keys the store will hold then, so the count can be reported before the commit."""
         db = self._require()
         count = self.key_count
         batch = WriteBatch(raw_mode=True)
@@ -207,27 +209,40 @@ class StateStore:
             else:
                 batch.put(kb, vb)
                 count += 0 if existed else 1
+        self._prepared = (batch, count)
+        return count
+
+    def commit(self, applied_offset: int) -> None:
+        """Write the staged changes and ``applied_offset`` in one RocksDB write batch."""
+        batch, count = self._prepared if self._prepared is not None else (None, 0)
+        if batch is None:
+            self.prepare()
+            assert self._prepared is not None
+            batch, count = self._prepared
         batch.put(_KEYS, str(count).encode())
         batch.put(_APPLIED, str(applied_offset).encode())
-        db.write(batch)
+        self._require().write(batch)
         self._changes.clear()
+        self._prepared = None
 
     def discard(self) -> None:
         """Drop staged changes (their batch did not commit)."""
         self._changes.clear()
+        self._prepared = None
 
     # -- replay ---------------------------------------------------------------------------------
-    def replay(self, broker: Broker, applied_offset: int | None) -> int:
+    def replay(self, broker: Broker, applied_offset: int | None, state_end: int | None = None) -> int:
         """Rebuild the local copy from the state topic: per key the message with the highest offset
         wins, deletes are skipped. One write batch wipes the stale copy and loads the new one, so a
-        crash leaves either the old copy (replayed again next time) or the new one. Returns the keys
-        loaded."""
+        crash leaves either the old copy (replayed again next time) or the new one. With
+        ``state_end``, only the state topic's messages below that offset count (the state as an
+        earlier batch left it). Returns the keys loaded."""
         if self.db is None:
             self.open()
         self._changes.clear()
         latest = {}
         if broker.has_topic(self.state_topic):
-            latest = broker.read_latest(self.state_topic, self.queue)
+            latest = broker.read_latest(self.state_topic, self.queue, state_end)
         batch = WriteBatch(raw_mode=True)
         batch.delete_range(b"\x00", b"\xff")  # every key: meta keys start with \x00, operator names are ASCII
         put = batch.put

@@ -84,14 +84,55 @@ def test_read_ranges_match_slicing(tmp_path_factory: pytest.TempPathFactory, siz
 
 def test_tagged_append_is_exactly_once(broker: EmbeddedBroker) -> None:
     broker.create_topic("out", queues=2)
-    tag = CommitTag("job", "in", 3, 100, 150)
-    records = {("out", 0): [(None, b"x", 1, None, None)], ("out", 1): [(None, b"y", 1, None, None)]}
+    broker.send("out", b"before", queue=1)
+    tag = CommitTag("job", "in", 3, 100, 150, meta="{}", batch_id=7, info='{"records_in": 50}')
+    records = {("out", 0): [(None, b"x", 1, None, None)], ("out", 1): [(None, b"y", 1, None, None)] * 2}
     assert broker.append(records, tag) is True
     assert broker.append(records, tag) is False  # the retry of the same batch writes nothing
-    assert broker.end_offsets("out") == [1, 1]
-    assert broker.last_commit("job", "in", 3) == tag
-    assert broker.find_commit("job", "in", 3, 100) == tag
+    assert broker.end_offsets("out") == [1, 3]
+    stored = broker.last_commit("job", "in", 3)
+    assert stored is not None and stored.seq > 0 and stored.committed_ms > 0
+    # what the task said, and where the broker put each record of the append
+    assert (stored.job, stored.topic, stored.queue, stored.start_offset, stored.end_offset) == ("job", "in", 3, 100, 150)
+    assert (stored.meta, stored.batch_id, stored.info) == ("{}", 7, '{"records_in": 50}')
+    assert stored.output_range("out", 0) == (0, 1) and stored.output_range("out", 1) == (1, 3)
+    assert broker.find_commit("job", "in", 3, 100) == stored
     assert broker.find_commit("job", "in", 3, 150) is None
+    assert broker.commit_covering("job", "in", 3, 149) == stored
+    assert broker.commit_covering("job", "in", 3, 150) is None and broker.commit_covering("job", "in", 3, 99) is None
+
+
+def test_commits_are_read_in_order_and_incrementally(broker: EmbeddedBroker) -> None:
+    broker.create_topic("out", queues=1)
+    for i in range(3):
+        broker.append({("out", 0): [(None, b"x", 1, None, None)]}, CommitTag("job", "in", 0, i, i + 1, batch_id=i))
+    broker.append({}, CommitTag("other", "in", 0, 0, 1, batch_id=0))
+    tags = broker.commits("job")
+    assert [t.batch_id for t in tags] == [0, 1, 2] and [t.seq for t in tags] == sorted(t.seq for t in tags)
+    assert [t.batch_id for t in broker.commits("job", after_seq=tags[0].seq)] == [1, 2]
+    assert broker.commits("job", after_seq=tags[-1].seq) == []
+
+
+def test_a_broker_file_of_an_earlier_schema_is_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    folder = tmp_path / "old"
+    folder.mkdir()
+    conn = sqlite3.connect(folder / "broker.sqlite")
+    conn.executescript("""
+        CREATE TABLE queues (topic TEXT NOT NULL, queue INTEGER NOT NULL, next_offset INTEGER NOT NULL,
+            last_store_ms INTEGER NOT NULL, PRIMARY KEY (topic, queue)) WITHOUT ROWID;
+        CREATE TABLE commit_tags (job TEXT NOT NULL, topic TEXT NOT NULL, queue INTEGER NOT NULL,
+            start_offset INTEGER NOT NULL, end_offset INTEGER NOT NULL, committed_ms INTEGER NOT NULL,
+            meta TEXT NOT NULL DEFAULT '', PRIMARY KEY (job, topic, queue, start_offset)) WITHOUT ROWID;
+        INSERT INTO commit_tags VALUES ('job', 'in', 0, 0, 10, 1, '{"wm": {}}');
+    """)
+    conn.close()
+    broker = EmbeddedBroker(folder)
+    old = broker.last_commit("job", "in", 0)
+    assert old is not None and (old.end_offset, old.meta, old.batch_id, old.seq) == (10, '{"wm": {}}', None, 1)
+    assert broker.append({}, CommitTag("job", "in", 0, 10, 20, batch_id=3)) is True
+    assert [t.end_offset for t in broker.commits("job")] == [10, 20]
 
 
 def test_failed_transaction_writes_nothing(broker: EmbeddedBroker) -> None:
@@ -111,8 +152,10 @@ def test_compact_topic_keeps_latest_value_per_key(broker: EmbeddedBroker) -> Non
     broker.send("state", b"", key="b")  # delete
     broker.send("state", b"1", key="c")
     assert broker.latest_by_key("state", 0) == {"a": b"2", "c": b"1"}
+    assert broker.compacted_below("state", 0) == 0
     removed = broker.compact("state")
     assert removed == 3
+    assert broker.compacted_below("state", 0) == 5  # below it, only the latest message per key is left
     kept = broker.read("state", 0)
     assert [(m.key, m.offset, m.body) for m in kept] == [("a", 2, b"2"), ("c", 4, b"1")]
     assert broker.end_offsets("state") == [5]  # offsets never change
