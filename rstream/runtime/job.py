@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from rstream.broker.base import Broker
+from rstream.broker.base import Broker, CommitTag
 from rstream.broker.embedded import EmbeddedBroker
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
@@ -20,9 +20,8 @@ from rstream.processors.watermarks import tick_records
 from rstream.runtime.progress import BatchProgress, QueueProgress
 from rstream.runtime.source import queue_key
 from rstream.runtime.task import TaskConfig, dump_blob, load_blob, state_folder
-from rstream.state.store import StateStore
+from rstream.state.store import StateError, StateStore, decode_state_message, is_bookkeeping
 from rstream.time.watermark import TimeType
-
 
 #: A commit sequence number no tag reaches.
 NEVER = 2**62
@@ -140,6 +139,8 @@ class RocketMQStream:
         # progress, read from the commit tags: every batch of the job (also of earlier job objects
         # and runs), and the batches this object ran or saw committed
         self._seen_seq = 0
+        self._tags: dict[tuple[str, int], list[CommitTag]] = {}
+        self._state_cache: dict[tuple[str, int, int, int], dict[bytes, tuple[str, Any, Any]]] = {}
         self._queues: dict[int, list[QueueProgress]] = {}
         self._batches: dict[int, BatchProgress] = {}
         self._mine: set[int] = set()
@@ -394,6 +395,7 @@ class RocketMQStream:
             changed: set[int] = set()
             for tag in tags:
                 self._seen_seq = tag.seq
+                self._tags.setdefault((tag.topic, tag.queue), []).append(tag)
                 if tag.batch_id is None or not tag.info:
                     continue
                 self._queues.setdefault(tag.batch_id, []).append(
@@ -487,26 +489,117 @@ class RocketMQStream:
         return pd.DataFrame(rows, columns=cols)
 
     # -- state --------------------------------------------------------------------------------
-    def state(self, operator: str | None = None) -> Any:
-        """The local state store as a DataFrame: one row per key, with its operator and queue.
-        Reads RocksDB read-only, so it also works while the job runs."""
+    def state(self, operator: str | None = None, batch: int | None = None) -> Any:
+        """The state as a DataFrame: one row per key, with its operator and queue.
+
+        Without ``batch``: the local state stores (RocksDB, read-only, so it also works while the job
+        runs). With ``batch=N`` (a ``BatchProgress.batch_id``): the state as it was right after batch N
+        committed, read from the state topics, so it also works from a new job object after a restart
+        or with the local state deleted. Raises ``StateError`` when compaction removed that past."""
         import pandas as pd
 
         rows = []
-        for topic in self.topology.state_topics:
-            for q in range(self.broker.topic(topic).queues):
-                folder = state_folder(self.state_dir, topic, q)
-                if not (folder / "CURRENT").exists():
-                    continue
-                store = StateStore(folder, self.topology.state_topics[topic], q).open(read_only=True)
-                try:
-                    for op, key, value in store.items(operator):
-                        if op.startswith("__") or key == "__horizon__":
-                            continue  # bookkeeping (watermark table, fired horizon), not user state
-                        rows.append({"operator": op, "queue": q, "key": key, "value": value})
-                finally:
-                    store.close()
+        if batch is None:
+            for topic in self.topology.state_topics:
+                for q in range(self.broker.topic(topic).queues):
+                    folder = state_folder(self.state_dir, topic, q)
+                    if not (folder / "CURRENT").exists():
+                        continue
+                    store = StateStore(folder, self.topology.state_topics[topic], q).open(read_only=True)
+                    try:
+                        rows += [{"operator": op, "queue": q, "key": key, "value": value}
+                                 for op, key, value in store.items(operator) if not is_bookkeeping(op, key)]
+                    finally:
+                        store.close()
+        else:
+            rows = [{"operator": op, "queue": q, "key": key, "value": value}
+                    for (q, _kb), (op, key, value) in self._state_at(batch).items()
+                    if operator is None or op == operator]
         return pd.DataFrame(rows, columns=["operator", "queue", "key", "value"])
+
+    def state_diff(self, from_batch: int, to_batch: int | None = None) -> Any:
+        """What changed in the state between right after batch ``from_batch`` and right after batch
+        ``to_batch`` (default: the latest committed batch): one row per key that differs, with
+        ``change`` ``added``, ``changed`` or ``deleted`` and its value ``before`` and ``after``.
+        ``state_diff(n - 1, n)`` is what batch n did to the state."""
+        import pandas as pd
+
+        if to_batch is None:
+            history = self.history()
+            if not history:
+                raise JobError(f"job {self.job_id!r} has not committed a batch yet")
+            to_batch = history[-1].batch_id
+        before, after = self._state_at(from_batch), self._state_at(to_batch)
+        rows = []
+        for ident in sorted(before.keys() | after.keys(), key=lambda i: (before.get(i) or after[i])[0:1] + i):
+            old, new = before.get(ident), after.get(ident)
+            if old is not None and new is not None and old[2] == new[2]:
+                continue
+            change = "added" if old is None else "deleted" if new is None else "changed"
+            op, key, _ = new if new is not None else old  # type: ignore[misc]
+            rows.append({"operator": op, "queue": ident[0], "key": key, "change": change,
+                         "before": None if old is None else old[2], "after": None if new is None else new[2]})
+        # object columns: a missing side stays None (pandas would turn it into NaN next to numbers)
+        return pd.DataFrame(rows, columns=["operator", "queue", "key", "change", "before", "after"], dtype=object)
+
+    def state_end(self, topic: str, queue: int, batch: int) -> int:
+        """The offset of ``topic``'s state topic, queue ``queue``, right after batch ``batch``: its
+        messages below it are the state then (0: no state yet)."""
+        state_topic = self.topology.state_topics[topic]
+        with self._lock:
+            self._sync_progress()
+            tags = list(self._tags.get((topic, queue), []))
+        end = 0
+        for tag in tags:
+            rng = tag.output_range(state_topic, queue)
+            if rng is not None and tag.batch_id is not None and tag.batch_id <= batch:
+                end = max(end, rng[1])
+        return end
+
+    def _state_at(self, batch: int) -> dict[tuple[int, bytes], tuple[str, Any, Any]]:
+        """Per (queue, state key bytes): ``(operator, key, value)`` right after batch ``batch``."""
+        history = [p.batch_id for p in self.history()]
+        if not isinstance(batch, int) or isinstance(batch, bool):
+            raise JobError(f"batch must be a batch id (an int), got {batch!r}")
+        if batch >= 0 and batch not in history:
+            known = f"batches {history[0]}..{history[-1]}" if history else "no batch yet"
+            raise JobError(f"job {self.job_id!r} has no committed batch {batch}; it has {known}")
+        out: dict[tuple[int, bytes], tuple[str, Any, Any]] = {}
+        for topic, state_topic in self.topology.state_topics.items():
+            if not self.broker.has_topic(state_topic):
+                continue
+            for q in range(self.broker.topic(state_topic).queues):
+                end = self.state_end(topic, q, batch) if batch >= 0 else 0
+                for kb, entry in self._state_topic_at(topic, state_topic, q, end, batch).items():
+                    out[(q, kb)] = entry
+        return out
+
+    def _state_topic_at(self, topic: str, state_topic: str, queue: int, end: int,
+                        batch: int) -> dict[bytes, tuple[str, Any, Any]]:
+        if end == 0:
+            return {}
+        compacted = self.broker.compacted_below(state_topic, queue)
+        if end < compacted:
+            readable = [b.batch_id for b in self.history() if self.state_end(topic, queue, b.batch_id) >= compacted]
+            since = f"batch {readable[0]} on" if readable else "no batch"
+            raise StateError(
+                f"the state after batch {batch} is gone: {state_topic} queue {queue} was compacted up to offset "
+                f"{compacted}, which keeps only each key's latest value; its state can be read from {since}")
+        cache_key = (state_topic, queue, end, compacted)
+        with self._lock:
+            cached = self._state_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        entries: dict[bytes, tuple[str, Any, Any]] = {}
+        for rec in self.broker.read_latest(state_topic, queue, end).values():
+            decoded = decode_state_message(rec[1], rec[3])
+            if decoded is not None:
+                entries[decoded[0]] = decoded[1:]
+        with self._lock:
+            if len(self._state_cache) > 256:
+                self._state_cache.clear()
+            self._state_cache[cache_key] = entries
+        return entries
 
     def replay_state(self) -> Any:
         """Bring every queue's local state up to its last committed batch now, replaying from the
@@ -554,6 +647,8 @@ class RocketMQStream:
             if self.broker.has_topic(topic):
                 self.broker.delete_topic(topic)
         with self._lock:
+            self._tags.clear()
+            self._state_cache.clear()
             self._queues.clear()
             self._batches.clear()
             self._mine.clear()

@@ -59,6 +59,36 @@ def split_state_key(kb: bytes) -> tuple[str, Any]:
     return kb[:i].decode(), decode(kb[i + 1:])
 
 
+#: Keys an operator keeps for itself, not user state: its watermark table and its fired horizon.
+BOOKKEEPING_PREFIX = "__"
+HORIZON_KEY = "__horizon__"
+
+
+def is_bookkeeping(operator: str, key: Any) -> bool:
+    """Whether ``(operator, key)`` is an operator's own bookkeeping rather than user state."""
+    return operator.startswith(BOOKKEEPING_PREFIX) or (type(key) is str and key == HORIZON_KEY)
+
+
+def is_timer(kb: bytes) -> bool:
+    """Whether a namespaced state key is a timer (``timer_key``) rather than a value."""
+    i = _separator(kb)
+    return i >= 0 and kb[i] == 1
+
+
+def decode_state_message(body: bytes, headers: Any = None) -> tuple[bytes, str, Any, Any] | None:
+    """``(state key bytes, operator, key, value)`` of a state-topic message that holds user state;
+    None for a delete, a timer or an operator's bookkeeping."""
+    if not body or (headers and DELETE_HEADER in headers):
+        return None
+    kb, vb = unframe(body)
+    if is_timer(kb):
+        return None
+    operator, key = split_state_key(kb)
+    if is_bookkeeping(operator, key):
+        return None
+    return kb, operator, key, decode(vb)
+
+
 def _frame(kb: bytes, vb: bytes) -> bytes:
     return _LEN.pack(len(kb)) + kb + vb
 
