@@ -58,4 +58,4 @@ class StreamBuilder:
         return self.graph.to_digraph()
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return self.logical_graph()._repr_mimebundle_(include, exclude)  # type: ignore[no-any-return]
+        return {"text/html": self.graph.to_svg(), "text/plain": self.graph.describe()}

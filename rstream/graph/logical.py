@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rstream.graph.style import DrawEdge, DrawNode, to_digraph
+from rstream.graph.style import DrawEdge, DrawNode, fitted_svg, to_digraph
 
 #: Logical kinds that hold state and so need their input shuffled by key first.
 AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg", "aggregate")
@@ -90,10 +90,14 @@ class LogicalGraph:
             lines.append(head + (f" --> {kids}" if kids else ""))
         return "\n".join(lines)
 
-    def to_digraph(self) -> Any:
-        """The logical graph as a ``graphviz.Digraph``."""
+    def to_digraph(self, rankdir: str = "LR") -> Any:
+        """The logical graph as a ``graphviz.Digraph`` (``rankdir="TB"``: top to bottom)."""
         edges = [DrawEdge(f"n{n.number}", f"n{c.number}") for n in self.nodes for c in n.children]
-        return to_digraph(f"{self.job_id}: logical graph", [n.draw_node() for n in self.nodes], edges)
+        return to_digraph(f"{self.job_id}: logical graph", [n.draw_node() for n in self.nodes], edges, rankdir)
+
+    def to_svg(self) -> str:
+        """The logical graph as SVG that fits a notebook's output area (see ``fitted_svg``)."""
+        return fitted_svg(self.to_digraph)
 
     def to_dot(self) -> str:
         """The logical graph as DOT text."""

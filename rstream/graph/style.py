@@ -3,7 +3,8 @@ one function turns nodes and edges into a ``graphviz.Digraph``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,14 +76,19 @@ class DrawEdge:
     head: str
     label: str = ""
     style: str = "solid"
+    attrs: tuple[tuple[str, str], ...] = ()
 
 
-def to_digraph(title: str, nodes: Sequence[DrawNode], edges: Iterable[DrawEdge]) -> Any:
+#: Colour of a highlighted path (a record's trace) on a graph.
+HIGHLIGHT = "#e8590c"
+
+
+def to_digraph(title: str, nodes: Sequence[DrawNode], edges: Iterable[DrawEdge], rankdir: str = "LR") -> Any:
     """One ``graphviz.Digraph`` for any graph of rstream's; clusters group nodes by topic."""
     import graphviz
 
     graph = graphviz.Digraph(name=title)
-    graph.attr(rankdir="LR", label=title, labelloc="t", fontname="Helvetica")
+    graph.attr(rankdir=rankdir, label=title, labelloc="t", fontname="Helvetica")
     graph.attr("node", fontname="Helvetica", fontsize="11", style="filled")
     graph.attr("edge", fontname="Helvetica", fontsize="9")
     clusters: dict[str | None, list[DrawNode]] = {}
@@ -98,10 +104,47 @@ def to_digraph(title: str, nodes: Sequence[DrawNode], edges: Iterable[DrawEdge])
             for node in members:
                 _add_node(sub, node)
     for edge in edges:
-        graph.edge(edge.tail, edge.head, label=edge.label or None, style=edge.style)
+        graph.edge(edge.tail, edge.head, label=edge.label or None, style=edge.style, **dict(edge.attrs))
     return graph
+
+
+_SIZE = re.compile(r'<svg width="([0-9.]+)pt" height="([0-9.]+)pt"')
+
+
+def svg_size(svg: str) -> tuple[float, float]:
+    """Width and height of a Graphviz SVG in CSS pixels (Graphviz writes points)."""
+    found = _SIZE.search(svg)
+    if found is None:
+        return 0.0, 0.0
+    return float(found.group(1)) * 4 / 3, float(found.group(2)) * 4 / 3
+
+
+def fit_svg(svg: str) -> str:
+    """A Graphviz SVG that fits its container: never wider than the output area (it scales down,
+    keeping its proportions), never larger than drawn. Drops the XML prolog, so it can sit in HTML."""
+    svg = svg[svg.find("<svg"):]
+    width, _height = svg_size(svg)
+    if not width:
+        return svg
+    return _SIZE.sub(f'<svg style="width:100%;max-width:{width:.0f}px;height:auto"', svg, count=1)
 
 
 def _add_node(graph: Any, node: DrawNode) -> None:
     st = style_of(node.kind)
     graph.node(node.id, label=node.label, shape=st.shape, fillcolor=st.fillcolor, **dict(node.attrs))
+
+
+#: Width (CSS px) a graph may take before it is laid out top to bottom: a notebook's output area
+#: in JupyterLab is about 1000 px wide next to the file browser.
+FIT_WIDTH_PX = 960
+
+
+def fitted_svg(make: Callable[[str], Any]) -> str:
+    """Render ``make(rankdir)`` (a ``graphviz.Digraph``) left to right, or top to bottom when that is
+    wider than ``FIT_WIDTH_PX`` and the top-to-bottom layout is narrower; scaled to fit either way."""
+    svg = str(make("LR").pipe(format="svg", encoding="utf-8"))
+    if svg_size(svg)[0] > FIT_WIDTH_PX:
+        tall = str(make("TB").pipe(format="svg", encoding="utf-8"))
+        if svg_size(tall)[0] < svg_size(svg)[0]:
+            svg = tall
+    return fit_svg(svg)

@@ -9,12 +9,12 @@ processors themselves are made per queue (third build) by ``Topology.build_proce
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rstream.graph.logical import AGGREGATE_KINDS, JOIN_KINDS, LogicalGraph, LogicalNode, describe_callable
-from rstream.graph.style import DrawEdge, DrawNode, to_digraph
+from rstream.graph.style import HIGHLIGHT, DrawEdge, DrawNode, fitted_svg, to_digraph
 from rstream.processors import aggregate as agg
 from rstream.processors import sink as sinks
 from rstream.processors import stateless as sl
@@ -203,12 +203,16 @@ class Topology:
         """The logical graph as a ``graphviz.Digraph``."""
         return self.graph.to_digraph()
 
-    def real_graph(self, counters: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
+    def real_graph(self, counters: Mapping[str, Mapping[str, Any]] | None = None,
+                   highlight: Iterable[str] | None = None, rankdir: str = "LR") -> Any:
         """The real topology as a ``graphviz.Digraph``: one cluster per pipeline, topics as cylinders.
         With ``counters`` (per operator name, e.g. ``job.operator_totals()``) each node also shows
         its records in, and windows/joins their open and fired windows and late records: the live
-        view of a running job."""
+        view of a running job. ``highlight`` (operator and topic names) draws a path in colour: a
+        record's trace. ``rankdir`` ``"TB"`` lays it out top to bottom."""
+        marked = set(highlight or ())
         ids = {id(n): f"r{i}" for i, n in enumerate(self.nodes)}
+        lit: set[str] = set()
         draw: list[DrawNode] = []
         edges: list[DrawEdge] = []
         topic_ids: dict[str, str] = {}
@@ -216,33 +220,53 @@ class Topology:
         def topic_node(name: str, kind: str) -> str:
             if name not in topic_ids:
                 topic_ids[name] = f"t{len(topic_ids)}"
-                draw.append(DrawNode(topic_ids[name], kind, name))
+                draw.append(DrawNode(topic_ids[name], kind, name, _lit(name in marked)))
+                if name in marked:
+                    lit.add(topic_ids[name])
             return topic_ids[name]
 
+        def edge(tail: str, head: str, label: str = "", style: str = "solid") -> None:
+            on = tail in lit and head in lit
+            edges.append(DrawEdge(tail, head, label, style, (("color", HIGHLIGHT), ("penwidth", "2.5")) if on else ()))
+
+        for node in self.nodes:
+            if node.name in marked:
+                lit.add(ids[id(node)])
         for topic in self.pipelines:
-            kind = "shuffle_topic" if topic in self.shuffle_topics else "topic"
-            tid = topic_node(topic, kind)
-            for root in self.pipelines[topic]:
-                edges.append(DrawEdge(tid, ids[id(root)]))
+            topic_node(topic, "shuffle_topic" if topic in self.shuffle_topics else "topic")
         for node in self.nodes:
             label = node.label + _counter_line((counters or {}).get(node.name))
-            draw.append(DrawNode(ids[id(node)], node.kind, label, (("tooltip", node.name),), node.pipeline))
+            attrs = (("tooltip", node.name), *_lit(node.name in marked))
+            draw.append(DrawNode(ids[id(node)], node.kind, label, attrs, node.pipeline))
+        for topic in self.pipelines:
+            for root in self.pipelines[topic]:
+                edge(topic_ids[topic], ids[id(root)])
+        for node in self.nodes:
             for child in node.children:
-                edges.append(DrawEdge(ids[id(node)], ids[id(child)]))
+                edge(ids[id(node)], ids[id(child)])
             if node.kind in ("shuffle_sink", "sink"):
                 kind = "shuffle_topic" if node.kind == "shuffle_sink" else "topic"
-                edges.append(DrawEdge(ids[id(node)], topic_node(node.params["topic"], kind)))
+                edge(ids[id(node)], topic_node(node.params["topic"], kind))
             if node.stateful:
-                sid = topic_node(self.state_topics[node.pipeline], "state_topic")
-                edges.append(DrawEdge(ids[id(node)], sid, "changelog", "dashed"))
-        return to_digraph(f"{self.job_id}: real topology", draw, edges)
+                edge(ids[id(node)], topic_node(self.state_topics[node.pipeline], "state_topic"), "changelog", "dashed")
+        return to_digraph(f"{self.job_id}: real topology", draw, edges, rankdir)
 
     def real_dot(self) -> str:
         """The real topology (second build) as DOT text."""
         return str(self.real_graph().source)
 
+    def real_svg(self, counters: Mapping[str, Mapping[str, Any]] | None = None,
+                 highlight: Iterable[str] | None = None) -> str:
+        """The real topology as SVG that fits a notebook: laid out top to bottom when left to right
+        would be wider than the output area, and scaled to its width when still too wide."""
+        return fitted_svg(lambda rankdir: self.real_graph(counters, highlight, rankdir))
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return self.real_graph()._repr_mimebundle_(include, exclude)  # type: ignore[no-any-return]
+        return {"text/html": self.real_svg(), "text/plain": self.describe()}
+
+
+def _lit(on: bool) -> tuple[tuple[str, str], ...]:
+    return (("color", HIGHLIGHT), ("penwidth", "3")) if on else ()
 
 
 def _counter_line(counters: Mapping[str, Any] | None) -> str:

@@ -74,6 +74,10 @@ class AggregateProcessor(Processor):
             put(self.name, key, value)
         self.keys_changed = len(self.cache)
 
+    def staged(self) -> list[tuple[Any, Any]]:
+        """``(key, value)`` held in memory that ``flush`` will put in the store."""
+        return list(self.cache.items())
+
     def metrics(self) -> dict[str, Any]:
         return {"records_in": self.records_in, "keys_changed": self.keys_changed}
 

@@ -121,6 +121,8 @@ class StreamContext:
     dlq_topic: str | None = None
     #: A fixed processing time (ms) instead of the wall clock: re-executing a committed batch.
     fixed_now_ms: int | None = None
+    #: Makes the list collecting one output topic and queue (a plain list unless re-executing).
+    make_output: Callable[[str, int], list[Any]] | None = None
 
     def __post_init__(self) -> None:
         self.outputs: dict[tuple[str, int], list[Any]] = {}
@@ -190,7 +192,7 @@ class StreamContext:
         key = (topic, queue)
         out = self.outputs.get(key)
         if out is None:
-            out = self.outputs[key] = []
+            out = self.outputs[key] = [] if self.make_output is None else self.make_output(topic, queue)
         return out
 
     def record_error(self, operator: str, exc: BaseException, value: Any) -> RecordError:

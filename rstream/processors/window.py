@@ -143,6 +143,10 @@ class WindowAggregateProcessor(WindowedOperator):
             put(name, wk, acc)
         super().flush()
 
+    def staged(self) -> list[tuple[Any, Any]]:
+        """``(window key, accumulator)`` held in memory that ``flush`` will put in the store."""
+        return list(self.cache.items())
+
     def _late(self, key: Any, value: Any, ts: int, watermark: int, reason: str) -> None:
         self.late += 1
         self.ctx.late(self.name, key, value, ts, watermark, reason)  # type: ignore[union-attr]

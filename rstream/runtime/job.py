@@ -542,6 +542,22 @@ class RocketMQStream:
         # object columns: a missing side stays None (pandas would turn it into NaN next to numbers)
         return pd.DataFrame(rows, columns=["operator", "queue", "key", "change", "before", "after"], dtype=object)
 
+    def queue_tags(self, topic: str, queue: int) -> list[CommitTag]:
+        """The commit tags of one input queue of this job, oldest range first."""
+        with self._lock:
+            self._sync_progress()
+            return sorted(self._tags.get((topic, queue), []), key=lambda t: t.start_offset)
+
+    def trace(self, topic: str, queue: int, offset: int) -> Any:
+        """Where the record at ``topic``/``queue``/``offset`` (a source or shuffle topic of this job) went
+        through the real topology: the shuffle records it became, the state it changed (before and
+        after), every sink message, late record or dead letter it caused, and the window results it
+        ended up in. A ``RecordTrace`` (``to_pandas()``; in a notebook, a table and the real topology
+        with the path highlighted). Re-executes the committed ranges involved; writes nothing."""
+        from rstream.runtime.trace import trace
+
+        return trace(self, topic, queue, offset)
+
     def state_end(self, topic: str, queue: int, batch: int) -> int:
         """The offset of ``topic``'s state topic, queue ``queue``, right after batch ``batch``: its
         messages below it are the state then (0: no state yet)."""

@@ -13,7 +13,7 @@ import hashlib
 import json
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,14 +91,15 @@ class QueueRun:
     record did."""
 
     def __init__(self, cfg: TaskConfig, topic: str, queue: int, start: int, end: int, batch: int,
-                 store: StateStore | None, last: CommitTag | None, now_ms: int | None = None) -> None:
+                 store: StateStore | None, last: CommitTag | None, now_ms: int | None = None,
+                 make_output: Callable[[str, int], list[Any]] | None = None) -> None:
         self.cfg, self.topic, self.queue, self.start, self.end, self.batch = cfg, topic, queue, start, end, batch
         self.store = store
         self.ctx = ctx = StreamContext(
             cfg.job, topic, queue, cfg.skip_data_error, store, time_type=cfg.time_type,
             allowed_lateness_ms=cfg.allowed_lateness_ms, idle_timeout_ms=cfg.idle_timeout_ms,
             late_topic=cfg.late_topic, producers=cfg.producers, source_watermarks=_source_watermarks(last),
-            batch_id=batch, dlq_topic=cfg.dlq_topic, fixed_now_ms=now_ms,
+            batch_id=batch, dlq_topic=cfg.dlq_topic, fixed_now_ms=now_ms, make_output=make_output,
         )
         self.now_ms = ctx.now_ms()
         if topic in cfg.producers and store is not None:

@@ -212,6 +212,15 @@ class StateStore:
     def changed_keys(self) -> int:
         return len(self._changes)
 
+    def staged_changes(self) -> dict[bytes, bytes | None]:
+        """A copy of this batch's staged changes: state key bytes -> value bytes (None: delete)."""
+        return dict(self._changes)
+
+    def committed_raw(self, kb: bytes) -> bytes | None:
+        """The committed value bytes of a namespaced state key (staged changes not applied)."""
+        raw = self._require().get(kb)
+        return None if raw is None else bytes(raw)
+
     def changelog(self) -> list[RecordTuple]:
         """The state-topic records for this batch's changes: key = hex of the state key, body =
         state key + value; a delete has an empty body and the delete header."""

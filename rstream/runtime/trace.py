@@ -1,0 +1,506 @@
+"""``job.trace(topic, queue, offset)``: where one input record went through the real topology.
+
+Nothing on the hot path records where records came from. A trace re-executes, queue by queue, the
+committed range that held the record, exactly as its task ran it: the same processor chain (the
+third build), the state as the previous batch left it (replayed from the state topic into a
+scratch store), the same source watermarks, the batch's own processing time, and no writes. It
+then compares every re-executed output with what the broker holds for that range: when they are
+equal (``RecordTrace.exact``) every offset in the trace is the committed one. Records a shuffle
+sink wrote are traced on in their shuffle topic's pipeline the same way; a window the record
+entered is followed to the batch where it fired.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rstream.broker.base import CommitTag
+from rstream.errors import RStreamError
+from rstream.processors.aggregate import AggregateProcessor
+from rstream.processors.join import JoinProcessor
+from rstream.processors.sink import CombiningShuffleSinkProcessor
+from rstream.processors.window import WindowedOperator
+from rstream.runtime.inspect import DLQ, LATE, SHUFFLE, SINK, SOURCE, decode_message, topic_role
+from rstream.runtime.task import QueueRun, TaskConfig
+from rstream.serde.codec import decode, encode
+from rstream.state.store import StateError, StateStore, is_bookkeeping, is_timer, split_state_key, state_key
+
+if TYPE_CHECKING:
+    from rstream.graph.topology import Topology
+    from rstream.runtime.job import RocketMQStream
+
+
+class TraceError(RStreamError, LookupError):
+    """A record cannot be traced: there is no such record, or the job is not a reader of its topic."""
+
+
+HOP_COLUMNS = ["step", "kind", "topic", "queue", "offset", "operator", "key", "value", "before", "after",
+               "batch_id", "note"]
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One place the record (or what it became) reached: a message in a topic (the input record,
+    a shuffle record, a sink message, a late record, a dead letter) or a state change."""
+
+    kind: str
+    topic: str
+    queue: int
+    offset: int | None
+    operator: str | None
+    key: Any
+    value: Any
+    before: Any = None
+    after: Any = None
+    batch_id: int | None = None
+    note: str = ""
+
+
+@dataclass
+class _Effect:
+    """What one input record did in a re-executed range."""
+
+    received: tuple[Any, Any] | None = None
+    operators: list[str] = field(default_factory=list)
+    outputs: list[tuple[str, int, int]] = field(default_factory=list)  # (topic, queue, index in the range's output)
+    state: list[tuple[bytes, bytes | None, bytes | None]] = field(default_factory=list)  # (key, before, after)
+
+
+@dataclass
+class _Emit:
+    """A stateful operator forwarded a result: while processing ``during`` (an input offset; None at
+    the end of the batch), producing ``outputs``."""
+
+    operator: str
+    key: Any
+    value: Any
+    during: int | None
+    outputs: list[tuple[str, int, int]]
+
+
+class _Replay:
+    """One committed range of one input queue, re-executed with a scratch state store."""
+
+    def __init__(self, job: RocketMQStream, cfg: TaskConfig, tag: CommitTag, targets: Iterable[int],
+                 work: Path) -> None:
+        self.tag = tag
+        self.broker = broker = job.broker
+        topology = cfg.topology
+        topic, queue = tag.topic, tag.queue
+        earlier = [t for t in job.queue_tags(topic, queue) if t.start_offset < tag.start_offset]
+        previous = next((t for t in reversed(earlier) if t.end_offset == tag.start_offset), None)
+        self.store: StateStore | None = None
+        self.state_topic = topology.state_topics.get(topic)
+        if self.state_topic is not None:
+            end = max((r[1] for t in earlier if (r := t.output_range(self.state_topic, queue))), default=0)
+            compacted = broker.compacted_below(self.state_topic, queue)
+            if 0 < end < compacted:
+                raise StateError(
+                    f"cannot re-execute {topic}/{queue} offsets {tag.start_offset}..{tag.end_offset}: "
+                    f"{self.state_topic} queue {queue} was compacted past the state that batch started from")
+            self.store = StateStore(work / f"{topic}-{queue}-{tag.start_offset}", self.state_topic, queue).open()
+            self.store.replay(broker, None, state_end=end)
+        info = json.loads(tag.info) if tag.info else {}
+        batch = -1 if tag.batch_id is None else tag.batch_id
+        self.log: list[tuple[str, int, int]] = []  # every output record, in the order it was made
+        self.run = run = QueueRun(cfg, topic, queue, tag.start_offset, tag.end_offset, batch, self.store,
+                                  previous, now_ms=info.get("now_ms"), make_output=self._logged)
+        self.current: int | None = None
+        self.control: set[int] = set()
+        self.emits: list[_Emit] = []
+        self.effects: dict[int, _Effect] = {}
+        self.kinds = {p.name: p for p in run.procs}
+        self._receiving: _Effect | None = None
+        self._instrument()
+        targets = set(targets)
+        for rec in broker.read_records(topic, queue, tag.start_offset, tag.end_offset):
+            offset = self.current = rec[0]
+            if rec[5] and topic in topology.framed_topics:
+                self.control.add(offset)
+            if offset not in targets:
+                run.feed([rec])
+                continue
+            effect = self.effects[offset] = _Effect()
+            staged, made, seen = self._staged(), len(self.log), {p.name: p.records_in for p in run.procs}
+            self._receiving = effect
+            run.feed([rec])
+            self._receiving = None
+            effect.operators = [p.name for p in run.procs if p.records_in > seen[p.name]]
+            effect.outputs = self.log[made:]
+            effect.state = self._changed(staged, self._staged())
+        self.current = None
+        made = len(self.log)
+        records, _info = run.finish()
+        self._combined_outputs(self.log[made:])
+        self.changelog = [r[0] for r in records.get((self.state_topic, queue), [])] if self.state_topic else []
+        self.exact = self._matches(records)
+        if self.store is not None:
+            self.store.close()
+
+    # -- instrumentation ------------------------------------------------------------------------
+    def _instrument(self) -> None:
+        self.combined: dict[int, list[tuple[str, bytes]]] = {}  # offset -> (topic, key) it added to a partial
+        combining = [p for p in self.run.procs if isinstance(p, CombiningShuffleSinkProcessor)]
+        for sink in combining:
+            sink.process = self._combining(sink, sink.process)  # type: ignore[method-assign]
+        if combining:
+            for proc in self.run.procs:
+                proc.wire()  # parents call the children's process: point them at the wrapped ones
+        for root in self.run.roots:
+            root.forward = self._receive(root.forward)
+        for proc in self.run.procs:
+            if isinstance(proc, (AggregateProcessor, WindowedOperator)):
+                proc.forward = self._emitting(proc.name, proc.forward)
+
+    def _combining(self, sink: CombiningShuffleSinkProcessor, process: Any) -> Any:
+        def combine(key: Any, value: Any, ts: int) -> None:
+            process(key, value, ts)
+            if self._receiving is not None and self.current is not None:
+                self.combined.setdefault(self.current, []).append((sink.topic, encode(key)))
+        return combine
+
+    def _combined_outputs(self, made_at_end: list[tuple[str, int, int]]) -> None:
+        """A combining shuffle sink writes one partial per key at the end of the batch: it belongs to
+        every record whose key went into it."""
+        for offset, keys in self.combined.items():
+            wanted = set(keys)
+            found = [(t, q, i) for t, q, i in made_at_end if (t, self.record(t, q, i)[0]) in wanted]
+            self.effects[offset].outputs.extend(found)
+
+    def _receive(self, forward: Any) -> Any:
+        def receive(key: Any, value: Any, ts: int) -> None:
+            if self._receiving is not None and self._receiving.received is None:
+                self._receiving.received = (key, value)
+            forward(key, value, ts)
+        return receive
+
+    def _emitting(self, name: str, forward: Any) -> Any:
+        def emit(key: Any, value: Any, ts: int) -> None:
+            made = len(self.log)
+            forward(key, value, ts)
+            self.emits.append(_Emit(name, key, value, self.current, self.log[made:]))
+        return emit
+
+    def _logged(self, topic: str, queue: int) -> list[Any]:
+        return _LoggedList(self.log, topic, queue)
+
+    def _staged(self) -> dict[bytes, bytes | None]:
+        if self.store is None:
+            return {}
+        out = self.store.staged_changes()
+        for proc in self.run.procs:
+            staged = getattr(proc, "staged", None)
+            if staged is not None:
+                for key, value in staged():
+                    out[state_key(proc.name, key)] = encode(value)
+        return out
+
+    def _changed(self, before: dict[bytes, bytes | None], after: dict[bytes, bytes | None]) -> list[tuple[bytes, bytes | None, bytes | None]]:
+        assert self.store is not None or not after
+        out = []
+        for kb in after:
+            old = before[kb] if kb in before else self.store.committed_raw(kb)  # type: ignore[union-attr]
+            new = after[kb]
+            if old == new or is_timer(kb):
+                continue
+            operator, key = split_state_key(kb)
+            if not is_bookkeeping(operator, key):
+                out.append((kb, old, new))
+        return out
+
+    def _matches(self, records: dict[tuple[str, int], list[Any]]) -> bool:
+        """Whether the re-executed outputs are the committed ones (keys and bodies, in order)."""
+        for name, (first, end) in self.tag.outputs.items():
+            topic, _, q = name.rpartition("/")
+            if topic == self.state_topic and self.broker.compacted_below(topic, int(q)) > first:
+                continue  # compaction removed superseded changelog records: nothing left to compare
+            stored = [(m.key, m.body) for m in self.broker.read(topic, int(q), first, end)]
+            mine = [(r[0], r[1]) for r in records.get((topic, int(q)), [])]
+            if stored != mine:
+                return False
+        produced = {f"{t}/{q}" for (t, q), recs in records.items() if recs}
+        return produced <= set(self.tag.outputs)
+
+    # -- answers ------------------------------------------------------------------------------------
+    def offset(self, topic: str, queue: int, index: int) -> int | None:
+        rng = self.tag.output_range(topic, queue)
+        return None if rng is None else rng[0] + index
+
+    def record(self, topic: str, queue: int, index: int) -> Any:
+        return self.run.ctx.outputs[(topic, queue)][index]
+
+    def changelog_offset(self, kb: bytes) -> int | None:
+        if self.state_topic is None:
+            return None
+        try:
+            index = self.changelog.index(kb.hex())
+        except ValueError:
+            return None
+        return self.offset(self.state_topic, self.tag.queue, index)
+
+    def deferred(self, operator: str, state_key_value: Any) -> list[_Emit]:
+        """Results ``operator`` forwarded outside any data record (a window firing at a watermark, a
+        per-batch result) for ``state_key_value``."""
+        proc = self.kinds.get(operator)
+        out = []
+        for emit in self.emits:
+            if emit.operator != operator or (emit.during is not None and emit.during not in self.control):
+                continue
+            key = emit.key
+            if key == state_key_value or (isinstance(proc, JoinProcessor) and isinstance(state_key_value, tuple)
+                                          and len(state_key_value) == 4 and key == state_key_value[1]):
+                out.append(emit)
+        return out
+
+
+class _LoggedList(list):  # type: ignore[type-arg]
+    """An output list that also notes, in one shared log, the order in which records were made."""
+
+    def __init__(self, log: list[tuple[str, int, int]], topic: str, queue: int) -> None:
+        super().__init__()
+        self._log, self._where = log, (topic, queue)
+
+    def append(self, record: Any) -> None:
+        self._log.append((*self._where, len(self)))
+        super().append(record)
+
+
+class RecordTrace:
+    """Where one input record went: ``to_pandas()`` has one row per hop (``HOP_COLUMNS``); in a
+    notebook it shows as that table beside the real topology with the path highlighted.
+
+    ``exact`` is True when every re-executed range produced exactly the committed outputs, so every
+    offset shown is the committed one (a user function that is not deterministic makes it False)."""
+
+    def __init__(self, job_id: str, topology: Topology, origin: tuple[str, int, int], hops: list[Hop],
+                 operators: list[str], exact: bool) -> None:
+        self.job_id = job_id
+        self.topology = topology
+        self.origin = origin
+        self.hops = hops
+        self.operators = operators
+        self.exact = exact
+
+    @property
+    def topics(self) -> list[str]:
+        """Every topic the trace reached, in order."""
+        return list(dict.fromkeys(h.topic for h in self.hops))
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        rows = [[i, h.kind, h.topic, h.queue, h.offset, h.operator, h.key, h.value, h.before, h.after, h.batch_id,
+                 h.note] for i, h in enumerate(self.hops, start=1)]
+        return pd.DataFrame(rows, columns=HOP_COLUMNS, dtype=object)
+
+    def graph(self) -> Any:
+        """The real topology with this record's path highlighted (a ``graphviz.Digraph``)."""
+        return self.topology.real_graph(highlight=[*self.operators, *self.topics])
+
+    @property
+    def summary(self) -> str:
+        topic, queue, offset = self.origin
+        sinks = [h for h in self.hops if h.kind in ("sink", "fired", "emitted")]
+        states = [h for h in self.hops if h.kind == "state"]
+        parts = [f"{topic}/{queue} offset {offset}: {len(self.hops)} hops"]
+        if states:
+            parts.append(f"{len(states)} state change{'s' if len(states) != 1 else ''}")
+        parts.append(f"{len(sinks)} sink message{'s' if len(sinks) != 1 else ''}")
+        late = sum(1 for h in self.hops if h.kind == "late")
+        if late:
+            parts.append(f"{late} late")
+        dead = sum(1 for h in self.hops if h.kind == "dead letter")
+        if dead:
+            parts.append(f"{dead} dead letter{'s' if dead != 1 else ''}")
+        if not self.exact:
+            parts.append("NOT exact: re-executing gave other outputs than the committed ones")
+        return ", ".join(parts)
+
+    def _repr_html_(self) -> str:
+        import pandas as pd
+
+        from rstream.graph.style import fitted_svg
+
+        svg = fitted_svg(lambda rankdir: self.topology.real_graph(highlight=[*self.operators, *self.topics],
+                                                                  rankdir=rankdir))
+        with pd.option_context("display.max_colwidth", 60):
+            table = self.to_pandas().drop(columns=["step"]).to_html(index=False, na_rep="", escape=True)
+        return (f'<div style="max-width:100%"><div style="font-family:monospace;margin:4px 0"><b>trace</b> '
+                f'{escape(self.summary)}</div><div style="max-width:100%;overflow-x:auto">{table}</div>'
+                f"<div>{svg}</div></div>")
+
+    def __repr__(self) -> str:
+        return f"RecordTrace({self.summary})"
+
+
+def trace(job: RocketMQStream, topic: str, queue: int, offset: int) -> RecordTrace:
+    """Trace the record at ``topic``/``queue``/``offset`` (a source or shuffle topic of ``job``)."""
+    topology = job.topology
+    if topic not in topology.input_topics:
+        raise TraceError(f"job {job.job_id!r} does not read topic {topic!r}; it reads {topology.input_topics}")
+    info = job.broker.topic(topic)
+    if not 0 <= queue < info.queues:
+        raise TraceError(f"topic {topic!r} has queues 0..{info.queues - 1}, not {queue!r}")
+    end = job.broker.end_offsets(topic)[queue]
+    if not 0 <= offset < end:
+        raise TraceError(f"{topic}/{queue} has offsets 0..{end - 1}, not {offset!r}")
+    cfg = job.task_config()
+    hops: list[Hop] = []
+    operators: list[str] = []
+    exact = True
+    job.job_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="trace-", dir=job.job_dir))
+    try:
+        hops.append(_first_hop(job, topic, queue, offset))
+        children: dict[int, list[int]] = {}  # hop index -> the hops it led to, in order
+
+        def add(parent: int, hop: Hop) -> int:
+            hops.append(hop)
+            children.setdefault(parent, []).append(len(hops) - 1)
+            return len(hops) - 1
+
+        level: list[tuple[str, int, int, int]] = [(topic, queue, offset, 0)]  # what to trace, and its hop
+        while level:  # one pipeline after the other: a range is re-executed once for all its records
+            next_level: list[tuple[str, int, int, int]] = []
+            for tag, items in _by_tag(job, level, hops):
+                replay = _Replay(job, cfg, tag, [o for _, _, o, _ in items], work)
+                exact = exact and replay.exact
+                for _topic, _queue, o, parent in items:
+                    effect = replay.effects[o]
+                    hops[parent] = _processed(hops[parent], effect, tag, job)
+                    operators += [op for op in effect.operators if op not in operators]
+                    for kb, old, new in effect.state:  # the state it changed, then what it emitted
+                        add(parent, _state_hop(replay, kb, old, new))
+                    for out in effect.outputs:
+                        hop = _output_hop(job, replay, *out)
+                        index = add(parent, hop)
+                        if hop.kind == "shuffle" and hop.offset is not None:
+                            next_level.append((hop.topic, hop.queue, hop.offset, index))
+                    for kb, _old, new in effect.state:  # results of that state outside the record
+                        for hop in _followed(job, cfg, replay, kb, new, work, operators):
+                            add(parent, hop)
+            level = next_level
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ordered: list[Hop] = []
+    stack = [0]
+    while stack:  # depth first: each shuffle record is followed by what it did downstream
+        index = stack.pop()
+        ordered.append(hops[index])
+        stack.extend(reversed(children.get(index, [])))
+    return RecordTrace(job.job_id, topology, (topic, queue, offset), ordered, operators, exact)
+
+
+def _first_hop(job: RocketMQStream, topic: str, queue: int, offset: int) -> Hop:
+    message = job.broker.read(topic, queue, offset, offset + 1)[0]
+    kind = SOURCE if topic in job.topology.source_topics else SHUFFLE
+    decoded = decode_message(topic_role(topic, job.topology), message.key, message.body, message.headers)
+    return Hop(kind, topic, queue, offset, None, decoded.key, decoded.value)
+
+
+def _by_tag(job: RocketMQStream, level: list[tuple[str, int, int, int]],
+            hops: list[Hop]) -> list[tuple[CommitTag, list[tuple[str, int, int, int]]]]:
+    groups: dict[tuple[str, int, int], tuple[CommitTag, list[tuple[str, int, int, int]]]] = {}
+    for item in level:
+        t, q, o, hop_index = item
+        tag = job.broker.commit_covering(job.job_id, t, q, o)
+        if tag is None:
+            hops[hop_index] = _with_note(hops[hop_index], "not processed yet: the job has not read this offset")
+            continue
+        groups.setdefault((t, q, tag.start_offset), (tag, []))[1].append(item)
+    return list(groups.values())
+
+
+def _with_note(hop: Hop, note: str) -> Hop:
+    return Hop(hop.kind, hop.topic, hop.queue, hop.offset, hop.operator, hop.key, hop.value, hop.before, hop.after,
+               hop.batch_id, "; ".join(n for n in (hop.note, note) if n))
+
+
+def _processed(hop: Hop, effect: _Effect, tag: CommitTag, job: RocketMQStream) -> Hop:
+    """The input hop, with what its pipeline made of it and the batch that processed it."""
+    key, value = (hop.key, hop.value) if effect.received is None else effect.received
+    path = " → ".join(effect.operators)
+    note = f"read in batch {tag.batch_id}" + (f": {path}" if path else "")
+    merged = Hop(hop.kind, hop.topic, hop.queue, hop.offset, hop.operator, key, value, None, None, tag.batch_id,
+                 hop.note)
+    return _with_note(merged, note)
+
+
+def _operator_of_output(job: RocketMQStream, topic: str) -> str | None:
+    for node in job.topology.nodes:
+        if node.kind in ("shuffle_sink", "sink") and node.params.get("topic") == topic:
+            return node.name
+    return None
+
+
+def _output_hop(job: RocketMQStream, replay: _Replay, topic: str, queue: int, index: int, kind: str | None = None,
+                note: str = "") -> Hop:
+    key, body, _born, headers, _tags = replay.record(topic, queue, index)
+    role = topic_role(topic, job.topology)
+    decoded = decode_message(role, key, body, headers)
+    operator = decoded.detail.get("operator") if role.role in (LATE, DLQ) else _operator_of_output(job, topic)
+    if kind is None:
+        kind = {SHUFFLE: "shuffle", LATE: "late", DLQ: "dead letter", SINK: "sink"}.get(role.role, "sink")
+    if role.role == LATE:
+        note = "; ".join(n for n in (note, str(decoded.detail.get("reason", ""))) if n)
+    if role.role == DLQ:
+        note = "; ".join(n for n in (note, str(decoded.detail.get("error", ""))) if n)
+    return Hop(kind, topic, queue, replay.offset(topic, queue, index), operator, decoded.key, decoded.value,
+               batch_id=replay.tag.batch_id, note=note)
+
+
+def _state_hop(replay: _Replay, kb: bytes, old: bytes | None, new: bytes | None) -> Hop:
+    operator, key = split_state_key(kb)
+    assert replay.state_topic is not None
+    change = "added" if old is None else "deleted" if new is None else "changed"
+    return Hop("state", replay.state_topic, replay.tag.queue, replay.changelog_offset(kb), operator, key, None,
+               None if old is None else decode(old), None if new is None else decode(new),
+               replay.tag.batch_id, f"{change} in the state store")
+
+
+def _followed(job: RocketMQStream, cfg: TaskConfig, replay: _Replay, kb: bytes, new: bytes | None, work: Path,
+              operators: list[str]) -> list[Hop]:
+    """The results a state change led to outside its record: a per-batch result at the end of the
+    same batch, or a window's result when it fired (in this batch or a later one)."""
+    operator, key = split_state_key(kb)
+    emits = replay.deferred(operator, key)
+    fire_replay = replay
+    if not emits and new is not None and getattr(replay.kinds.get(operator), "window", None) is not None:
+        fired_at = _deleted_in(job, replay, kb)
+        if fired_at is not None:
+            fire_replay = _Replay(job, cfg, fired_at, [], work)
+            emits = fire_replay.deferred(operator, key)
+        else:
+            return []
+    hops = []
+    for emit in emits:
+        if operator not in operators:
+            operators.append(operator)
+        what = "fired" if isinstance(replay.kinds.get(operator), WindowedOperator) else "emitted"
+        when = "in the same batch" if fire_replay is replay else f"in batch {fire_replay.tag.batch_id}"
+        for out in emit.outputs:
+            hops.append(_output_hop(job, fire_replay, *out, kind=what, note=f"{operator} {what} {when}"))
+    return hops
+
+
+def _deleted_in(job: RocketMQStream, replay: _Replay, kb: bytes) -> CommitTag | None:
+    """The later committed range of the same queue that deleted state key ``kb`` (its window fired)."""
+    state_topic, queue = replay.state_topic, replay.tag.queue
+    assert state_topic is not None
+    rng = replay.tag.output_range(state_topic, queue)
+    start = rng[1] if rng is not None else 0
+    hex_key = kb.hex()
+    for message in job.broker.read(state_topic, queue, start):
+        if message.key == hex_key and not message.body:
+            for tag in job.queue_tags(replay.tag.topic, queue):
+                found = tag.output_range(state_topic, queue)
+                if found is not None and found[0] <= message.offset < found[1]:
+                    return tag
+    return None
