@@ -1,6 +1,6 @@
 """The notebook toolkit: ipywidgets views over rstream's plain objects.
 
-    from widgets import JobMonitor, WatermarkMonitor, LateDataTable, topology_view
+    from rstream.widgets import JobMonitor, WatermarkMonitor, LateDataTable, topology_view
     monitor = JobMonitor(job).start()        # live batches table; monitor.stop() when done
     watermarks = WatermarkMonitor(job).start()  # watermarks, and why each open window has not fired
     late = LateDataTable(job).start()        # the records that came too late, and why
@@ -10,14 +10,14 @@ Each widget is a view over a plain object (``ProgressSnapshot``, ``WatermarkSnap
 imports it.
 """
 
-from widgets.late import LateDataSnapshot
-from widgets.late_table import LateDataTable
-from widgets.live import LiveView
-from widgets.monitor import JobMonitor
-from widgets.progress import ProgressSnapshot
-from widgets.topology import TopologyMonitor, TopologySnapshot, topology_svg, topology_view
-from widgets.watermark_monitor import WatermarkMonitor
-from widgets.watermarks import WatermarkSnapshot
+from .late import LateDataSnapshot
+from .late_table import LateDataTable
+from .live import LiveView
+from .monitor import JobMonitor
+from .progress import ProgressSnapshot
+from .topology import TopologyMonitor, TopologySnapshot, topology_svg, topology_view
+from .watermark_monitor import WatermarkMonitor
+from .watermarks import WatermarkSnapshot
 
 __all__ = [
     "JobMonitor",

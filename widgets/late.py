@@ -12,7 +12,8 @@ from html import escape
 from typing import Any
 
 from rstream import RocketMQStream
-from widgets.progress import _table
+
+from .progress import _table
 
 #: Columns of the latest-records table (all of ``job.late_records()`` is in ``to_pandas()``).
 SHOWN_COLUMNS = ["operator", "key", "data_time", "watermark", "late_ms", "reason", "topic", "queue", "offset"]

@@ -8,8 +8,9 @@ from typing import Any
 import ipywidgets
 
 from rstream import RocketMQStream
-from widgets.late import LateDataSnapshot
-from widgets.live import LiveView
+
+from .late import LateDataSnapshot
+from .live import LiveView
 
 
 class LateDataTable(LiveView):

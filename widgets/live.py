@@ -51,8 +51,9 @@ class LiveView(ipywidgets.VBox):
         raise TypeError(f"{type(self).__name__} must define draw()")
 
     def seen(self) -> Hashable:
-        """What, when it changes, calls for a redraw: the batch count and whether the job runs."""
-        return (len(self.job.progress), self.job.is_running)
+        """What, when it changes, calls for a redraw: a queue of the job committed, or the job started
+        or stopped."""
+        return (self.job.commit_seq, self.job.is_running)
 
     # -- drawing ----------------------------------------------------------------------------------
     def refresh(self) -> bool:

@@ -8,8 +8,9 @@ from typing import Any
 import ipywidgets
 
 from rstream import RocketMQStream
-from widgets.live import LiveView
-from widgets.progress import ProgressSnapshot
+
+from .live import LiveView
+from .progress import ProgressSnapshot
 
 
 class JobMonitor(LiveView):
@@ -38,8 +39,9 @@ class JobMonitor(LiveView):
         return ProgressSnapshot.of(self.job, last=self.last)
 
     def draw(self) -> Hashable:
+        seen = self.seen()  # before the snapshot: a batch that lands meanwhile is drawn next time
         snap = self.snapshot()
         self.status_line.value = snap.status_html()
         self.batch_table.value = snap.batches_html()
         self.operator_table.value = snap.operators_html()
-        return (snap.total_batches, snap.running)
+        return seen

@@ -9,7 +9,8 @@ from typing import Any
 import ipywidgets
 
 from rstream import RocketMQStream, Topology
-from widgets.live import LiveView
+
+from .live import LiveView
 
 GRAPHS = ("real", "logical")
 

@@ -8,8 +8,9 @@ from typing import Any
 import ipywidgets
 
 from rstream import RocketMQStream
-from widgets.live import LiveView
-from widgets.watermarks import WatermarkSnapshot
+
+from .live import LiveView
+from .watermarks import WatermarkSnapshot
 
 
 class WatermarkMonitor(LiveView):

@@ -15,7 +15,8 @@ from html import escape
 from typing import Any
 
 from rstream import RocketMQStream
-from widgets.progress import _table
+
+from .progress import _table
 
 QUEUE_COLUMNS = ["topic", "queue", "operator", "window", "watermark", "held_back_by", "held_back_watermark",
                  "windows_open", "windows_fired", "late", "batch_id"]

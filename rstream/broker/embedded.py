@@ -15,9 +15,9 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from rstream.broker.base import (
     BrokerError,
@@ -32,8 +32,9 @@ from rstream.broker.base import (
     UnknownTopicError,
     validate_topic_name,
 )
+from rstream.progressbar import progress_bar
 
-__all__ = ["EmbeddedBroker"]
+__all__ = ["EmbeddedBroker", "SendResults"]
 
 #: Records per stored batch row: big enough to be cheap, small enough that reading a short range
 #: does not decode much more than it needs.
@@ -83,6 +84,35 @@ def _encode_payload(records: Sequence[RecordTuple], offsets: list[int] | None = 
 def _decode_payload(payload: bytes) -> tuple[list[int] | None, list[Any]]:
     offsets, records = marshal.loads(payload)
     return offsets, records
+
+
+class SendResults(Sequence[SendResult]):
+    """Where each message of a ``send_batch`` landed, in the order sent; each ``SendResult`` is
+    made when it is read (a million sends should not cost a million objects nobody looks at)."""
+
+    def __init__(self, topic: str, queues: list[int], index: list[int], starts: dict[int, int]) -> None:
+        self._topic, self._queues, self._index, self._starts = topic, queues, index, starts
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    @overload
+    def __getitem__(self, i: int) -> SendResult: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[SendResult]: ...
+
+    def __getitem__(self, i: int | slice) -> SendResult | list[SendResult]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        q = self._queues[i]
+        return SendResult(self._topic, q, self._starts[q] + self._index[i])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"SendResults({len(self)} messages to {self._topic!r})"
 
 
 class EmbeddedBroker:
@@ -289,42 +319,49 @@ class EmbeddedBroker:
         tags: str | None = None,
         keys: Sequence[MessageKey] | None = None,
         born_timestamps: Sequence[int] | None = None,
-    ) -> list[SendResult]:
+        progress: bool = True,
+    ) -> SendResults:
         """Append many messages in one transaction. ``keys`` / ``born_timestamps`` give one value
-        per body; ``key`` / ``born_timestamp`` one for all. Returns where each landed, in order."""
+        per body; ``key`` / ``born_timestamp`` one for all. Returns where each landed, in order.
+        A send that takes longer than half a second shows a progress bar (``progress=False``: none)."""
         info = self.topic(topic)
-        if queue is not None and not 0 <= queue < info.queues:
-            raise BrokerError(f"topic {topic!r} has queues 0..{info.queues - 1}, not {queue!r}")
+        n_queues = info.queues
+        if queue is not None and not 0 <= queue < n_queues:
+            raise BrokerError(f"topic {topic!r} has queues 0..{n_queues - 1}, not {queue!r}")
         now = _now_ms()
         hdrs = dict(headers) if headers else None
         if hdrs is not None:
             for name, text in hdrs.items():
                 if not isinstance(name, str) or not isinstance(text, str):
                     raise BrokerError(f"headers must map str to str, got {name!r}: {text!r}")
-        per_queue: dict[tuple[str, int], list[RecordTuple]] = {}
-        order: list[tuple[int, int]] = []
-        rr = self._round_robin_start(topic, info.queues)
-        for i, body in enumerate(bodies):
-            if isinstance(body, str):
-                body = body.encode()
-            elif not isinstance(body, bytes):
+        encoded: list[bytes] = [b.encode() if type(b) is str else b for b in bodies]  # type: ignore[misc]
+        for body in encoded:
+            if type(body) is not bytes and not isinstance(body, bytes):
                 raise BrokerError(f"message body must be bytes or str, got {type(body).__name__}")
-            k = keys[i] if keys is not None else key
-            if k is not None and not isinstance(k, (str, bytes)):
-                raise BrokerError(f"message key must be str, bytes or None, got {type(k).__name__}: {k!r}")
-            ts = born_timestamps[i] if born_timestamps is not None else born_timestamp
-            if queue is not None:
-                q = queue
-            elif k is not None:
-                q = zlib.crc32(k.encode() if isinstance(k, str) else k) % info.queues
-            else:
-                q = (rr + i) % info.queues
-            recs = per_queue.setdefault((topic, q), [])
-            order.append((q, len(recs)))
-            recs.append((k, body, int(ts if ts is not None else now), hdrs, tags))
-        firsts = self._append(per_queue, None)
+        count = len(encoded)
+        key_list: Sequence[MessageKey] = keys if keys is not None else [key] * count
+        for kind in {type(k) for k in key_list}:
+            if kind is not type(None) and kind is not str and kind is not bytes:
+                bad = next(x for x in key_list if type(x) is kind)
+                raise BrokerError(f"message key must be str, bytes or None, got {kind.__name__}: {bad!r}")
+        stamps = [int(t) for t in born_timestamps] if born_timestamps is not None else \
+            [int(born_timestamp if born_timestamp is not None else now)] * count
+        if queue is not None:
+            placed = [queue] * count
+        else:
+            rr = self._round_robin_start(topic, n_queues)
+            placed = [(rr + i) % n_queues if k is None else zlib.crc32(k.encode() if isinstance(k, str) else k) % n_queues
+                      for i, k in enumerate(key_list)]
+        per_queue: dict[tuple[str, int], list[RecordTuple]] = {(topic, q): [] for q in sorted(set(placed))}
+        index = []
+        for q, msg_key, body, ts in zip(placed, key_list, encoded, stamps):
+            recs = per_queue[(topic, q)]
+            index.append(len(recs))
+            recs.append((msg_key, body, ts, hdrs, tags))
+        with progress_bar(count, f"sending to {topic}", enabled=progress) as bar:
+            firsts = self._append(per_queue, None, bar.update)
         assert firsts is not None  # only a tagged append can be a no-op
-        return [SendResult(topic, q, firsts[(topic, q)] + idx) for q, idx in order]
+        return SendResults(topic, placed, index, {q: firsts[(topic, q)] for (_t, q) in per_queue})
 
     def _round_robin_start(self, topic: str, queues: int) -> int:
         counter = getattr(self._local, "rr", 0)
@@ -342,7 +379,8 @@ class EmbeddedBroker:
         return self._append(records, tag) is not None
 
     def _append(
-        self, records: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None
+        self, records: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None,
+        written: Callable[[int], Any] | None = None,
     ) -> dict[tuple[str, int], int] | None:
         conn = self._conn()
         firsts: dict[tuple[str, int], int] = {}
@@ -373,6 +411,8 @@ class EmbeddedBroker:
                     chunk = recs[i:i + BATCH_RECORDS]
                     rows.append((topic, q, next_offset, len(chunk), store_ms, _encode_payload(chunk)))
                     next_offset += len(chunk)
+                    if written is not None:
+                        written(len(chunk))
                 conn.execute(
                     "UPDATE queues SET next_offset=?, last_store_ms=? WHERE topic=? AND queue=?",
                     (next_offset, store_ms, topic, q),

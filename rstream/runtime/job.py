@@ -17,6 +17,7 @@ from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
 from rstream.processors.base import dead_letter_row
 from rstream.processors.watermarks import tick_records
+from rstream.progressbar import NoBar, progress_bar
 from rstream.runtime.progress import BatchProgress, QueueProgress
 from rstream.runtime.source import queue_key
 from rstream.runtime.task import TaskConfig, dump_blob, load_blob, state_folder
@@ -272,24 +273,53 @@ class RocketMQStream:
                     print(f"rstream: idle tick failed: {exc}")
                     return
 
-    def run_until_idle(self, timeout: float | None = 600, fire_idle: bool = True) -> RocketMQStream:
+    def run_until_idle(self, timeout: float | None = 600, fire_idle: bool = True,
+                       progress: bool = True) -> RocketMQStream:
         """Process until every input and shuffle queue is drained, then return (the query started
         by ``start()`` keeps running; otherwise the run stops by itself). Raises the job's error
         if it failed, ``JobTimeoutError`` after ``timeout`` seconds.
 
         With windows or joins and ``fire_idle`` (the default), the input is then treated as idle,
         as it would be after ``idle_timeout_ms``: the windows still open fire, and records that
-        arrive later for them are late (reason: their source was idle)."""
+        arrive later for them are late (reason: their source was idle).
+
+        A run longer than half a second shows a progress bar: records processed, and the queues
+        with the most records left (``progress=False``: none)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         flush = fire_idle and bool(self.topology.framed_topics)
-        if self.is_running:
-            self._drain(deadline, timeout)
-            if flush:
-                self.tick(flush=True)
-                self._drain(deadline, timeout)
-        else:
-            self._drain(deadline, timeout, flush_at_end=flush)  # the source sends the flush tick itself
+        with progress_bar(None, f"{self.job_id}: run until idle", enabled=progress) as bar:
+            watch = _BacklogBar(self, bar)
+            if self.is_running:
+                self._drain(deadline, timeout, watch=watch)
+                if flush:
+                    self.tick(flush=True)
+                    self._drain(deadline, timeout, watch=watch)
+            else:  # the source sends the flush tick itself
+                self._drain(deadline, timeout, flush_at_end=flush, watch=watch)
+            watch.update(final=True)
         return self
+
+    def lag(self) -> Any:
+        """Per input queue (sources, then shuffle topics): its end offset, the offset up to which this
+        job has committed, and the records left to read (``lag``), as a DataFrame."""
+        import pandas as pd
+
+        rows = [{"topic": t, "queue": q, "end_offset": end, "committed_offset": done, "lag": end - done}
+                for (t, q), (end, done) in self._backlog().items()]
+        return pd.DataFrame(rows, columns=["topic", "queue", "end_offset", "committed_offset", "lag"])
+
+    def _backlog(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Per input queue: (broker end offset, committed offset)."""
+        with self._lock:
+            self._sync_progress()
+            committed = {key: max(t.end_offset for t in tags) for key, tags in self._tags.items() if tags}
+        out = {}
+        for topic in self.topology.input_topics:
+            if not self.broker.has_topic(topic):
+                continue
+            for q, end in enumerate(self.broker.end_offsets(topic)):
+                out[(topic, q)] = (end, min(committed.get((topic, q), 0), end))
+        return out
 
     def tick(self, flush: bool = False) -> None:
         """Send an idle tick to every queue of the job's window and join topics, so their operators
@@ -297,23 +327,31 @@ class RocketMQStream:
         queues = {t: self.broker.topic(t).queues for t in self.topology.framed_topics}
         self.broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush))
 
-    def _drain(self, deadline: float | None, timeout: float | None, flush_at_end: bool = False) -> None:
+    def _drain(self, deadline: float | None, timeout: float | None, flush_at_end: bool = False,
+               watch: _BacklogBar | None = None) -> None:
         if self.is_running:
             while not self._drained():
                 self._check_failure()
                 if deadline is not None and time.monotonic() > deadline:
                     raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s")
+                if watch is not None:
+                    watch.update()
                 time.sleep(0.05)
         else:
             query = self._start_query(available_now=True, flush_at_end=flush_at_end)
-            left = None if deadline is None else max(1.0, deadline - time.monotonic())
-            try:
-                finished = query.awaitTermination(left)
-            except Exception:
-                finished = True
-            if not finished:
-                query.stop()
-                raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s; it was stopped")
+            while True:
+                step = 0.25 if deadline is None else min(0.25, max(deadline - time.monotonic(), 0.0))
+                try:
+                    finished = query.awaitTermination(max(step, 0.01))
+                except Exception:
+                    finished = True
+                if finished:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    query.stop()
+                    raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s; it was stopped")
+                if watch is not None:
+                    watch.update()
         self._check_failure()
         self._flush_printed()
 
@@ -617,29 +655,44 @@ class RocketMQStream:
             self._state_cache[cache_key] = entries
         return entries
 
-    def replay_state(self) -> Any:
+    def replay_state(self, progress: bool = True,
+                     on_queue: Callable[[dict[str, Any], int, int], None] | None = None) -> Any:
         """Bring every queue's local state up to its last committed batch now, replaying from the
         state topics where the local copy is missing or stale (tasks otherwise do it lazily, when a
-        queue next gets records). Returns one row per queue: what was replayed."""
+        queue next gets records). Returns one row per queue: what was replayed.
+
+        A replay longer than half a second shows a progress bar over the state-topic messages read
+        (``progress=False``: none); ``on_queue(row, messages_done, messages_total)`` is called after
+        each queue (a notebook view uses it)."""
         import pandas as pd
 
         if self.is_running:
             raise JobError("stop the job before replaying its state here (its tasks hold the stores)")
+        queues = [(topic, state_topic, q) for topic, state_topic in self.topology.state_topics.items()
+                  if self.broker.has_topic(topic) for q in range(self.broker.topic(topic).queues)]
+        sizes = {}
+        for topic, state_topic, q in queues:
+            sizes[(topic, q)] = self.broker.end_offsets(state_topic)[q] if self.broker.has_topic(state_topic) else 0
+        total, done = sum(sizes.values()), 0
         rows = []
-        for topic, state_topic in self.topology.state_topics.items():
-            if not self.broker.has_topic(topic):
-                continue
-            for q in range(self.broker.topic(topic).queues):
+        with progress_bar(total, f"{self.job_id}: replay state", unit="messages", enabled=progress) as bar:
+            for topic, state_topic, q in queues:
                 last = self.broker.last_commit(self.job_id, topic, q)
                 committed = None if last is None else last.end_offset
                 store = StateStore(state_folder(self.state_dir, topic, q), state_topic, q).open()
                 try:
                     stale = store.applied_offset != committed
                     replayed = store.replay(self.broker, committed) if stale else 0
-                    rows.append({"topic": topic, "queue": q, "committed_offset": committed,
-                                 "replayed": stale, "replayed_keys": replayed, "state_keys": store.key_count})
+                    row = {"topic": topic, "queue": q, "committed_offset": committed, "replayed": stale,
+                           "replayed_keys": replayed, "state_keys": store.key_count}
                 finally:
                     store.close()
+                rows.append(row)
+                done += sizes[(topic, q)]
+                bar.update(sizes[(topic, q)])
+                bar.set_postfix_str(f"{topic}/{q}: {replayed} keys")
+                if on_queue is not None:
+                    on_queue(row, done, total)
         return pd.DataFrame(rows, columns=["topic", "queue", "committed_offset", "replayed", "replayed_keys", "state_keys"])
 
     def delete_local_state(self) -> None:
@@ -672,3 +725,32 @@ class RocketMQStream:
     def __repr__(self) -> str:
         state = "running" if self.is_running else "stopped"
         return f"RocketMQStream(job={self.job_id!r}, {state}, batches={len(self.progress)})"
+
+
+class _BacklogBar:
+    """Feeds a progress bar with a job's backlog: records committed since the bar began, out of
+    those plus the records still left, and the queues with the most left."""
+
+    def __init__(self, job: RocketMQStream, bar: Any) -> None:
+        self.job, self.bar = job, bar
+        self.start = {k: done for k, (_end, done) in job._backlog().items()}
+        self.shown = 0.0
+
+    def update(self, final: bool = False) -> None:
+        if isinstance(self.bar, NoBar) or (not final and time.monotonic() - self.shown < 0.2):
+            return
+        self.shown = time.monotonic()
+        backlog = self.job._backlog()
+        done = sum(committed - self.start.get(k, 0) for k, (_end, committed) in backlog.items())
+        left = {k: end - committed for k, (end, committed) in backlog.items() if end > committed}
+        self.bar.total = done + sum(left.values())
+        self.bar.n = done
+        top = sorted(left.items(), key=lambda kv: -kv[1])[:3]
+        self.bar.set_postfix_str("left: " + (", ".join(f"{self._short(t)}/{q} {n}" for (t, q), n in top) or "none")
+                                 + (f" (+{len(left) - 3} queues)" if len(left) > 3 else ""))
+
+    def _short(self, topic: str) -> str:
+        """``COUNT-4 shuffle`` for ``<job>-ROCKETMQ-COUNT-4-shuffleTopic``: bars are one line."""
+        if topic in self.job.topology.shuffle_topics:
+            return topic.removeprefix(f"{self.job.job_id}-ROCKETMQ-").removesuffix("-shuffleTopic") + " shuffle"
+        return topic

@@ -27,6 +27,9 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
 
     A new session is quiet (warnings only, no progress bars, no UI), keeps Python workers alive
     between batches, and keeps its temporary files under ``tmp_dir`` (default ``./rstream-data/spark-tmp``).
+    The JVM's own output (its log, and warnings it prints at start-up such as "Using incubator
+    modules") goes to ``<tmp_dir>/spark-driver.log``, not into a notebook's cells. Extra settings are
+    Spark properties, with ``__`` for ``.`` (``spark__driver__memory="1g"``).
     """
     from pyspark.sql import SparkSession
 
@@ -40,26 +43,43 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
     os.environ.setdefault("SPARK_LOCAL_DIRS", str(tmp))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, and no warning about it
     java_opts = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()} -Djava.io.tmpdir={tmp}"
-    builder = (
-        SparkSession.builder.master(master or os.environ.get("RSTREAM_SPARK_MASTER", "local[*]"))
-        .appName("rstream")
-        .config("spark.driver.extraJavaOptions", java_opts)
-        .config("spark.executor.extraJavaOptions", java_opts)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.noDataProgressEventInterval", "100")
-        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-    )
-    for key, value in conf.items():
-        builder = builder.config(key.replace("__", "."), value)
+    options = {
+        "spark.master": master or os.environ.get("RSTREAM_SPARK_MASTER", "local[*]"),
+        "spark.app.name": "rstream",
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.python.worker.reuse": "true",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.streaming.noDataProgressEventInterval": "100",
+        "spark.sql.warehouse.dir": str(tmp / "warehouse"),
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        **{key.replace("__", "."): str(value) for key, value in conf.items()},
+    }
+    _launch_jvm(options, tmp / "spark-driver.log")
+    builder = SparkSession.builder
+    for key, value in options.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
     return spark
+
+
+def _launch_jvm(options: dict[str, str], log: Path) -> None:
+    """Start Spark's JVM (once per process) with these settings and its stdout and stderr in ``log``:
+    what the JVM prints itself would otherwise land in a notebook cell as a red stderr box."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return  # a JVM is already there (an earlier session in this process, or a pyspark shell)
+    with open(log, "ab") as out:
+        gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(options.items())),
+                                 popen_kwargs={"stdout": out, "stderr": out})
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def register(spark: Any) -> None:

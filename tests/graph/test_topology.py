@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import html
+import re
 import shutil
 
 import graphviz
 import pytest
 
 from rstream import Accumulator, StreamBuilder, TextDeserializer, TextSerializer
+from rstream.graph.style import FIT_WIDTH_PX, svg_size
 
 
 def wordcount() -> StreamBuilder:
@@ -77,7 +79,25 @@ def test_graphs_are_digraphs_and_render_to_svg() -> None:
     svg = html.unescape(topo.real_graph().pipe(format="svg").decode())
     assert svg.lstrip().startswith("<?xml") and "wc-ROCKETMQ-COUNT-4-shuffleTopic" in svg
     bundle = topo._repr_mimebundle_()
-    assert "image/svg+xml" in bundle
+    assert bundle["text/plain"] == topo.describe()
+    assert "wc-ROCKETMQ-COUNT-4-shuffleTopic" in html.unescape(bundle["text/html"])
+
+
+def test_graphs_fit_a_notebook_output_area() -> None:
+    """Left to right the word count's real topology is about 1900 px wide: it is laid out top to
+    bottom instead, and every rendered graph scales down to its container, never up."""
+    topo = wordcount().build()
+    wide = topo.real_graph(rankdir="LR").pipe(format="svg", encoding="utf-8")
+    assert svg_size(wide)[0] > FIT_WIDTH_PX
+    fitted = topo.real_svg()
+    assert fitted.startswith('<svg style="width:100%;max-width:')
+    drawn = float(re.search(r"max-width:(\d+)px", fitted).group(1))  # type: ignore[union-attr]
+    assert drawn <= FIT_WIDTH_PX and 'viewBox="' in fitted
+    small = StreamBuilder("s")
+    small.source("in").sink("out")
+    logical = small.graph.to_svg()
+    assert float(re.search(r"max-width:(\d+)px", logical).group(1)) < 500  # type: ignore[union-attr]
+    assert small._repr_mimebundle_()["text/html"] == logical
 
 
 def test_aggregate_and_chained_shuffles() -> None:

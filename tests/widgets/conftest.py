@@ -10,6 +10,7 @@ from typing import Any
 
 import comm
 import pytest
+from rstream.widgets import WatermarkSnapshot
 
 from rstream import (
     EmbeddedBroker,
@@ -22,7 +23,6 @@ from rstream import (
     Time,
     TumblingWindow,
 )
-from widgets import WatermarkSnapshot
 
 SENTENCES = ["the quick brown fox", "jumps over the lazy dog", "the dog sleeps", "boom"]
 

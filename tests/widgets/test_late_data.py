@@ -7,12 +7,12 @@ from html import unescape
 from typing import Any
 
 import pytest
+from rstream.widgets import LateDataSnapshot
+from rstream.widgets.late import BEHIND, FIRED, cause
 
 from rstream import EmbeddedBroker
 from tests.conftest import job_id
 from tests.widgets.conftest import FAST, SLOW, WINDOW_PROPS, send_clicks
-from widgets import LateDataSnapshot
-from widgets.late import BEHIND, FIRED, cause
 
 
 def test_late_record_behind_its_source_queues_watermark(held_back_job: Any) -> None:

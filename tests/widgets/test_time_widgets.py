@@ -8,12 +8,12 @@ from typing import Any
 
 import ipywidgets
 import pytest
+from rstream.widgets import LateDataTable, WatermarkMonitor
 
 from rstream import EmbeddedBroker
 from tests.conftest import job_id
 from tests.widgets.conftest import FAST, SLOW, WINDOW_PROPS, send_clicks
 from tests.widgets.test_job_monitor import wait_for
-from widgets import LateDataTable, WatermarkMonitor
 
 
 def test_watermark_monitor_shows_why_windows_wait(held_back_job: Any) -> None:

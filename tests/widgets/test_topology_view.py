@@ -7,8 +7,7 @@ from typing import Any
 
 import ipywidgets
 import pytest
-
-from widgets import topology_svg, topology_view
+from rstream.widgets import topology_svg, topology_view
 
 
 def test_real_topology_svg_names_every_node_and_topic(wordcount_builder: Any) -> None:

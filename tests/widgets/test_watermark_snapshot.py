@@ -7,6 +7,8 @@ from html import unescape
 from typing import Any
 
 import pytest
+from rstream.widgets import WatermarkSnapshot
+from rstream.widgets.watermarks import ShuffleQueue
 
 from rstream import (
     EmbeddedBroker,
@@ -19,8 +21,6 @@ from rstream import (
 )
 from tests.conftest import job_id
 from tests.widgets.conftest import FAST, SLOW, WINDOW_PROPS, send_clicks
-from widgets import WatermarkSnapshot
-from widgets.watermarks import ShuffleQueue
 
 
 def shuffle_sink(job: Any) -> str:

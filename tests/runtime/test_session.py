@@ -1,0 +1,28 @@
+"""The SparkSession rstream makes: quiet in a notebook cell (the JVM's own output goes to a log file)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.notebooks.test_notebooks import CLEAN_ENV
+
+
+def test_the_jvm_prints_nothing_into_the_callers_stderr(tmp_path: Path) -> None:
+    """A fresh process (the test session's own Spark is already running): what the JVM prints at
+    start-up, such as "WARNING: Using incubator modules", reaches the log file, never stderr."""
+    script = textwrap.dedent(f"""
+        from rstream import get_spark
+        spark = get_spark("local[1]", tmp_dir={str(tmp_path / "spark-tmp")!r})
+        print(spark.range(7).count())
+        spark.stop()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=CLEAN_ENV, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "7"
+    assert done.stderr == "", f"the JVM wrote into stderr: {done.stderr!r}"
+    log = (tmp_path / "spark-tmp" / "spark-driver.log").read_text()
+    assert "incubator" in log  # Spark 4 on Java 17 always says it: it went here instead

@@ -1,0 +1,59 @@
+"""Long work shows a progress bar (a plain line in a terminal); short work and ``progress=False`` none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rstream import EmbeddedBroker, progressbar
+
+
+@pytest.fixture
+def no_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progressbar, "DELAY_S", 0)
+
+
+def test_sending_many_records_shows_a_bar_that_counts_them(tmp_path: Path, no_delay: None, capsys: Any) -> None:
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("t", queues=3)
+    results = broker.send_batch("t", [f"m{i}" for i in range(10_000)])
+    err = capsys.readouterr().err
+    assert "sending to t" in err and "10000/10000" in err  # a terminal line, counted to the end
+    assert len(results) == 10_000 and sorted(broker.end_offsets("t")) == sorted(
+        sum(1 for r in results if r.queue_id == q) for q in range(3))
+    assert [m.body for m in broker.read("t", results[42].queue_id, results[42].offset, results[42].offset + 1)] == [b"m42"]
+    broker.send_batch("t", ["quiet"], progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_quick_work_shows_nothing(tmp_path: Path, capsys: Any) -> None:
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("t", queues=1)
+    broker.send_batch("t", ["a", "b"])  # far below the half-second delay
+    assert capsys.readouterr().err == ""
+
+
+def test_a_run_shows_records_left_and_a_replay_its_queues(broker: EmbeddedBroker, make_job: Any, no_delay: None,
+                                                           capsys: Any) -> None:
+    from tests.conftest import job_id
+    from tests.runtime.test_wordcount import wordcount
+
+    broker.create_topic("sentences", queues=2)
+    broker.send_batch("sentences", [f"w{i % 7} w{i % 5} w{i % 3}" for i in range(200)], progress=False)
+    job = make_job(wordcount(job_id("bars")), max_records_per_queue=30)
+    job.run_until_idle()
+    err = capsys.readouterr().err
+    assert "run until idle" in err and "left: sentences/" in err  # which queues still had records
+    assert "left: none" in err.splitlines()[-1] or "left: none" in err.rsplit("\r", 1)[-1]
+    assert job.lag()["lag"].sum() == 0
+
+    job.delete_local_state()
+    seen: list[tuple[int, int, int]] = []
+    rows = job.replay_state(on_queue=lambda row, done, total: seen.append((row["queue"], done, total)))
+    assert "replay state" in capsys.readouterr().err
+    state_topic = next(iter(job.topology.state_topics.values()))
+    messages = sum(broker.end_offsets(state_topic))
+    assert [q for q, _, _ in seen] == list(rows["queue"]) and seen[-1][1:] == (messages, messages)
+    assert rows["replayed_keys"].sum() == len(job.state()) == 7  # w0 .. w6
