@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,10 @@ def test_every_subpackage_is_listed_in_pyproject() -> None:
 
 def test_the_toolkit_is_rstream_widgets_and_no_top_level_widgets_is_installed(tmp_path: Path) -> None:
     probe = ("import importlib.util, rstream.widgets as w; "
-             "print(importlib.util.find_spec('widgets') is None, w.__file__, w.JobMonitor.__module__)")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+             "print(importlib.util.find_spec('widgets') is None, w.__file__, w.StateInspector.__module__)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # get_spark() adds the repo for Spark's workers
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env=env)
     assert done.returncode == 0, done.stderr
     missing, path, module = done.stdout.split()
     assert missing == "True"  # outside the repository, "import widgets" finds nothing of ours

@@ -13,7 +13,7 @@ from typing import Any
 
 from rstream import RocketMQStream
 
-from .progress import _table
+from .html import table as _table
 
 #: Columns of the latest-records table (all of ``job.late_records()`` is in ``to_pandas()``).
 SHOWN_COLUMNS = ["operator", "key", "data_time", "watermark", "late_ms", "reason", "topic", "queue", "offset"]

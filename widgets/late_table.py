@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-import ipywidgets
-
 from rstream import RocketMQStream
 
+from .html import box
 from .late import LateDataSnapshot
 from .live import LiveView
 
@@ -28,9 +27,9 @@ class LateDataTable(LiveView):
     def __init__(self, job: RocketMQStream, interval: float = 0.25, last: int = 20, **kwargs: Any) -> None:
         if last < 1:
             raise ValueError(f"last must be at least 1 record, got {last!r}")
-        self.summary_table = ipywidgets.HTML()
-        self.record_table = ipywidgets.HTML()
-        status_line = ipywidgets.HTML()
+        self.summary_table = box()
+        self.record_table = box()
+        status_line = box()
         super().__init__(job, [status_line, self.summary_table, self.record_table], status_line, interval,
                          **kwargs)
         self.last = int(last)

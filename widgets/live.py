@@ -26,20 +26,33 @@ class LiveView(ipywidgets.VBox):
 
     #: Names the renderer thread ``rstream-<kind>-<job id>``.
     kind = "view"
+    #: The job shown (views over a broker or a topic have none: ``needs_job`` False).
+    job: RocketMQStream
 
-    def __init__(self, job: RocketMQStream, children: list[ipywidgets.Widget], status_line: ipywidgets.HTML,
+    def __init__(self, job: RocketMQStream | None, children: list[ipywidgets.Widget], status_line: ipywidgets.HTML,
                  interval: float = 0.25, **kwargs: Any) -> None:
-        if not isinstance(job, RocketMQStream):
+        if job is not None and not isinstance(job, RocketMQStream) or job is None and self.needs_job:
             raise TypeError(f"{type(self).__name__} needs a RocketMQStream, got {type(job).__name__}")
         if interval <= 0:
             raise ValueError(f"interval must be positive seconds, got {interval!r}")
+        kwargs.setdefault("layout", ipywidgets.Layout(max_width="100%"))
         super().__init__(children, **kwargs)
+        self.add_class("rstream-view")
         self.status_line = status_line
-        self.job = job
+        self.job = job  # type: ignore[assignment]  # None only where needs_job is False
         self.interval = float(interval)
         self._drawn: Hashable | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+
+    #: Whether the view is over a job (views over a broker or a topic set this to False and
+    #: define ``seen()`` and ``label``).
+    needs_job = True
+
+    @property
+    def label(self) -> str:
+        """What the view shows, for its thread's name and its repr: the job id."""
+        return self.job.job_id
 
     # -- what subclasses provide ------------------------------------------------------------------
     def snapshot(self) -> Any:
@@ -73,9 +86,9 @@ class LiveView(ipywidgets.VBox):
         if self.is_monitoring:
             return self
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._render, name=f"rstream-{self.kind}-{self.job.job_id}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._render, name=f"rstream-{self.kind}-{self.label}", daemon=True)
         self._thread.start()
+        self.add_class("rstream-live")  # what a browser test watches change
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -109,4 +122,5 @@ class LiveView(ipywidgets.VBox):
 
     def __repr__(self) -> str:
         state = "monitoring" if self.is_monitoring else "idle"
-        return f"{type(self).__name__}(job={self.job.job_id!r}, {state})"
+        what = f"job={self.label!r}" if self.needs_job else repr(self.label)
+        return f"{type(self).__name__}({what}, {state})"

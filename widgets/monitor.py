@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-import ipywidgets
-
 from rstream import RocketMQStream
 
+from .html import box, row
 from .live import LiveView
 from .progress import ProgressSnapshot
 
@@ -26,10 +25,10 @@ class JobMonitor(LiveView):
     kind = "monitor"
 
     def __init__(self, job: RocketMQStream, interval: float = 0.25, last: int = 10, **kwargs: Any) -> None:
-        self.batch_table = ipywidgets.HTML()
-        self.operator_table = ipywidgets.HTML()
-        status_line = ipywidgets.HTML()
-        super().__init__(job, [status_line, ipywidgets.HBox([self.batch_table, self.operator_table])],
+        self.batch_table = box()
+        self.operator_table = box()
+        status_line = box()
+        super().__init__(job, [status_line, row([self.batch_table, self.operator_table])],
                          status_line, interval, **kwargs)
         self.last = int(last)
         self.refresh()

@@ -13,6 +13,8 @@ from typing import Any
 
 from rstream import BatchProgress, RocketMQStream
 
+from .html import table as _table
+
 BATCH_COLUMNS = ["batch_id", "time", "records_in", "records_out", "replayed_keys", "errors", "duration_ms"]
 OPERATOR_COLUMNS = ["operator", "records_in", "total_records_in"]
 
@@ -135,23 +137,3 @@ def _batch_row(p: BatchProgress) -> dict[str, Any]:
         "records_out": p.records_out, "replayed_keys": p.replayed_keys, "errors": p.error_count,
         "duration_ms": round(p.duration_ms, 1),
     }
-
-
-def _table(title: str, columns: list[str], rows: list[list[Any]], highlight: dict[str, str] | None = None) -> str:
-    highlight = highlight or {}
-    cell = "padding:1px 8px;border-bottom:1px solid #e9ecef"
-    head = "".join(f'<th style="{cell};text-align:left">{escape(c)}</th>' for c in columns)
-    body = []
-    for row in rows:
-        tds = []
-        for column, value in zip(columns, row):
-            align = "right" if isinstance(value, (int, float)) else "left"
-            bg = highlight.get(column) if isinstance(value, (int, float)) and value else None
-            style = f"{cell};text-align:{align}" + (f";background:{bg}" if bg else "")
-            tds.append(f'<td style="{style}">{escape(str(value))}</td>')
-        body.append(f"<tr>{''.join(tds)}</tr>")
-    return (
-        f'<table style="border-collapse:collapse;font-family:monospace;font-size:12px;margin:4px 0">'
-        f'<caption style="text-align:left;font-weight:bold">{escape(title)}</caption>'
-        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-    )

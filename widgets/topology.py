@@ -10,6 +10,7 @@ import ipywidgets
 
 from rstream import RocketMQStream, Topology
 
+from .html import box, status
 from .live import LiveView
 
 GRAPHS = ("real", "logical")
@@ -24,14 +25,15 @@ def topology_svg(topology: Topology, graph: str = "real",
         raise TypeError(f"topology_svg needs a Topology (builder.build()), got {type(topology).__name__}")
     if graph not in GRAPHS:
         raise ValueError(f"graph must be one of {GRAPHS}, got {graph!r}")
-    digraph: Any = topology.real_graph(counters) if graph == "real" else topology.logical_graph()
-    svg = str(digraph.pipe(format="svg", encoding="utf-8"))
-    return svg[svg.find("<svg"):]  # drop the XML prolog and doctype: the SVG sits inside HTML
+    return topology.real_svg(counters) if graph == "real" else topology.graph.to_svg()
 
 
 def topology_view(topology: Topology, graph: str = "real") -> ipywidgets.HTML:
-    """An ``ipywidgets.HTML`` showing ``topology``'s real (or logical) graph as SVG."""
-    return ipywidgets.HTML(value=topology_svg(topology, graph))
+    """An ``ipywidgets.HTML`` showing ``topology``'s real (or logical) graph as SVG, fitted to the
+    output area."""
+    view = box()
+    view.value = topology_svg(topology, graph)
+    return view
 
 
 class TopologySnapshot:
@@ -65,8 +67,8 @@ class TopologyMonitor(LiveView):
     kind = "topology"
 
     def __init__(self, job: RocketMQStream, interval: float = 0.5, **kwargs: Any) -> None:
-        self.graph = ipywidgets.HTML()
-        status_line = ipywidgets.HTML()
+        self.graph = box()
+        status_line = box()
         super().__init__(job, [status_line, self.graph], status_line, interval, **kwargs)
         self.refresh()
 
@@ -77,6 +79,6 @@ class TopologyMonitor(LiveView):
     def draw(self) -> Hashable:
         seen = self.seen()
         state = "running" if self.job.is_running else "stopped"
-        self.status_line.value = f"<code>{self.job.job_id}: {state}, {len(self.job.progress)} batches</code>"
+        self.status_line.value = status(f"{self.job.job_id}: {state}, {len(self.job.progress)} batches")
         self.graph.value = self.snapshot()._repr_html_()
         return seen

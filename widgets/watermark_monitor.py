@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
-import ipywidgets
-
 from rstream import RocketMQStream
 
+from .html import box, row
 from .live import LiveView
 from .watermarks import WatermarkSnapshot
 
@@ -26,14 +25,14 @@ class WatermarkMonitor(LiveView):
     kind = "watermarks"
 
     def __init__(self, job: RocketMQStream, interval: float = 0.25, **kwargs: Any) -> None:
-        self.queue_table = ipywidgets.HTML()
-        self.pending_table = ipywidgets.HTML()
-        self.producer_table = ipywidgets.HTML()
-        self.source_table = ipywidgets.HTML()
-        self.legend = ipywidgets.HTML()
-        status_line = ipywidgets.HTML()
+        self.queue_table = box()
+        self.pending_table = box()
+        self.producer_table = box()
+        self.source_table = box()
+        self.legend = box()
+        status_line = box()
         super().__init__(job, [status_line, self.queue_table, self.pending_table,
-                               ipywidgets.HBox([self.producer_table, self.source_table]), self.legend],
+                               row([self.producer_table, self.source_table]), self.legend],
                          status_line, interval, **kwargs)
         self.refresh()
 

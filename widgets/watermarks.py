@@ -16,7 +16,7 @@ from typing import Any
 
 from rstream import RocketMQStream
 
-from .progress import _table
+from .html import table as _table
 
 QUEUE_COLUMNS = ["topic", "queue", "operator", "window", "watermark", "held_back_by", "held_back_watermark",
                  "windows_open", "windows_fired", "late", "batch_id"]

@@ -97,7 +97,7 @@ class LogicalGraph:
 
     def to_svg(self) -> str:
         """The logical graph as SVG that fits a notebook's output area (see ``fitted_svg``)."""
-        return fitted_svg(self.to_digraph)
+        return fitted_svg(self.to_digraph())
 
     def to_dot(self) -> str:
         """The logical graph as DOT text."""

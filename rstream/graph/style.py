@@ -4,9 +4,11 @@ one function turns nodes and edges into a ``graphviz.Digraph``."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import graphviz
 
 
 @dataclass(frozen=True)
@@ -83,12 +85,18 @@ class DrawEdge:
 HIGHLIGHT = "#e8590c"
 
 
+class FittedDigraph(graphviz.Digraph):
+    """A ``graphviz.Digraph`` that shows in a notebook fitted to the output area (``fitted_svg``)
+    instead of at its natural size; everything else is graphviz's own."""
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> dict[str, Any]:
+        return {"text/html": fitted_svg(self), "text/plain": f"<graph {self.name!r}>"}
+
+
 def to_digraph(title: str, nodes: Sequence[DrawNode], edges: Iterable[DrawEdge], rankdir: str = "LR") -> Any:
     """One ``graphviz.Digraph`` for any graph of rstream's; clusters group nodes by topic."""
-    import graphviz
-
-    graph = graphviz.Digraph(name=title)
-    graph.attr(rankdir=rankdir, label=title, labelloc="t", fontname="Helvetica")
+    graph = FittedDigraph(name=title, graph_attr={"rankdir": rankdir, "label": title, "labelloc": "t",
+                                                  "fontname": "Helvetica"})
     graph.attr("node", fontname="Helvetica", fontsize="11", style="filled")
     graph.attr("edge", fontname="Helvetica", fontsize="9")
     clusters: dict[str | None, list[DrawNode]] = {}
@@ -106,6 +114,11 @@ def to_digraph(title: str, nodes: Sequence[DrawNode], edges: Iterable[DrawEdge],
     for edge in edges:
         graph.edge(edge.tail, edge.head, label=edge.label or None, style=edge.style, **dict(edge.attrs))
     return graph
+
+
+def _add_node(graph: Any, node: DrawNode) -> None:
+    st = style_of(node.kind)
+    graph.node(node.id, label=node.label, shape=st.shape, fillcolor=st.fillcolor, **dict(node.attrs))
 
 
 _SIZE = re.compile(r'<svg width="([0-9.]+)pt" height="([0-9.]+)pt"')
@@ -129,22 +142,20 @@ def fit_svg(svg: str) -> str:
     return _SIZE.sub(f'<svg style="width:100%;max-width:{width:.0f}px;height:auto"', svg, count=1)
 
 
-def _add_node(graph: Any, node: DrawNode) -> None:
-    st = style_of(node.kind)
-    graph.node(node.id, label=node.label, shape=st.shape, fillcolor=st.fillcolor, **dict(node.attrs))
-
-
 #: Width (CSS px) a graph may take before it is laid out top to bottom: a notebook's output area
 #: in JupyterLab is about 1000 px wide next to the file browser.
 FIT_WIDTH_PX = 960
 
 
-def fitted_svg(make: Callable[[str], Any]) -> str:
-    """Render ``make(rankdir)`` (a ``graphviz.Digraph``) left to right, or top to bottom when that is
-    wider than ``FIT_WIDTH_PX`` and the top-to-bottom layout is narrower; scaled to fit either way."""
-    svg = str(make("LR").pipe(format="svg", encoding="utf-8"))
-    if svg_size(svg)[0] > FIT_WIDTH_PX:
-        tall = str(make("TB").pipe(format="svg", encoding="utf-8"))
-        if svg_size(tall)[0] < svg_size(svg)[0]:
-            svg = tall
+def fitted_svg(graph: Any) -> str:
+    """SVG of ``graph`` (a ``graphviz.Digraph``) that fits a notebook: left to right as drawn, or top
+    to bottom when that is wider than ``FIT_WIDTH_PX`` and the top-to-bottom layout is narrower;
+    scaled to the output area's width either way."""
+    svg = str(graph.pipe(format="svg", encoding="utf-8"))
+    if svg_size(svg)[0] > FIT_WIDTH_PX and graph.graph_attr.get("rankdir", "TB") == "LR":
+        tall = graph.copy()
+        tall.graph_attr["rankdir"] = "TB"
+        tall_svg = str(tall.pipe(format="svg", encoding="utf-8"))
+        if svg_size(tall_svg)[0] < svg_size(svg)[0]:
+            svg = tall_svg
     return fit_svg(svg)

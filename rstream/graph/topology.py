@@ -259,7 +259,7 @@ class Topology:
                  highlight: Iterable[str] | None = None) -> str:
         """The real topology as SVG that fits a notebook: laid out top to bottom when left to right
         would be wider than the output area, and scaled to its width when still too wide."""
-        return fitted_svg(lambda rankdir: self.real_graph(counters, highlight, rankdir))
+        return fitted_svg(self.real_graph(counters, highlight))
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return {"text/html": self.real_svg(), "text/plain": self.describe()}

@@ -559,7 +559,8 @@ class RocketMQStream:
         """What changed in the state between right after batch ``from_batch`` and right after batch
         ``to_batch`` (default: the latest committed batch): one row per key that differs, with
         ``change`` ``added``, ``changed`` or ``deleted`` and its value ``before`` and ``after``.
-        ``state_diff(n - 1, n)`` is what batch n did to the state."""
+        ``state_diff(n - 1, n)`` is what batch n did to the state. Rows are sorted by operator, queue and
+        the key's text."""
         import pandas as pd
 
         if to_batch is None:
@@ -569,7 +570,11 @@ class RocketMQStream:
             to_batch = history[-1].batch_id
         before, after = self._state_at(from_batch), self._state_at(to_batch)
         rows = []
-        for ident in sorted(before.keys() | after.keys(), key=lambda i: (before.get(i) or after[i])[0:1] + i):
+        def order(ident: tuple[int, bytes]) -> tuple[str, int, str]:
+            op, key, _value = before.get(ident) or after[ident]
+            return op, ident[0], str(key)
+
+        for ident in sorted(before.keys() | after.keys(), key=order):
             old, new = before.get(ident), after.get(ident)
             if old is not None and new is not None and old[2] == new[2]:
                 continue

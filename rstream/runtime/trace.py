@@ -41,6 +41,19 @@ class TraceError(RStreamError, LookupError):
     """A record cannot be traced: there is no such record, or the job is not a reader of its topic."""
 
 
+#: Row colours of the hop table, by kind of hop.
+HOP_COLOURS = {"source": "#e7f5ff", "shuffle": "#fff4e6", "state": "#ebfbee", "sink": "#f3f0ff", "fired": "#d3f9d8",
+               "emitted": "#d3f9d8", "late": "#ffe3e3", "dead letter": "#ffe3e3"}
+
+
+def _text(value: Any, limit: int | None = 60) -> str:
+    """A hop's value as table text: nothing for None, long values cut (the whole in the title)."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else repr(value)
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
 HOP_COLUMNS = ["step", "kind", "topic", "queue", "offset", "operator", "key", "value", "before", "after",
                "batch_id", "note"]
 
@@ -324,17 +337,27 @@ class RecordTrace:
         return ", ".join(parts)
 
     def _repr_html_(self) -> str:
-        import pandas as pd
-
         from rstream.graph.style import fitted_svg
 
-        svg = fitted_svg(lambda rankdir: self.topology.real_graph(highlight=[*self.operators, *self.topics],
-                                                                  rankdir=rankdir))
-        with pd.option_context("display.max_colwidth", 60):
-            table = self.to_pandas().drop(columns=["step"]).to_html(index=False, na_rep="", escape=True)
-        return (f'<div style="max-width:100%"><div style="font-family:monospace;margin:4px 0"><b>trace</b> '
-                f'{escape(self.summary)}</div><div style="max-width:100%;overflow-x:auto">{table}</div>'
-                f"<div>{svg}</div></div>")
+        svg = fitted_svg(self.graph())
+        return (f'<div style="max-width:100%"><div style="font-family:monospace;margin:4px 0;overflow-wrap:anywhere">'
+                f"<b>trace</b> {escape(self.summary)}</div>{self.hops_html()}<div>{svg}</div></div>")
+
+    def hops_html(self) -> str:
+        """The hops as an HTML table that scrolls sideways when wider than the notebook."""
+        cell = "padding:1px 6px;border-bottom:1px solid #e9ecef;white-space:nowrap;text-align:left"
+        head = "".join(f'<th style="{cell}">{c}</th>' for c in ("kind", "topic", "queue", "offset", "operator", "key",
+                                                                "value", "before → after", "batch", "note"))
+        rows = []
+        for hop in self.hops:
+            change = "" if hop.kind != "state" else f"{_text(hop.before) or '∅'} → {_text(hop.after) or '∅'}"
+            values = [hop.kind, hop.topic, hop.queue, hop.offset, hop.operator, hop.key, hop.value, change,
+                      hop.batch_id, hop.note]
+            tds = "".join(f'<td style="{cell}" title="{escape(_text(v, None))}">{escape(_text(v))}</td>' for v in values)
+            rows.append(f'<tr style="background:{HOP_COLOURS.get(hop.kind, "white")}">{tds}</tr>')
+        return ('<div style="max-width:100%;overflow-x:auto"><table style="border-collapse:collapse;'
+                f'font-family:monospace;font-size:12px"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
+                "</tbody></table></div>")
 
     def __repr__(self) -> str:
         return f"RecordTrace({self.summary})"

@@ -1,0 +1,282 @@
+"""``EventTimeChart``: the classic picture of event time against processing time, live.
+
+Processing time runs left to right, event time bottom to top. Grey dots are records as they crossed
+a window or join shuffle (when, and the data time they carried); a step line per source queue is its
+watermark; the dashed line is the operator watermark (the minimum over producers that are not idle);
+each window span is a band from when it opened to when it fired (amber while open, green once
+fired); red crosses are late records, drawn when they were found, at their data time.
+
+Drawn with matplotlib (its object API, no pyplot: safe from the renderer thread), as a PNG: the same
+picture live in JupyterLab and in a static notebook. ``EventTimeSnapshot`` is the plain object under it.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rstream import RocketMQStream
+
+from .html import box, note, status
+from .live import LiveView
+
+#: Dots drawn at most (records are sampled evenly beyond that).
+MAX_EVENTS = 5000
+OPEN, FIRED, LATE, EVENT = "#fcc419", "#69db7c", "#e03131", "#868e96"
+
+
+@dataclass(frozen=True)
+class Span:
+    """One window span of one operator: opened when first seen open, fired when no queue held it any
+    more (None: still open). Times in milliseconds."""
+
+    operator: str
+    start: int
+    end: int
+    opened_ms: int
+    fired_ms: int | None
+
+
+@dataclass(frozen=True)
+class EventTimeSnapshot:
+    """What the chart draws, as data (``to_pandas()`` and friends), taken from the job's committed
+    batches (so also after a restart) and its topics."""
+
+    job_id: str
+    watermarks: dict[str, list[tuple[int, int]]]  # series -> (processing ms, watermark ms)
+    operator_watermarks: dict[str, list[tuple[int, int]]]  # shuffle topic -> (processing ms, min watermark)
+    spans: list[Span]
+    late: list[tuple[int, int, int, str]]  # (found ms, data time, watermark, operator)
+    events: list[tuple[int, int]]  # (processing ms, data time)
+    now_ms: int
+    taken_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def of(cls, job: RocketMQStream) -> EventTimeSnapshot:
+        topology = job.topology
+        framed = set(topology.framed_topics)
+        feeds = {n.name: n.params["topic"] for n in topology.nodes
+                 if n.kind == "shuffle_sink" and n.params.get("topic") in framed}
+        windowed = {n.name for n in topology.nodes if n.windowed}
+        sinks_per_queue: dict[tuple[str, int], set[str]] = {}
+        commits = sorted((q for b in job.history() for q in b.queues), key=lambda q: q.committed_ms)
+        for q in commits:
+            for name in q.operators:
+                if name in feeds:
+                    sinks_per_queue.setdefault((q.topic, q.queue), set()).add(name)
+        watermarks: dict[str, list[tuple[int, int]]] = {}
+        operator_wm: dict[str, list[tuple[int, int]]] = {}
+        latest_wm: dict[tuple[str, int], int | None] = {}
+        holding: dict[tuple[str, int, int], int] = {}  # (operator, start, end) -> queues holding it open
+        queue_spans: dict[tuple[str, str, int], set[tuple[int, int]]] = {}
+        opened: dict[tuple[str, int, int], int] = {}
+        spans: list[Span] = []
+        for q in commits:
+            for name, counters in q.operators.items():
+                wm = counters.get("watermark")
+                if name in feeds and wm is not None:
+                    series = f"{q.topic}/{q.queue}"
+                    if len(sinks_per_queue.get((q.topic, q.queue), ())) > 1:
+                        series += f" ({name})"
+                    watermarks.setdefault(series, []).append((q.committed_ms, int(wm)))
+                if name in windowed and "spans" in counters:
+                    now_open = {(int(s), int(e)) for s, e, _n in counters["spans"]}
+                    before = queue_spans.get((name, q.topic, q.queue), set())
+                    for s, e in now_open - before:
+                        key = (name, s, e)
+                        holding[key] = holding.get(key, 0) + 1
+                        opened.setdefault(key, q.committed_ms)
+                    for s, e in before - now_open:
+                        key = (name, s, e)
+                        holding[key] -= 1
+                        if holding[key] == 0:
+                            spans.append(Span(name, s, e, opened.pop(key), q.committed_ms))
+                    queue_spans[(name, q.topic, q.queue)] = now_open
+            if q.topic in framed:
+                latest_wm[(q.topic, q.queue)] = q.watermark
+                known = [w for (t, _), w in latest_wm.items() if t == q.topic and w is not None]
+                if known:
+                    operator_wm.setdefault(q.topic, []).append((q.committed_ms, min(known)))
+        spans += [Span(name, s, e, at, None) for (name, s, e), at in opened.items()]
+        spans.sort(key=lambda sp: (sp.operator, sp.end, sp.start))
+        return cls(job.job_id, watermarks, operator_wm, spans, _late(job), _events(job, framed),
+                   time.time_ns() // 1_000_000)
+
+    # -- data -----------------------------------------------------------------------------------
+    @property
+    def origin_ms(self) -> int | None:
+        """Processing time zero of the picture: the first moment it shows."""
+        times = [t for pts in self.watermarks.values() for t, _ in pts] + [t for t, _ in self.events] \
+            + [sp.opened_ms for sp in self.spans] + [f for f, *_ in self.late]
+        return min(times) if times else None
+
+    def to_pandas(self) -> Any:
+        """Every watermark point: series (a source queue, or ``operator <shuffle topic>``),
+        processing time and watermark (ms)."""
+        import pandas as pd
+
+        rows = [(name, t, wm) for name, pts in self.watermarks.items() for t, wm in pts]
+        rows += [(f"operator {topic}", t, wm) for topic, pts in self.operator_watermarks.items() for t, wm in pts]
+        return pd.DataFrame(rows, columns=["series", "processing_ms", "watermark"])
+
+    def spans_to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame([(s.operator, s.start, s.end, s.opened_ms, s.fired_ms) for s in self.spans],
+                            columns=["operator", "start", "end", "opened_ms", "fired_ms"])
+
+    def late_to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.late, columns=["found_ms", "data_time", "watermark", "operator"])
+
+    @property
+    def status(self) -> str:
+        if self.origin_ms is None:
+            return f"job {self.job_id!r}: no window or join has seen a record yet"
+        fired = sum(1 for s in self.spans if s.fired_ms is not None)
+        return (f"job {self.job_id!r}: {len(self.watermarks)} source queue watermarks, {fired} window spans fired, "
+                f"{len(self.spans) - fired} open, {len(self.late)} late records, {len(self.events)} records drawn")
+
+    # -- picture ----------------------------------------------------------------------------------
+    def figure(self) -> Any:
+        """The picture as a matplotlib ``Figure`` (not attached to pyplot)."""
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+        from matplotlib.ticker import FuncFormatter
+
+        fig = Figure(figsize=(9.6, 4.8), dpi=100, layout="constrained")
+        ax = fig.add_subplot()
+        origin = self.origin_ms
+        if origin is None:
+            ax.text(0.5, 0.5, "no window or join has seen a record yet", ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+            return fig
+        def x(ms: int) -> float:  # processing seconds since the picture's start
+            return (ms - origin) / 1000
+
+        def y(ms: int) -> float:  # event time in seconds (epoch seconds for real clocks)
+            return ms / 1000
+
+        right = x(self.now_ms)
+        epoch = any(v > 10**11 for pts in self.watermarks.values() for _, v in pts)
+        for span in self.spans:
+            end = x(span.fired_ms) if span.fired_ms is not None else right
+            colour = FIRED if span.fired_ms is not None else OPEN
+            ax.fill_between([x(span.opened_ms), end], y(span.start), y(span.end), color=colour, alpha=0.28, lw=0)
+            ax.plot([end, end], [y(span.start), y(span.end)], color=colour, lw=1.5)
+        if self.events:
+            ax.scatter([x(t) for t, _ in self.events], [y(v) for _, v in self.events], s=9, color=EVENT, zorder=2)
+        palette = ["#1971c2", "#9c36b5", "#0c8599", "#e8590c", "#2f9e44", "#c2255c", "#5c940d", "#1864ab"]
+        for i, (name, pts) in enumerate(sorted(self.watermarks.items())):
+            xs, ys = _steps([(x(t), y(v)) for t, v in pts], right)
+            ax.plot(xs, ys, color=palette[i % len(palette)], lw=1.8, label=f"watermark {name}", zorder=3)
+        for name, pts in sorted(self.operator_watermarks.items()):
+            xs, ys = _steps([(x(t), y(v)) for t, v in pts], right)
+            ax.plot(xs, ys, color="black", lw=1.2, ls="--", zorder=3, label="operator watermark (min)"
+                    if len(self.operator_watermarks) == 1 else f"operator watermark {name[-30:]}")
+        if self.late:
+            ax.scatter([x(f) for f, *_ in self.late], [y(d) for _, d, _, _ in self.late], marker="x", s=50,
+                       color=LATE, zorder=4, lw=2)
+        ax.set_xlim(left=0, right=max(right, 1.0) * 1.02)
+        ax.set_xlabel("processing time (s since the first record shown)")
+        ax.set_ylabel("event time" + (" (clock)" if epoch else " (s)"))
+        if epoch:
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: time.strftime("%H:%M:%S", time.localtime(v))))
+        ax.grid(alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        handles += [Line2D([], [], marker="o", ls="", color=EVENT, label="record"),
+                    Line2D([], [], marker="x", ls="", color=LATE, mew=2, label="late record"),
+                    Patch(color=OPEN, alpha=0.5, label="window open"), Patch(color=FIRED, alpha=0.5, label="window fired")]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
+        return fig
+
+    def png(self) -> bytes:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        fig = self.figure()
+        FigureCanvasAgg(fig)
+        out = io.BytesIO()
+        fig.savefig(out, format="png")
+        return out.getvalue()
+
+    def _repr_png_(self) -> bytes:
+        return self.png()
+
+    def html(self) -> str:
+        data = base64.b64encode(self.png()).decode()
+        return (f'<img alt="event time against processing time" style="max-width:100%;height:auto" '
+                f'src="data:image/png;base64,{data}">')
+
+    def _repr_html_(self) -> str:
+        return f"<div>{status(self.status)}{self.html()}</div>"
+
+
+def _steps(points: list[tuple[float, float]], right: float) -> tuple[list[float], list[float]]:
+    """A watermark as a step line: it holds its value until the next point, and until ``right``."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for i, (px, py) in enumerate(points):
+        if i:
+            xs.append(px)
+            ys.append(ys[-1])
+        xs.append(px)
+        ys.append(py)
+    if points:
+        xs.append(max(right, points[-1][0]))
+        ys.append(ys[-1])
+    return xs, ys
+
+
+def _late(job: RocketMQStream) -> list[tuple[int, int, int, str]]:
+    if not job.broker.has_topic(job.late_topic):
+        return []
+    out = []
+    for m in job.broker.read(job.late_topic):
+        row = json.loads(m.body)
+        out.append((m.store_timestamp, int(row["data_time"]), int(row["watermark"]), str(row["operator"])))
+    return out
+
+
+def _events(job: RocketMQStream, framed: set[str]) -> list[tuple[int, int]]:
+    """(broker time, data time) of the data records on window and join shuffle topics."""
+    points = []
+    for topic in sorted(framed):
+        if job.broker.has_topic(topic):
+            points += [(m.store_timestamp, m.born_timestamp) for m in job.broker.read(topic) if not m.headers]
+    step = max(1, len(points) // MAX_EVENTS)
+    return points[::step]
+
+
+class EventTimeChart(LiveView):
+    """The event-time picture of ``job`` (see the module): per source queue its watermark over
+    processing time, the operator watermark, window spans open and fired, records and late records.
+    ``start()`` redraws it after every commit, at most once a second (one renderer thread)."""
+
+    kind = "event-time"
+
+    def __init__(self, job: RocketMQStream, interval: float = 1.0, **kwargs: Any) -> None:
+        self.picture = box()
+        legend = box()
+        legend.value = note("grey dots: records (when they crossed the shuffle, their event time); lines: each "
+                            "source queue's watermark and the operator watermark (dashed); bands: window spans, "
+                            "amber while open, green once fired; red crosses: late records")
+        status_line = box()
+        super().__init__(job, [status_line, self.picture, legend], status_line, interval, **kwargs)
+        self.refresh()
+
+    def snapshot(self) -> EventTimeSnapshot:
+        return EventTimeSnapshot.of(self.job)
+
+    def draw(self) -> Hashable:
+        seen = self.seen()
+        snap = self.snapshot()
+        self.status_line.value = status(snap.status)
+        self.picture.value = snap.html()
+        return seen

@@ -1,0 +1,86 @@
+"""HTML pieces every view shares: tables that scroll inside their box instead of running past the
+notebook's edge, status lines, and the ``ipywidgets.HTML`` boxes they sit in."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+
+import ipywidgets
+
+#: Background colours of the toolkit (Open Color): what changed, what waits, what went wrong.
+GREEN, YELLOW, RED, BLUE = "#d3f9d8", "#fff3bf", "#ffe3e3", "#e7f5ff"
+#: Text colours: plain, running, something went wrong.
+GREY, RUNNING, ALERT = "#495057", "#2b8a3e", "#c92a2a"
+#: A cell value longer than this is cut (the whole value is in the snapshot's ``to_pandas()``).
+MAX_CELL = 100
+
+
+def box(**layout: Any) -> ipywidgets.HTML:
+    """An ``ipywidgets.HTML`` that never grows past its container (wide content scrolls inside)."""
+    return ipywidgets.HTML(layout=ipywidgets.Layout(max_width="100%", overflow="auto", **layout))
+
+
+def row(children: Sequence[ipywidgets.Widget], **layout: Any) -> ipywidgets.HBox:
+    """Widgets side by side that wrap onto the next line when the notebook is narrow."""
+    return ipywidgets.HBox(list(children), layout=ipywidgets.Layout(flex_flow="row wrap", max_width="100%",
+                                                                   grid_gap="4px 16px", **layout))
+
+
+def cell_text(value: Any) -> str:
+    """A value as table text: ``-`` for nothing, numbers as they are, anything long cut short."""
+    if value is None:
+        return "-"
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (ValueError, TypeError):
+            pass
+    text = value if isinstance(value, str) else repr(value) if isinstance(value, bytes) else str(value)
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+#: Columns that hold sentences (why a window waits, why a record was late, what went wrong): they
+#: wrap instead of being cut.
+PROSE = frozenset({"reason", "error", "note", "why"})
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+          highlight: dict[str, str] | None = None, row_colours: Sequence[str | None] | None = None) -> str:
+    """An HTML table inside a box that scrolls sideways when the table is wider than the notebook.
+    ``highlight`` colours a column's non-zero numbers; ``row_colours`` colours whole rows. Values are
+    cut at ``MAX_CELL`` characters, except in ``PROSE`` columns, which wrap."""
+    highlight = highlight or {}
+    cell = "padding:1px 8px;border-bottom:1px solid #e9ecef;white-space:nowrap"
+    prose = "padding:1px 8px;border-bottom:1px solid #e9ecef;white-space:normal;min-width:16em;max-width:32em"
+    head = "".join(f'<th style="{cell};text-align:left">{escape(c)}</th>' for c in columns)
+    body = []
+    for i, values in enumerate(rows):
+        tds = []
+        for column, value in zip(columns, values):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            bg = highlight.get(column) if number and value else None
+            words = column in PROSE and isinstance(value, str)
+            style = f"{prose if words else cell};text-align:{'right' if number else 'left'}" + (
+                f";background:{bg}" if bg else "")
+            tds.append(f'<td style="{style}">{escape(value if words else cell_text(value))}</td>')
+        colour = row_colours[i] if row_colours is not None and i < len(row_colours) else None
+        body.append(f'<tr style="background:{colour}">' if colour else "<tr>")
+        body[-1] += "".join(tds) + "</tr>"
+    return (
+        '<div style="max-width:100%;overflow-x:auto">'
+        '<table style="border-collapse:collapse;font-family:monospace;font-size:12px;margin:4px 0">'
+        f'<caption style="text-align:left;font-weight:bold;white-space:nowrap">{escape(title)}</caption>'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def status(text: str, colour: str = GREY) -> str:
+    """One line of status text, wrapping rather than running past the edge."""
+    return f'<div style="color:{colour};font-family:monospace;overflow-wrap:anywhere">{escape(text)}</div>'
+
+
+def note(text: str) -> str:
+    """A small explanatory line under a view."""
+    return f'<div style="font-size:12px;color:{GREY};overflow-wrap:anywhere">{escape(text)}</div>'
