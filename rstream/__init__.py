@@ -25,7 +25,9 @@ from rstream.runtime import (
     QueueProgress,
     RocketMQStream,
     get_spark,
+    stop_spark,
 )
+from rstream.runtime.trace import RecordTrace, TraceError
 from rstream.serde import (
     JsonDeserializer,
     JsonSerializer,
@@ -84,5 +86,8 @@ __all__ = [
     "WindowStream",
     "JoinedStream",
     "get_spark",
+    "stop_spark",
+    "RecordTrace",
+    "TraceError",
     "__version__",
 ]

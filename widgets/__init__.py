@@ -17,6 +17,7 @@ rstream never imports it.
 
 from .errors import ErrorSnapshot, ErrorTable
 from .eventtime import EventTimeChart, EventTimeSnapshot
+from .exercises import CheckResult, check
 from .late import LateDataSnapshot
 from .late_table import LateDataTable
 from .live import LiveView
@@ -30,6 +31,7 @@ from .watermark_monitor import WatermarkMonitor
 from .watermarks import WatermarkSnapshot
 
 __all__ = [
+    "CheckResult",
     "ErrorSnapshot",
     "ErrorTable",
     "EventTimeChart",
@@ -51,6 +53,7 @@ __all__ = [
     "TopologySnapshot",
     "WatermarkMonitor",
     "WatermarkSnapshot",
+    "check",
     "topology_svg",
     "topology_view",
 ]

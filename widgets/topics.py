@@ -127,7 +127,7 @@ class TopicPage:
             for m in broker.read(topic, q, starts[q], starts[q] + limit):
                 found.append(TopicMessage(q, m.offset, decode_message(role, m.key, m.body, m.headers), m.born_timestamp,
                                      m.store_timestamp, dict(m.headers), m.key, m.body))
-        found.sort(key=lambda m: (m.store_ms, m.queue, m.offset))
+        found.sort(key=lambda m: (m.store_ms, m.offset, m.queue))  # one send stores many queues in the same ms
         shown = found[:limit]
         next_starts = dict(starts)
         for shown_message in shown:

@@ -15,6 +15,7 @@ from html import escape
 from typing import Any
 
 from rstream import RocketMQStream
+from rstream.graph.topology import short_topic_name
 
 from .html import table as _table
 
@@ -248,17 +249,17 @@ class WatermarkSnapshot:
         if not self.queues:
             return "<i>no window or join queue has run yet</i>"
         return _table("shuffle queues (operator watermark = min over producers that are not idle)", QUEUE_COLUMNS,
-                      _shown(self.to_pandas()), highlight={"windows_open": "#fff3bf", "late": "#ffe3e3"})
+                      self._shown(self.to_pandas()), highlight={"windows_open": "#fff3bf", "late": "#ffe3e3"})
 
     def producers_html(self) -> str:
         if not self.queues:
             return ""
-        return _table("producers of each shuffle queue", PRODUCER_COLUMNS, _shown(self.producers_to_pandas()),
+        return _table("producers of each shuffle queue", PRODUCER_COLUMNS, self._shown(self.producers_to_pandas()),
                       highlight={"holding_back": "#fff3bf", "idle": "#e7f5ff"})
 
     def pending_html(self) -> str:
         title = "open windows: why they have not fired yet"
-        rows = _shown(self.pending_to_pandas())
+        rows = self._shown(self.pending_to_pandas())
         unlisted = [f"{op.name} on {q.topic}/{q.queue}: {op.windows_open - len(op.pending)} more open windows "
                     f"not listed; {q.waiting_for()}"
                     for q in self.queues for op in q.operators if op.windows_open > len(op.pending)]
@@ -271,7 +272,14 @@ class WatermarkSnapshot:
         if not self.sources:
             return ""
         return _table("source queues (watermark = max(data time - allowed lateness))", SOURCE_COLUMNS,
-                      _shown(self.sources_to_pandas()))
+                      self._shown(self.sources_to_pandas()))
+
+    def _shown(self, frame: Any) -> list[list[Any]]:
+        """Rows for an HTML table: rstream's long shuffle topic names shortened (``to_pandas()`` keeps them)."""
+        for column in ("topic", "shuffle_topic"):
+            if column in frame:
+                frame = frame.assign(**{column: frame[column].map(lambda t: short_topic_name(t, self.job_id))})
+        return _shown(frame)
 
     def legend_html(self) -> str:
         return (

@@ -33,6 +33,16 @@ def state_topic_name(input_topic: str) -> str:
     return f"{input_topic}{STATE_TOPIC_SUFFIX}"
 
 
+def short_topic_name(topic: str, job_id: str) -> str:
+    """``COUNT-4 shuffle topic`` for ``<job>-ROCKETMQ-COUNT-4-shuffleTopic`` (``... state topic`` for its
+    state topic); any other name as it is. For tables that must fit a notebook."""
+    prefix = f"{job_id}-ROCKETMQ-"
+    if not topic.startswith(prefix):
+        return topic
+    short = topic[len(prefix):]
+    return short.replace(f"-shuffleTopic{STATE_TOPIC_SUFFIX}", " state topic").replace("-shuffleTopic", " shuffle topic")
+
+
 @dataclass(eq=False)
 class RealNode:
     """A real node: a processor factory in the pipeline of the topic it consumes."""

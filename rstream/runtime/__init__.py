@@ -2,7 +2,7 @@
 
 from rstream.runtime.job import JobError, JobProperties, JobTimeoutError, RocketMQStream
 from rstream.runtime.progress import BatchProgress, QueueProgress
-from rstream.runtime.session import get_spark
+from rstream.runtime.session import get_spark, stop_spark
 from rstream.runtime.task import CheckpointMismatchError
 
 __all__ = [
@@ -14,4 +14,5 @@ __all__ = [
     "QueueProgress",
     "RocketMQStream",
     "get_spark",
+    "stop_spark",
 ]

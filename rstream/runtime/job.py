@@ -321,6 +321,19 @@ class RocketMQStream:
                 out[(topic, q)] = (end, min(committed.get((topic, q), 0), end))
         return out
 
+    def wait_for(self, condition: Callable[[RocketMQStream], bool], timeout: float = 120,
+                 what: str = "the condition") -> RocketMQStream:
+        """Wait until ``condition(job)`` holds (checked after every commit of the job, and a few times
+        a second), so a notebook waits on the job's own state, never on the wall clock. Raises the
+        job's error if it failed, ``JobTimeoutError`` naming ``what`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not condition(self):
+            self._check_failure()
+            if time.monotonic() > deadline:
+                raise JobTimeoutError(f"job {self.job_id!r}: {what} did not hold within {timeout} s")
+            time.sleep(0.1)
+        return self
+
     def tick(self, flush: bool = False) -> None:
         """Send an idle tick to every queue of the job's window and join topics, so their operators
         check idleness (with ``flush``: treat every source as idle now) even when no data comes."""

@@ -23,7 +23,8 @@ def _worker_environment() -> None:
 
 
 def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None = None, **conf: Any) -> Any:
-    """The active SparkSession, or a new one (``local[*]`` unless ``master`` says otherwise).
+    """The active SparkSession, or a new one (``local[N]`` unless ``master`` or ``$RSTREAM_SPARK_MASTER``
+    says otherwise; N = ``usable_cores()``: each task slot costs a Python worker's memory).
 
     A new session is quiet (warnings only, no progress bars, no UI), keeps Python workers alive
     between batches, and keeps its temporary files under ``tmp_dir`` (default ``./rstream-data/spark-tmp``).
@@ -44,7 +45,7 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, and no warning about it
     java_opts = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()} -Djava.io.tmpdir={tmp}"
     options = {
-        "spark.master": master or os.environ.get("RSTREAM_SPARK_MASTER", "local[*]"),
+        "spark.master": master or os.environ.get("RSTREAM_SPARK_MASTER", f"local[{usable_cores()}]"),
         "spark.app.name": "rstream",
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,
@@ -66,6 +67,24 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
     return spark
+
+
+#: Task slots of the default local master at most: a notebook machine (a laptop, a Binder box)
+#: gains little from more, and each slot holds a Python worker of about 150 MB.
+MAX_LOCAL_CORES = 4
+
+
+def usable_cores() -> int:
+    """The CPUs this process may really use (its affinity, and a container's CPU quota, which
+    ``os.cpu_count()`` does not see), at most ``MAX_LOCAL_CORES``."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, min(cores, MAX_LOCAL_CORES))
 
 
 def _launch_jvm(options: dict[str, str], log: Path) -> None:
@@ -92,3 +111,36 @@ def register(spark: Any) -> None:
     # progress for idle triggers within 100 ms, not 10 s: run_until_idle() in continuous mode reads it
     spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100")
     _REGISTERED.add(id(spark))
+
+
+def stop_spark() -> None:
+    """Stop every streaming query, the SparkSession and the JVM under it, so a notebook that ends gives
+    its memory back to the machine (a stopped session alone keeps its JVM). The next ``get_spark()``
+    starts a new one."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        for query in active.streams.active:
+            query.stop()
+        active.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    try:
+        gateway.shutdown()
+    except Exception:  # a JVM that is already gone
+        pass
+    if proc is not None:
+        if proc.stdin is not None:
+            proc.stdin.close()  # the JVM exits when its stdin closes
+        try:
+            proc.wait(timeout=30)
+        except Exception:
+            proc.kill()
+            proc.wait(timeout=30)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    _REGISTERED.clear()

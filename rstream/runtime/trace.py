@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from rstream.broker.base import CommitTag
 from rstream.errors import RStreamError
+from rstream.graph.topology import short_topic_name
 from rstream.processors.aggregate import AggregateProcessor
 from rstream.processors.join import JoinProcessor
 from rstream.processors.sink import CombiningShuffleSinkProcessor
@@ -347,13 +348,14 @@ class RecordTrace:
         """The hops as an HTML table that scrolls sideways when wider than the notebook."""
         cell = "padding:1px 6px;border-bottom:1px solid #e9ecef;white-space:nowrap;text-align:left"
         head = "".join(f'<th style="{cell}">{c}</th>' for c in ("kind", "topic", "queue", "offset", "operator", "key",
-                                                                "value", "before → after", "batch", "note"))
+                                                                "value (state: before → after)", "batch", "note"))
         rows = []
         for hop in self.hops:
-            change = "" if hop.kind != "state" else f"{_text(hop.before) or '∅'} → {_text(hop.after) or '∅'}"
-            values = [hop.kind, hop.topic, hop.queue, hop.offset, hop.operator, hop.key, hop.value, change,
-                      hop.batch_id, hop.note]
-            tds = "".join(f'<td style="{cell}" title="{escape(_text(v, None))}">{escape(_text(v))}</td>' for v in values)
+            value = hop.value if hop.kind != "state" else f"{_text(hop.before) or '∅'} → {_text(hop.after) or '∅'}"
+            values = [(hop.kind, None), (short_topic_name(hop.topic, self.job_id), hop.topic), (hop.queue, None), (hop.offset, None),
+                      (hop.operator, None), (hop.key, None), (value, None), (hop.batch_id, None), (hop.note, None)]
+            tds = "".join(f'<td style="{cell}" title="{escape(_text(full if full is not None else v, None))}">'
+                          f"{escape(_text(v))}</td>" for v, full in values)
             rows.append(f'<tr style="background:{HOP_COLOURS.get(hop.kind, "white")}">{tds}</tr>')
         return ('<div style="max-width:100%;overflow-x:auto"><table style="border-collapse:collapse;'
                 f'font-family:monospace;font-size:12px"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'

@@ -1,4 +1,9 @@
-"""Every notebook in ``notebooks/`` runs top to bottom without a cell error.
+"""Every workshop notebook and every solution runs top to bottom, and shows what the lesson says.
+
+The learner notebooks run in a real JupyterLab in ``tests/browser`` where Chromium is present; here they run
+headless only where it is not (so no notebook runs twice). The solutions (``notebooks/solutions``: each
+notebook with its exercises filled in) always run here, and every exercise check in them must say "right".
+Both read the facts each notebook's hidden ``verify`` cell prints (``tests/notebooks/facts.py``).
 
 The kernel is this interpreter (``sys.executable -m ipykernel_launcher``), named by a kernelspec written
 into the test's temporary folder and found through a ``KernelSpecManager`` that looks only there. So the
@@ -8,10 +13,12 @@ or the system's Jupyter folders: it works in any venv where ``pip install -e .[d
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -19,7 +26,10 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
+from tests.notebooks.facts import problems
+
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+SOLUTIONS = NOTEBOOKS / "solutions"
 KERNEL = "rstream-test-python"
 CELL_TIMEOUT = 300  # seconds for one cell; the first Spark cell starts a JVM
 
@@ -34,6 +44,10 @@ def notebooks() -> list[Path]:
     return found
 
 
+def solutions() -> list[Path]:
+    return sorted(SOLUTIONS.glob("*.ipynb"))
+
+
 def kernel_manager(folder: Path) -> KernelManager:
     """A kernel manager that starts this interpreter's ipykernel."""
     spec = folder / "kernels" / KERNEL
@@ -46,20 +60,58 @@ def kernel_manager(folder: Path) -> KernelManager:
     return KernelManager(kernel_name=KERNEL, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec.parent)]))
 
 
-@pytest.mark.parametrize("path", notebooks(), ids=lambda p: p.name)
-def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
+def execute(path: Path, tmp_path: Path) -> Any:
+    """Run ``path`` top to bottom in its own folder; the first failing cell raises with its traceback."""
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb,
-        km=kernel_manager(tmp_path),
-        timeout=CELL_TIMEOUT,
-        startup_timeout=120,
-        allow_errors=False,  # the first failing cell raises CellExecutionError with its traceback
-        resources={"metadata": {"path": str(NOTEBOOKS)}},  # the notebook's folder is the kernel's cwd
-    )
+    client = NotebookClient(nb, km=kernel_manager(tmp_path), timeout=CELL_TIMEOUT, startup_timeout=120,
+                            allow_errors=False, resources={"metadata": {"path": str(path.parent)}})
     try:
         client.execute(env=CLEAN_ENV)
     finally:
         nbformat.write(nb, tmp_path / path.name)  # the executed notebook, to look at when it failed
     ran = [c for c in nb.cells if c.cell_type == "code"]
     assert ran and all(c.get("execution_count") for c in ran), "some code cells did not run"
+    stderr = [(i, o["text"]) for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
+              if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+    assert not stderr, f"stderr reached a cell (a red box for a learner): {stderr}"
+    return nb
+
+
+def _browser_runs_them() -> str | None:
+    spec = importlib.util.spec_from_file_location("harness", Path(__file__).resolve().parents[1] / "browser" / "harness.py")
+    if os.environ.get("RSTREAM_HEADLESS_NOTEBOOKS") or spec is None:
+        return None
+    try:
+        harness = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(harness)  # type: ignore[union-attr]
+    except Exception:
+        return None
+    return None if harness.browser_unavailable() else "run in a real JupyterLab by tests/browser " \
+        "(RSTREAM_HEADLESS_NOTEBOOKS=1 runs them here too)"
+
+
+@pytest.mark.parametrize("path", notebooks(), ids=lambda p: p.name)
+def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
+    reason = _browser_runs_them()
+    if reason:
+        pytest.skip(reason)
+    nb = execute(path, tmp_path)
+    assert problems(path.stem, nb, solved=False) == []
+
+
+@pytest.mark.parametrize("path", solutions(), ids=lambda p: p.name)
+def test_solution_runs_and_every_check_says_right(path: Path, tmp_path: Path) -> None:
+    nb = execute(path, tmp_path)
+    assert problems(path.stem, nb, solved=True) == []
+
+
+def test_solutions_are_up_to_date() -> None:
+    """``notebooks/solutions`` is what ``notebooks/make_solutions.py`` writes from the notebooks."""
+    spec = importlib.util.spec_from_file_location("make_solutions", NOTEBOOKS / "make_solutions.py")
+    assert spec is not None and spec.loader is not None
+    maker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maker)
+    want = maker.expected()
+    assert sorted(want) == [p.name for p in solutions()], "a notebook's solution is missing or left over"
+    stale = [name for name, text in want.items() if (SOLUTIONS / name).read_text() != text]
+    assert not stale, f"run `python notebooks/make_solutions.py`: {stale} differ from their notebooks"

@@ -1,0 +1,173 @@
+"""Every notebook in ``notebooks/`` runs clean in a real JupyterLab, in a real Chromium.
+
+One JupyterLab (over a temporary copy of ``notebooks/``) and one headless Chromium for the module. Per
+top-level notebook: JupyterLab's own "Restart Kernel and Run All Cells", then what a person would see is
+checked cell by cell: every code cell ran, no error output or traceback, no stderr box, no widget error,
+no blank output, no output wider than the notebook, and every ``.rstream-live`` widget changed while
+cells ran. Nothing may leave loopback, and the kernel's whole process tree must exit on shutdown.
+
+Screenshots per cell (``<stem>/cell-NN.png``, NN = the cell's index in the notebook) and
+``results.json`` (duration and peak kernel-tree RSS per notebook) go to ``$RSTREAM_BROWSER_ARTIFACTS``,
+else to a temporary folder whose path is printed. The module is skipped, with the reason, where
+``/usr/bin/chromium`` or playwright is missing. A notebook takes one to a few minutes (Spark starts).
+
+    .venv/bin/python -m pytest tests/browser -x -q -s
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.harness import (
+    NOTEBOOK_TIMEOUT,
+    NOTEBOOKS,
+    JupyterLab,
+    artifacts_dir,
+    browser_unavailable,
+    launch_browser,
+    open_lab_page,
+    run_notebook,
+)
+from tests.notebooks.facts import problems
+
+_REASON = browser_unavailable()
+if _REASON:
+    pytest.skip(_REASON, allow_module_level=True)
+
+from playwright.sync_api import sync_playwright  # noqa: E402  (only once we know it is there)
+
+# Top level only: the solutions in notebooks/solutions/ are run headless elsewhere.
+NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+TEST_TIMEOUT = int(NOTEBOOK_TIMEOUT) + 600  # the run's own ceiling, plus opening, screenshots, shutdown
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    return artifacts_dir()
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[JupyterLab]:
+    server = JupyterLab().start()
+    yield server
+    killed = server.stop()
+    assert not killed, "processes of the JupyterLab server outlived it (killed):\n" + "\n".join(killed)
+
+
+@pytest.fixture(scope="module")
+def page(lab: JupyterLab) -> Iterator[Any]:
+    with sync_playwright() as pw:
+        browser = launch_browser(pw)
+        try:
+            yield open_lab_page(browser, lab)
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def results(artifacts: Path) -> Iterator[dict[str, Any]]:
+    found: dict[str, Any] = {}
+    yield found
+    print(f"\nbrowser results ({artifacts / 'results.json'}):\n{json.dumps(found, indent=1)}")
+
+
+def record(results: dict[str, Any], artifacts: Path, name: str, summary: dict[str, Any]) -> None:
+    """Add one run to ``results.json`` (rewritten after every test, so a crash keeps what ran)."""
+    results[name] = summary
+    (artifacts / "results.json").write_text(json.dumps(results, indent=1))
+    print(f"\n{name}: {summary['duration_s']} s, peak kernel-tree RSS {summary['peak_kernel_tree_rss_mb']} MB, "
+          f"{len(summary['problems'])} problem(s)")
+
+
+# --------------------------------------------------------------------------------------------
+# the harness itself: each check must be able to fail
+
+SELF_CHECK = [
+    ("markdown", "# harness self-check"),
+    ("clean", "print('hello')"),
+    ("stderr", "import sys\nprint('something went wrong', file=sys.stderr)"),
+    ("wide", "from IPython.display import HTML\nHTML('<div style=\"width:3000px;background:#fcc\">wide</div>')"),
+    ("scrolls", "HTML('<div style=\"overflow-x:auto\"><div style=\"width:3000px\">scrolls inside</div></div>')"),
+    ("traceback", "import traceback\ntry:\n    {}['x']\nexcept KeyError:\n    traceback.print_exc(file=sys.stdout)"),
+    ("live", "import threading, time, ipywidgets as w\n"
+             "ticking, frozen = w.HTML('tick 0'), w.HTML('never changes')\n"
+             "ticking.add_class('rstream-live'); frozen.add_class('rstream-live')\n"
+             "def tick():\n"
+             "    for i in range(1, 60):\n"
+             "        time.sleep(0.2)\n"
+             "        ticking.value = f'tick {i}'\n"
+             "threading.Thread(target=tick, daemon=True).start()\n"
+             "w.VBox([ticking, frozen])"),
+    ("wait", "time.sleep(8)  # the ticking widget ticks meanwhile"),
+    ("progress", "w.IntProgress(value=3, max=10)"),
+    ("no model", "from IPython.display import display\n"
+                 "display({'application/vnd.jupyter.widget-view+json': "
+                 "{'model_id': 'deadbeef', 'version_major': 2, 'version_minor': 0}}, raw=True)"),
+    ("blank", "w.Box()"),
+    ("offsite", "HTML('<img alt=\"offsite\" src=\"http://offsite.invalid/pixel.png\">')"),
+    ("raises", "1 / 0"),
+    ("skipped", "print('never runs')"),
+]
+
+
+@pytest.mark.timeout(600)
+def test_harness_reports_what_is_wrong(lab: JupyterLab, page: Any, artifacts: Path) -> None:
+    """A generated notebook (in the server's temporary root, never in ``notebooks/``) with one problem of
+    each kind: the harness must report each, in its cell, and nothing for the clean cells."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.cells = [nbformat.v4.new_markdown_cell(src) if kind == "markdown" else nbformat.v4.new_code_cell(src)
+                for kind, src in SELF_CHECK]
+    folder = lab.root / "harness-self-check"
+    folder.mkdir(exist_ok=True)
+    nbformat.write(nb, folder / "self_check.ipynb")
+    cell = {kind: i for i, (kind, _) in enumerate(SELF_CHECK)}
+
+    run = run_notebook(page, "harness-self-check/self_check.ipynb", lab, artifacts=artifacts / "harness-self-check")
+    problems = run.problems()
+    report = run.report()
+
+    def about(kind: str) -> list[str]:
+        return [p for p in problems if p.startswith((f"cell {cell[kind]} ", f"cell {cell[kind]}:"))]
+
+    assert run.finished, report
+    for kind in ("clean", "scrolls", "progress", "wait"):
+        assert about(kind) == [], f"{kind}: a clean cell was reported\n{report}"
+    assert any("stderr box: 'something went wrong'" in p for p in about("stderr")), report
+    assert any("output wider than the notebook: <div" in p for p in about("wide")), report
+    assert any("a Traceback is visible" in p for p in about("traceback")), report
+    # JupyterLab shows "Loading widget..." until the widget manager has restored, then the error.
+    assert any("Loading widget..." in p or "Error displaying widget" in p for p in about("no model")), report
+    assert any("blank output" in p for p in about("blank")), report
+    assert any("error output: ZeroDivisionError" in p for p in about("raises")), report
+    assert not any("stderr box" in p for p in about("raises")), f"an error output counted twice\n{report}"
+    assert any("did not run" in p for p in about("skipped")), report
+    live = [p for p in problems if "live widget" in p]
+    assert len(live) == 1 and live[0].startswith(f"cell {cell['live']} "), f"only the frozen widget\n{report}"
+    assert len(run.live) == 2 and max(len(t) for t in run.live.values()) >= 2, run.live
+    assert run.peak_rss_mb > 10, run.peak_rss_mb
+    assert any("non-loopback URL (blocked): http://offsite.invalid/pixel.png" in p for p in problems), report
+    assert not run.remote_connections, report
+    assert not run.leftover_processes, report
+
+
+# --------------------------------------------------------------------------------------------
+# the notebooks
+
+
+@pytest.mark.timeout(TEST_TIMEOUT)
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_clean_in_jupyterlab(name: str, lab: JupyterLab, page: Any, artifacts: Path,
+                                           results: dict[str, Any]) -> None:
+    run = run_notebook(page, name, lab, artifacts=artifacts)
+    record(results, artifacts, name, run.summary())
+    assert run.passed, run.report()
+    # what the lesson says it shows, read from the notebook's outputs (its teaching cells assert nothing)
+    assert problems(Path(name).stem, run.notebook, solved=False) == [], run.report()
