@@ -553,10 +553,9 @@ class RocketMQStream:
         if batch is None:
             for topic in self.topology.state_topics:
                 for q in range(self.broker.topic(topic).queues):
-                    folder = state_folder(self.state_dir, topic, q)
-                    if not (folder / "CURRENT").exists():
+                    store = self._local_store(topic, q)
+                    if store is None:
                         continue
-                    store = StateStore(folder, self.topology.state_topics[topic], q).open(read_only=True)
                     try:
                         rows += [{"operator": op, "queue": q, "key": key, "value": value}
                                  for op, key, value in store.items(operator) if not is_bookkeeping(op, key)]
@@ -567,6 +566,48 @@ class RocketMQStream:
                     for (q, _kb), (op, key, value) in self._state_at(batch).items()
                     if operator is None or op == operator]
         return pd.DataFrame(rows, columns=["operator", "queue", "key", "value"])
+
+    def local_state_folders(self) -> Any:
+        """Every local copy of a queue's state, on every executor that processed it: executor, topic,
+        queue, the input offset it reflects (``applied_offset``), its keys, and whether it is the copy
+        of the last committed batch (``fresh``). A queue whose task moved to another executor has a
+        stale copy on the old one: the new one replayed it from the state topic."""
+        import pandas as pd
+
+        rows = []
+        for topic, state_topic in self.topology.state_topics.items():
+            for folder in sorted(self.state_dir.glob(f"*/{topic}/*")):
+                if not (folder / "CURRENT").exists() or not folder.name.isdigit():
+                    continue
+                q = int(folder.name)
+                last = self.broker.last_commit(self.job_id, topic, q)
+                store = StateStore(folder, state_topic, q).open(read_only=True)
+                try:
+                    rows.append({"executor": folder.parent.parent.name, "topic": topic, "queue": q,
+                                 "applied_offset": store.applied_offset, "state_keys": store.key_count,
+                                 "fresh": last is not None and store.applied_offset == last.end_offset})
+                finally:
+                    store.close()
+        return pd.DataFrame(rows, columns=["executor", "topic", "queue", "applied_offset", "state_keys", "fresh"])
+
+    def _local_store(self, topic: str, queue: int) -> StateStore | None:
+        """The local copy of a queue's state to read (opened read-only): the one that reflects the last
+        committed batch, else the most advanced one; None when no executor has one."""
+        last = self.broker.last_commit(self.job_id, topic, queue)
+        best: tuple[int, StateStore] | None = None
+        for folder in sorted(self.state_dir.glob(f"*/{topic}/{queue}")):
+            if not (folder / "CURRENT").exists():
+                continue
+            store = StateStore(folder, self.topology.state_topics[topic], queue).open(read_only=True)
+            applied = store.applied_offset if store.applied_offset is not None else -1
+            rank = 2**62 if last is not None and applied == last.end_offset else applied
+            if best is None or rank > best[0]:
+                if best is not None:
+                    best[1].close()
+                best = (rank, store)
+            else:
+                store.close()
+        return None if best is None else best[1]
 
     def state_diff(self, from_batch: int, to_batch: int | None = None) -> Any:
         """What changed in the state between right after batch ``from_batch`` and right after batch

@@ -36,6 +36,9 @@ class QueueProgress:
     batch_id: int = -1
     started_ms: int = 0
     committed_ms: int = 0
+    #: Where the range ran: the Spark executor (``local`` in local mode) and the Python worker's pid.
+    executor: str = ""
+    pid: int = 0
 
     @classmethod
     def from_info(cls, info: dict[str, Any], committed_ms: int = 0) -> QueueProgress:
@@ -50,6 +53,7 @@ class QueueProgress:
             held_back_by=info.get("held_back_by"), producers=dict(info.get("producers") or {}),
             late=int(info.get("late", 0)), batch_id=int(info.get("batch", -1)),
             started_ms=int(info.get("now_ms", 0)), committed_ms=int(committed_ms),
+            executor=str(info.get("executor", "")), pid=int(info.get("pid", 0)),
         )
 
 
@@ -115,6 +119,6 @@ class BatchProgress:
             "records_in": q.records_in, "records_out": sum(q.records_out.values()),
             "replayed_keys": q.replayed_keys, "state_keys": q.state_keys, "changed_keys": q.changed_keys,
             "errors": q.error_count, "late": q.late, "watermark": q.watermark,
-            "millis": round(q.millis, 1), "skipped": q.skipped,
+            "millis": round(q.millis, 1), "executor": q.executor,
         } for q in self.queues]
         return pd.DataFrame(rows)

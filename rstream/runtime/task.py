@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import re
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -77,9 +79,30 @@ def config_from_blob(blob: str) -> TaskConfig:
     return cfg
 
 
-def state_folder(state_dir: str | Path, topic: str, queue: int) -> Path:
-    """The local RocksDB folder of one input queue."""
-    return Path(state_dir) / topic / str(queue)
+#: The executor name of work done outside any executor (local mode, or the driver replaying).
+LOCAL_EXECUTOR = "local"
+
+
+def executor_name() -> str:
+    """Which Spark executor this Python worker serves: ``executor-<id>`` on a cluster (standalone, YARN,
+    Kubernetes), ``local`` in local mode. Like a RocketMQ Streams instance, each executor keeps its own
+    local state folders: a queue whose task moves to another executor finds no (or a stale) copy there
+    and replays it from the state topic."""
+    found = os.environ.get("SPARK_EXECUTOR_ID")
+    if not found:
+        for name in ("SPARK_LOG_URL_STDERR", "SPARK_LOG_URL_STDOUT"):
+            match = re.search(r"[?&]executorId=([^&]+)", os.environ.get(name, ""))
+            if match:
+                found = match.group(1)
+                break
+    if not found and os.environ.get("CONTAINER_ID"):  # YARN
+        found = os.environ["CONTAINER_ID"].rsplit("_", 1)[-1]
+    return f"executor-{found}" if found and found != "driver" else LOCAL_EXECUTOR
+
+
+def state_folder(state_dir: str | Path, topic: str, queue: int, executor: str = LOCAL_EXECUTOR) -> Path:
+    """The local RocksDB folder of one input queue on one executor."""
+    return Path(state_dir) / executor / topic / str(queue)
 
 
 class QueueRun:
@@ -194,8 +217,10 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, bat
             "job id, or reset the job (RocketMQStream.reset()) to start over."
         )
     store: StateStore | None = None
+    executor = executor_name()
     if topology.is_stateful(topic):
-        store = StateStore(state_folder(cfg.state_dir, topic, queue), topology.state_topics[topic], queue).open()
+        store = StateStore(state_folder(cfg.state_dir, topic, queue, executor), topology.state_topics[topic],
+                           queue).open()
     try:
         replayed = 0
         if store is not None and store.applied_offset != committed:
@@ -203,7 +228,7 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, bat
         run = QueueRun(cfg, topic, queue, start, end, batch, store, last)
         run.feed(broker.read_records(topic, queue, start, end))
         records, info = run.finish()
-        info["replayed_keys"] = replayed
+        info.update(replayed_keys=replayed, executor=executor, pid=os.getpid())
         if store is not None:
             info["state_keys"] = store.prepare()
         info["millis"] = (time.perf_counter() - began) * 1000

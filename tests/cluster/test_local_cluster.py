@@ -1,0 +1,310 @@
+"""A real Spark standalone cluster on loopback: start, run a job, lose an executor, stop, leave nothing.
+
+The test session already holds a local[2] SparkContext (tests/conftest.py) and a process can hold
+only one, so every Spark driver here runs in a subprocess against ``cluster.master_url``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from rstream.cluster import ClusterError, ExecutorProcess, LocalCluster
+
+ROOT = Path(__file__).parents[2]
+TIMEOUT = 240.0  # generous: 2 shared cores; nothing below depends on how fast things are
+
+# A driver in its own process. Its tasks block until the test creates ``release`` in the control
+# folder, so the test sees (and may kill) executors while a job is running, without guessing times.
+_DRIVER = textwrap.dedent("""
+    import json, os, sys, time
+    from pathlib import Path
+    from rstream.runtime.session import get_spark
+
+    master, conf, ctl = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
+    spark = get_spark(master=master, tmp_dir=str(ctl / "spark-tmp"), **conf)
+    control = str(ctl)
+
+    def probe(index, rows):
+        import os, time
+        from pathlib import Path
+        import rstream
+        here = Path(control)
+        (here / f"started-{index}-{os.getpid()}").write_text(os.getcwd())
+        while not (here / "release").exists():
+            time.sleep(0.05)
+        env = {k: v for k, v in os.environ.items()
+               if k.startswith(("SPARK_", "PYSPARK_", "RSTREAM_")) or k == "PYTHONPATH"}
+        yield {"index": index, "rows": sum(1 for _ in rows), "cwd": os.getcwd(), "pid": os.getpid(),
+               "rstream": rstream.__file__, "env": env}
+
+    probes = spark.sparkContext.parallelize(range(int(sys.argv[4])), 2).mapPartitionsWithIndex(probe).collect()
+    count = spark.range(100, numPartitions=2).count()
+    print(json.dumps({"count": count, "probes": probes}), flush=True)
+    spark.stop()
+""")
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen[str]:
+    """A Python subprocess in its own process group; stderr (Spark's warnings) goes to ``log``."""
+    with open(log, "w") as err:
+        return subprocess.Popen([sys.executable, *args], env=_env(), cwd=str(ROOT), start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+
+
+def _log_tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:] if log.exists() else ""
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def _wait_until(condition: Any, what: str, proc: subprocess.Popen[str], log: Path) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"the driver exited ({proc.returncode}) before {what}:\n{_log_tail(log)}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _strays(work_dir: Path, ports: list[int]) -> list[str]:
+    """Any live process, ours or not, whose command line mentions the cluster's folder or ports."""
+    marks = [str(work_dir)] + [f"127.0.0.1:{p}" for p in ports]
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.pid != os.getpid() and any(m in line for m in marks):
+            found.append(f"{proc.pid}: {line[:200]}")
+    return found
+
+
+def _memory(cluster: LocalCluster) -> str:
+    rss = pss = 0
+    parts = []
+    for proc in cluster.processes():
+        try:
+            info = proc.memory_full_info()
+        except psutil.Error:
+            continue
+        rss, pss = rss + info.rss, pss + info.pss
+        parts.append(f"{proc.name()} {info.rss // 2**20}")
+    return f"RSS {rss / 2**20:.0f} MB, PSS {pss / 2**20:.0f} MB over {len(parts)} processes ({', '.join(parts)})"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    made = LocalCluster(workers=2, work_dir=tmp_path / "cluster")
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+@pytest.fixture
+def control(tmp_path: Path) -> Path:
+    folder = tmp_path / "control"
+    folder.mkdir()
+    return folder
+
+
+def _driver(cluster: LocalCluster, control: Path, rows: int) -> subprocess.Popen[str]:
+    return _spawn(["-c", _DRIVER, cluster.master_url, json.dumps(cluster.spark_conf()), str(control), str(rows)],
+                  control / "driver.log")
+
+
+def test_two_workers_run_a_job_and_stop_leaves_nothing(cluster: LocalCluster, control: Path) -> None:
+    began = time.monotonic()
+    cluster.start()
+    print(f"\nstart: {cluster.start_seconds:.1f} s; daemons only: {_memory(cluster)}")
+    assert cluster.master_url.startswith("spark://127.0.0.1:")
+    state = cluster.master_state()
+    workers = [w for w in state["workers"] if w["state"] == "ALIVE"]
+    assert len(workers) == 2 and all(w["host"] == "127.0.0.1" and w["cores"] == 1 for w in workers)
+    assert cluster.start() is cluster  # idempotent
+    assert (cluster.log_dir / "master.log").is_file() and (cluster.log_dir / "worker-1.log").is_file()
+
+    driver = _driver(cluster, control, rows=10)
+    try:
+        _wait_until(lambda: len(list(control.glob("started-*"))) == 2, "both tasks run", driver, control / "driver.log")
+        running = cluster.executors()
+        print(f"job running: {_memory(cluster)}")
+        assert len(running) == 2
+        assert {e.worker for e in running} == {"worker-0", "worker-1"}
+        assert len({e.app_id for e in running}) == 1 and len({e.executor_id for e in running}) == 2
+        for e in running:
+            assert e.cwd == cluster.work_dir / "workers" / e.worker / e.app_id / e.executor_id
+        (control / "release").touch()
+        out, _ = driver.communicate(timeout=TIMEOUT)
+        assert driver.returncode == 0, _log_tail(control / "driver.log")
+    finally:
+        _kill_group(driver)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["count"] == 100
+    probes = result["probes"]
+    assert sum(p["rows"] for p in probes) == 10
+    print("a Python task on an executor sees:")
+    for p in probes:
+        print(f"  cwd={p['cwd']}\n  env={json.dumps(p['env'], indent=4, sort_keys=True)}")
+    executor_dirs = {str(e.cwd) for e in running}
+    assert {p["cwd"] for p in probes} == executor_dirs  # one task per executor, in its own folder
+    for p in probes:
+        assert p["env"]["RSTREAM_CLUSTER_DIR"] == str(cluster.work_dir)
+        assert p["env"]["RSTREAM_CLUSTER_WORKER"] in {"worker-0", "worker-1"}
+        assert p["env"]["PYSPARK_PYTHON"] == sys.executable
+        assert p["rstream"] == str(ROOT / "rstream" / "__init__.py")
+
+    ports = [int(cluster.master_url.rsplit(":", 1)[1]), int(cluster.web_ui_url.rsplit(":", 1)[1])]
+    ports += [w["port"] for w in workers]
+    stop_began = time.monotonic()
+    cluster.stop()
+    print(f"stop: {time.monotonic() - stop_began:.1f} s; whole test {time.monotonic() - began:.0f} s")
+    assert not cluster.running and cluster.processes() == [] and cluster.executors() == []
+    assert _strays(cluster.work_dir, ports) == []
+    cluster.stop()  # idempotent
+    with pytest.raises(ClusterError, match="start"):
+        _ = cluster.master_url
+
+
+def test_lost_executor_is_replaced_and_the_job_still_finishes(cluster: LocalCluster, control: Path) -> None:
+    cluster.start()
+    driver = _driver(cluster, control, rows=4)
+    try:
+        _wait_until(lambda: len(list(control.glob("started-*"))) == 2, "both tasks run", driver, control / "driver.log")
+        before = cluster.executors()
+        assert len(before) == 2
+        with pytest.raises(ClusterError, match="no live executor"):
+            cluster.kill_executor(os.getpid())  # never kills a process outside the cluster
+        t0 = time.monotonic()
+        killed = cluster.kill_executor(before[0].executor_id)
+        t1 = time.monotonic()
+        assert isinstance(killed, ExecutorProcess) and killed.pid == before[0].pid
+        assert not psutil.pid_exists(killed.pid) or psutil.Process(killed.pid).status() == psutil.STATUS_ZOMBIE
+        replacement = cluster.wait_for_executors(2, exclude=[killed.executor_id], timeout=TIMEOUT)
+        t2 = time.monotonic()
+        assert killed.executor_id not in {e.executor_id for e in replacement}
+        assert killed.pid not in {e.pid for e in replacement}
+        (control / "release").touch()
+        out, _ = driver.communicate(timeout=TIMEOUT)
+        assert driver.returncode == 0, _log_tail(control / "driver.log")
+        print(f"\nkill {t1 - t0:.2f} s, replacement process after {t2 - t1:.1f} s, job done {time.monotonic() - t2:.1f} s later")
+    finally:
+        _kill_group(driver)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["count"] == 100
+    assert sum(p["rows"] for p in result["probes"]) == 4  # the lost task ran again elsewhere
+    assert killed.cwd is not None and str(killed.cwd) not in {p["cwd"] for p in result["probes"]}
+    cluster.stop()
+    assert cluster.processes() == []
+
+
+_ABANDON = textwrap.dedent("""
+    import json, os, sys
+    from rstream.cluster import LocalCluster
+    cluster = LocalCluster(workers=1, work_dir=sys.argv[1]).start()
+    print(json.dumps([p.pid for p in cluster.processes()]), flush=True)
+    if sys.argv[2] == "crash":
+        os._exit(0)   # a kernel that dies: no atexit, no stop()
+    sys.exit(0)       # a kernel that exits normally: atexit stops the cluster
+""")
+
+
+def _abandon(work_dir: Path, how: str) -> list[int]:
+    log = work_dir.parent / f"abandon-{how}.log"
+    proc = _spawn(["-c", _ABANDON, str(work_dir), how], log)
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, _log_tail(log)
+    return [int(pid) for pid in json.loads(out.strip().splitlines()[-1])]
+
+
+def test_start_stops_what_a_dead_kernel_left_behind(tmp_path: Path) -> None:
+    work_dir = tmp_path / "cluster"
+    old = _abandon(work_dir, "crash")
+    assert len(old) == 2 and all(psutil.pid_exists(pid) for pid in old)  # master + worker still up
+    rerun = LocalCluster(workers=1, work_dir=work_dir)
+    try:
+        rerun.start()
+        assert set(old) <= set(rerun.leftovers_stopped)
+        assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                       for pid in old)
+        assert rerun.alive_workers() == 1
+    finally:
+        rerun.stop()
+    assert rerun.processes() == [] and _strays(work_dir, []) == []
+
+
+def test_a_kernel_that_exits_without_stop_leaves_nothing(tmp_path: Path) -> None:
+    work_dir = tmp_path / "cluster"
+    old = _abandon(work_dir, "exit")
+    assert len(old) == 2
+    try:
+        assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                       for pid in old)
+        assert _strays(work_dir, []) == []
+    finally:
+        LocalCluster(work_dir=work_dir).stop()  # clean up even if the assertion failed
+
+
+def test_rerunning_the_cell_replaces_the_cluster_and_the_stale_object_cannot_stop_it(tmp_path: Path) -> None:
+    work_dir = tmp_path / "cluster"
+    first, second = LocalCluster(workers=1, work_dir=work_dir), LocalCluster(workers=1, work_dir=work_dir)
+    try:
+        first.start()
+        old = [p.pid for p in first.processes()]
+        second.start()  # the notebook cell ran again: a new object, same work_dir
+        assert set(old) <= set(second.leftovers_stopped)
+        first.stop()  # the stale object finds nothing of its own to stop
+        assert second.alive_workers() == 1 and len(second.processes()) == 2
+        assert len(list((work_dir / "pids").glob("*.json"))) == 2  # nor deletes the new run's pid files
+    finally:
+        first.stop()
+        second.stop()
+    assert second.processes() == [] and _strays(work_dir, []) == []
+
+
+def test_a_start_that_times_out_points_at_the_logs_and_leaves_nothing(tmp_path: Path) -> None:
+    work_dir = tmp_path / "cluster"
+    slow = LocalCluster(workers=1, work_dir=work_dir, start_timeout=0.5)
+    with pytest.raises(ClusterError, match="logs") as raised:
+        slow.start()
+    assert str(slow.log_dir) in str(raised.value) and "start_timeout" in str(raised.value)
+    assert not slow.running and slow.processes() == [] and _strays(work_dir, []) == []
+
+
+def test_bad_settings_say_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(ClusterError, match="450m"):
+        LocalCluster(worker_memory="256m", work_dir=tmp_path)
+    with pytest.raises(ClusterError, match="512m"):
+        LocalCluster(worker_memory="lots", work_dir=tmp_path)
+    with pytest.raises(ClusterError, match="worker"):
+        LocalCluster(workers=0, work_dir=tmp_path)
+    assert LocalCluster(worker_memory="1g", daemon_memory="96", work_dir=tmp_path).worker_memory == "1024m"
+    idle = LocalCluster(work_dir=tmp_path)
+    with pytest.raises(ClusterError, match="start"):
+        idle.spark()
+    idle.stop()  # never started: nothing to do, no error
