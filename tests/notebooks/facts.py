@@ -23,6 +23,10 @@ EXPECTED: dict[str, dict[str, Callable[[Any], bool]]] = {
     "02_windows_and_watermarks": {
         "open_windows_when_held": lambda v: v > 0, "chart_spans_fired": lambda v: v >= 4, "errors": lambda v: v == 0,
     },
+    "03_late_data": {
+        "spark_dropped": lambda v: v == 1, "kafka_dropped": lambda v: v > 0, "late_records": lambda v: v > 2,
+        "errors": lambda v: v == 0,
+    },
 }
 #: Facts that must be equal to each other (the second is the reference).
 EQUAL = {"01_wordcount": [("trace_sink_messages", "words_in_traced_sentence")]}
