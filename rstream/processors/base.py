@@ -123,6 +123,8 @@ class StreamContext:
     fixed_now_ms: int | None = None
     #: Makes the list collecting one output topic and queue (a plain list unless re-executing).
     make_output: Callable[[str, int], list[Any]] | None = None
+    #: Whether the range reaches the end of its queue as it was when the task began (nothing unread).
+    caught_up: bool = True
 
     def __post_init__(self) -> None:
         self.outputs: dict[tuple[str, int], list[Any]] = {}
@@ -138,6 +140,7 @@ class StreamContext:
         self.late_count = 0
         self.error_count = 0
         self.flushed = False  # an end-of-input flush declared every source idle in this batch
+        self.position_ms = 0  # broker time of the last record read on a window or join topic
 
     def now_ms(self) -> int:
         """Processing time (ms): the wall clock, or the fixed time of a batch being re-executed."""
@@ -145,11 +148,22 @@ class StreamContext:
             return self.fixed_now_ms
         return time.time_ns() // 1_000_000
 
-    def advance(self, force_idle: bool = False) -> int:
+    def idle_clock(self, at_end: bool = False) -> int | None:
+        """The processing time a producer's silence is measured against. A consumer that is behind its
+        queue must not take its own backlog for silence (newer records of a producer may wait unread),
+        so it goes by the broker time of the last record it read; at the end of a range that read the
+        whole queue, by the wall clock. None: nothing read yet while behind, so no producer is idle."""
+        if at_end and self.caught_up:
+            return max(self.now_ms(), self.position_ms)
+        if self.position_ms:
+            return self.position_ms
+        return self.now_ms() if self.caught_up else None
+
+    def advance(self, force_idle: bool = False, at_end: bool = False) -> int:
         """Recompute the operator watermark and let window and join operators fire what is due."""
         if self.watermarks is None:
             return NO_WATERMARK
-        wm = self.watermarks.current(self.now_ms(), force_idle)
+        wm = self.watermarks.current(self.idle_clock(at_end), force_idle)
         for op in self.time_operators:
             op.on_watermark(wm)
         from rstream.processors.watermarks import FIRE_ALL

@@ -14,7 +14,7 @@ from typing import Any
 
 from rstream.processors.base import _short_repr
 from rstream.processors.watermarks import finite
-from rstream.processors.window import MAX_PENDING, WindowedOperator, open_spans
+from rstream.processors.window import MAX_PENDING, WindowedOperator
 from rstream.state.store import MISSING
 from rstream.time.watermark import NO_WATERMARK
 from rstream.time.windows import Window
@@ -115,6 +115,6 @@ class JoinProcessor(WindowedOperator):
         if self.window is not None:
             pending = self.store.timers(self.name)
             out.update(late=self.late, windows_fired=self.fired, windows_open=len(pending),
-                       horizon=finite(self.horizon), spans=open_spans(pending),
+                       horizon=finite(self.horizon),
                        pending=[[_short_repr(key), start, end] for end, (key, start) in pending[:MAX_PENDING]])
         return out

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rstream.processors.base import Processor, UnhashableKeyError
-from rstream.processors.watermarks import ACTIVE_HEADER, FLUSH_HEADER, PRODUCER_HEADER, WM_HEADER
+from rstream.processors.watermarks import FLUSH_HEADER, PRODUCER_HEADER, WM_HEADER
 from rstream.serde import SerdeError
 from rstream.serde.codec import decode
 
@@ -79,19 +79,20 @@ class ShuffleSourceProcessor(Processor):
             self.forward(k, decode(body), born)
             return
         ctx = self.ctx
+        ctx.position_ms = store  # type: ignore[union-attr]
         if headers:
             self.markers += 1
-            self._control(headers)
+            self._control(headers, store)
             return
         self.records_in += 1
         value, ctx.carried_wm, ctx.producer, ctx.src_offset, ctx.side = decode(body)  # type: ignore[union-attr]
         self.forward(k, value, born)
 
-    def _control(self, headers: dict[str, str]) -> None:
+    def _control(self, headers: dict[str, str], stored_ms: int) -> None:
         ctx = self.ctx
         assert ctx is not None and ctx.watermarks is not None
-        if WM_HEADER in headers:
-            ctx.watermarks.update(headers[PRODUCER_HEADER], int(headers[WM_HEADER]), int(headers[ACTIVE_HEADER]))
+        if WM_HEADER in headers:  # the producer was active when its marker was stored
+            ctx.watermarks.update(headers[PRODUCER_HEADER], int(headers[WM_HEADER]), stored_ms)
         flush = FLUSH_HEADER in headers
         ctx.flushed = ctx.flushed or flush
         ctx.advance(force_idle=flush)

@@ -1,7 +1,12 @@
 """The watermark of an operator on a shuffle queue: the minimum over the source queues that feed it
 (its *producers*) of their latest watermark, which shuffle sinks send as markers at the end of each
 batch. A producer silent for ``idle_timeout_ms`` of processing time stops holding the minimum back;
-when every producer is idle, every open window fires (a quiet stream's last window too)."""
+when every producer is idle, every open window fires (a quiet stream's last window too).
+
+Processing time here is the broker's clock: a producer was last active when its latest marker was
+stored, and the consumer's "now" is the store time of the last record it read, or the wall clock once
+it has read its whole queue (``StreamContext.idle_clock``). So a consumer catching up on a backlog
+never mistakes the backlog for silence."""
 
 from __future__ import annotations
 
@@ -54,12 +59,16 @@ class OperatorWatermark:
         self.table[producer] = ProducerState(wm, max(active_ms, old.active_ms if old else active_ms))
         self.changed = True
 
-    def idle(self, producer: str, now_ms: int) -> bool:
+    def idle(self, producer: str, now_ms: int | None) -> bool:
+        """Whether ``producer`` has been silent for longer than the idle timeout at ``now_ms`` (None: no
+        producer can be judged idle yet)."""
+        if now_ms is None:
+            return False
         state = self.table.get(producer)
         last = state.active_ms if state is not None else self.started_ms
         return now_ms - last > self.idle_timeout_ms
 
-    def current(self, now_ms: int, force_idle: bool = False) -> int:
+    def current(self, now_ms: int | None, force_idle: bool = False) -> int:
         """The watermark that gates firing: min over producers that are not idle."""
         if force_idle:
             return FIRE_ALL
@@ -68,7 +77,7 @@ class OperatorWatermark:
             return FIRE_ALL
         return min(self.table[p].watermark if p in self.table else NO_WATERMARK for p in active)
 
-    def holding_back(self, now_ms: int, all_idle: bool = False) -> str | None:
+    def holding_back(self, now_ms: int | None, all_idle: bool = False) -> str | None:
         """The producer whose watermark is the minimum (why windows have not fired yet); None when
         every producer is idle (``all_idle``: a flush declared them so)."""
         active = [] if all_idle else [p for p in self.producers if not self.idle(p, now_ms)]
@@ -84,7 +93,7 @@ class OperatorWatermark:
             })
             self.changed = False
 
-    def describe(self, now_ms: int, all_idle: bool = False) -> dict[str, Any]:
+    def describe(self, now_ms: int | None, all_idle: bool = False) -> dict[str, Any]:
         return {
             p: {
                 "watermark": self.table[p].watermark if p in self.table else None,

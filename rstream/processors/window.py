@@ -246,18 +246,4 @@ class WindowAggregateProcessor(WindowedOperator):
             "records_in": self.records_in, "late": self.late, "windows_fired": self.fired,
             "windows_open": len(pending), "watermark": finite(self.watermark),
             "pending": [[_short_repr(key), start, end] for end, (key, start) in pending[:MAX_PENDING]],
-            "spans": open_spans(pending),
         }
-
-
-#: Open window spans listed per operator and queue in the progress (for the event-time picture).
-MAX_SPANS = 50
-
-
-def open_spans(pending: list[tuple[int, Any]]) -> list[list[int]]:
-    """``[start, end, keys]`` of the windows still open, earliest end first: each window span once,
-    with how many keys have it open."""
-    spans: dict[tuple[int, int], int] = {}
-    for end, (_key, start) in pending:
-        spans[(start, end)] = spans.get((start, end), 0) + 1
-    return [[s, e, n] for (s, e), n in sorted(spans.items(), key=lambda kv: (kv[0][1], kv[0][0]))[:MAX_SPANS]]

@@ -115,7 +115,7 @@ class QueueRun:
 
     def __init__(self, cfg: TaskConfig, topic: str, queue: int, start: int, end: int, batch: int,
                  store: StateStore | None, last: CommitTag | None, now_ms: int | None = None,
-                 make_output: Callable[[str, int], list[Any]] | None = None) -> None:
+                 make_output: Callable[[str, int], list[Any]] | None = None, caught_up: bool = True) -> None:
         self.cfg, self.topic, self.queue, self.start, self.end, self.batch = cfg, topic, queue, start, end, batch
         self.store = store
         self.ctx = ctx = StreamContext(
@@ -123,11 +123,12 @@ class QueueRun:
             allowed_lateness_ms=cfg.allowed_lateness_ms, idle_timeout_ms=cfg.idle_timeout_ms,
             late_topic=cfg.late_topic, producers=cfg.producers, source_watermarks=_source_watermarks(last),
             batch_id=batch, dlq_topic=cfg.dlq_topic, fixed_now_ms=now_ms, make_output=make_output,
+            caught_up=caught_up,
         )
         self.now_ms = ctx.now_ms()
         if topic in cfg.producers and store is not None:
             ctx.watermarks = OperatorWatermark(cfg.producers[topic], cfg.idle_timeout_ms, store, ctx.now_ms())
-            current = ctx.watermarks.current(ctx.now_ms())
+            current = ctx.watermarks.current(ctx.idle_clock())
             ctx.emit_watermark = current if current < FIRE_ALL else NO_WATERMARK
         self.roots = cfg.topology.build_processors(topic, cfg.sink_queues, cfg.aggregate_emit)
         self.procs = [p for root in self.roots for p in root.walk()]
@@ -156,15 +157,16 @@ class QueueRun:
         Returns the records to append (per topic and queue, changelog included) and the metrics."""
         cfg, ctx, store = self.cfg, self.ctx, self.store
         if ctx.watermarks is not None:
-            ctx.advance()  # idle producers may have stopped holding the watermark back
+            ctx.advance(at_end=True)  # idle producers may have stopped holding the watermark back
         for proc in self.procs:
             proc.flush()
         info: dict[str, Any] = {
             "topic": self.topic, "queue": self.queue, "start": self.start, "end": self.end, "batch": self.batch,
-            "now_ms": self.now_ms, "replayed_keys": 0, "state_keys": None, "changed_keys": 0,
+            "now_ms": self.now_ms, "caught_up": ctx.caught_up, "replayed_keys": 0, "state_keys": None,
+            "changed_keys": 0,
         }
         if ctx.watermarks is not None:
-            now = ctx.now_ms()
+            now = ctx.idle_clock(at_end=True)
             info["watermark"] = finite(ctx.watermarks.current(now, ctx.flushed))
             info["held_back_by"] = ctx.watermarks.holding_back(now, ctx.flushed)
             info["producers"] = ctx.watermarks.describe(now, ctx.flushed)
@@ -225,7 +227,9 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, bat
         replayed = 0
         if store is not None and store.applied_offset != committed:
             replayed = store.replay(broker, committed)
-        run = QueueRun(cfg, topic, queue, start, end, batch, store, last)
+        # a range short of the queue's end is catching up: its backlog must not look like silence
+        caught_up = topic not in cfg.producers or end >= broker.end_offsets(topic)[queue]
+        run = QueueRun(cfg, topic, queue, start, end, batch, store, last, caught_up=caught_up)
         run.feed(broker.read_records(topic, queue, start, end))
         records, info = run.finish()
         info.update(replayed_keys=replayed, executor=executor, pid=os.getpid())

@@ -57,3 +57,32 @@ def test_quiet_stream_fires_its_last_windows_and_later_records_are_late(broker: 
     assert late[["data_time", "topic", "queue"]].values.tolist() == [[4500, "clicks", 0]]
     assert "already fired: its source queue was idle" in late["reason"][0]
     assert results(broker) == {("a", 0, 5000): 2, ("b", 0, 5000): 1, ("b", 5000, 10000): 1}
+
+
+def test_a_consumer_catching_up_never_takes_its_backlog_for_silence(broker: EmbeddedBroker, make_job: Any) -> None:
+    """One key gets nearly every record, so its shuffle queue falls further behind with every batch (12
+    records per batch), many seconds by the end; the watermark markers it reads are then that old.
+    Judged by the wall clock, its active producers looked idle (idle timeout 2 s): windows fired early,
+    and the records behind in the backlog became "late: its window already fired". Idleness now goes by
+    the broker time of the consumer's position, so the results are exactly the reference's."""
+    import random
+
+    from tests.runtime.reference import split_late, window_frame
+    from tests.runtime.test_windows import LATENESS, produce
+
+    rng = random.Random(11)
+    events = [{"user": "hot" if rng.random() < 0.95 else f"u{rng.randrange(3)}",
+               "ts": max(0, i * 100 - rng.randrange(1500))} for i in range(600)]
+    queues = produce(broker, "clicks", events)
+    job = make_job(windowed(job_id("catch-up"), TumblingWindow(2000), "count"), allowed_lateness_ms=LATENESS,
+                   idle_timeout_ms=2000, max_records_per_queue=12)
+    job.run_until_idle(progress=False)
+    on_time, late = split_late(queues, lambda e: e["ts"], LATENESS)
+    expected = window_frame(on_time, lambda e: e["user"], lambda e: e["ts"], lambda e: 1, 2000)
+    got = job.late_records()
+    assert not got["reason"].str.contains("already fired").any(), got["reason"].value_counts().to_dict()
+    assert results(broker) == expected.groupby(["key", "start", "end"]).size().to_dict()
+    assert sorted(got["data_time"]) == sorted(e["ts"] for e, _ in late)
+    shuffled = [q for p in job.history() for q in p.queues if q.topic != "clicks"]
+    behind = [q for q in shuffled if q.end - q.start == 12]
+    assert len(behind) > 10  # the hot shuffle queue really was behind, batch after batch
