@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rstream import RocketMQStream
+from rstream.state.store import DELETE_HEADER, is_timer, split_state_key
 
 from .html import box, note, status
 from .live import LiveView
@@ -72,10 +73,6 @@ class EventTimeSnapshot:
         watermarks: dict[str, list[tuple[int, int]]] = {}
         operator_wm: dict[str, list[tuple[int, int]]] = {}
         latest_wm: dict[tuple[str, int], int | None] = {}
-        holding: dict[tuple[str, int, int], int] = {}  # (operator, start, end) -> queues holding it open
-        queue_spans: dict[tuple[str, str, int], set[tuple[int, int]]] = {}
-        opened: dict[tuple[str, int, int], int] = {}
-        spans: list[Span] = []
         for q in commits:
             for name, counters in q.operators.items():
                 wm = counters.get("watermark")
@@ -84,27 +81,12 @@ class EventTimeSnapshot:
                     if len(sinks_per_queue.get((q.topic, q.queue), ())) > 1:
                         series += f" ({name})"
                     watermarks.setdefault(series, []).append((q.committed_ms, int(wm)))
-                if name in windowed and "spans" in counters:
-                    now_open = {(int(s), int(e)) for s, e, _n in counters["spans"]}
-                    before = queue_spans.get((name, q.topic, q.queue), set())
-                    for s, e in now_open - before:
-                        key = (name, s, e)
-                        holding[key] = holding.get(key, 0) + 1
-                        opened.setdefault(key, q.committed_ms)
-                    for s, e in before - now_open:
-                        key = (name, s, e)
-                        holding[key] -= 1
-                        if holding[key] == 0:
-                            spans.append(Span(name, s, e, opened.pop(key), q.committed_ms))
-                    queue_spans[(name, q.topic, q.queue)] = now_open
             if q.topic in framed:
                 latest_wm[(q.topic, q.queue)] = q.watermark
                 known = [w for (t, _), w in latest_wm.items() if t == q.topic and w is not None]
                 if known:
                     operator_wm.setdefault(q.topic, []).append((q.committed_ms, min(known)))
-        spans += [Span(name, s, e, at, None) for (name, s, e), at in opened.items()]
-        spans.sort(key=lambda sp: (sp.operator, sp.end, sp.start))
-        return cls(job.job_id, watermarks, operator_wm, spans, _late(job), _events(job, framed),
+        return cls(job.job_id, watermarks, operator_wm, _spans(job, windowed), _late(job), _events(job, framed),
                    time.time_ns() // 1_000_000)
 
     # -- data -----------------------------------------------------------------------------------
@@ -232,6 +214,52 @@ def _steps(points: list[tuple[float, float]], right: float) -> tuple[list[float]
         xs.append(max(right, points[-1][0]))
         ys.append(ys[-1])
     return xs, ys
+
+
+def _spans(job: RocketMQStream, windowed: set[str]) -> list[Span]:
+    """Every window span, read from the state topics: a window's state is put when it opens and deleted
+    (a tombstone) when it fires, both stamped with the broker time of their batch's commit; a window
+    that opened and fired in one batch leaves only its tombstone. A span is open while any key holds it.
+    (Compaction drops tombstones: fired windows before a compaction are not drawn.)"""
+    opened: dict[tuple[str, int, int, Any], int] = {}
+    fired: dict[tuple[str, int, int, Any], int] = {}
+    for shuffle in job.topology.framed_topics:
+        state_topic = job.topology.state_topics[shuffle]
+        if not job.broker.has_topic(state_topic):
+            continue
+        for m in job.broker.read(state_topic):
+            if not isinstance(m.key, str):
+                continue
+            kb = bytes.fromhex(m.key)
+            if is_timer(kb):
+                continue
+            operator, key = split_state_key(kb)
+            window = _window_of(key) if operator in windowed else None
+            if window is None:
+                continue
+            ident = (operator, window[0], window[1], key)
+            if m.body and DELETE_HEADER not in m.headers:
+                opened.setdefault(ident, m.store_timestamp)
+            else:
+                fired[ident] = m.store_timestamp
+    spans: dict[tuple[str, int, int], list[tuple[int, int | None]]] = {}
+    for ident in opened.keys() | fired.keys():
+        at = opened.get(ident, fired.get(ident, 0))
+        spans.setdefault(ident[:3], []).append((at, fired.get(ident)))
+    out = []
+    for (operator, start, end), keys in spans.items():
+        done = [f for _, f in keys if f is not None]
+        out.append(Span(operator, start, end, min(a for a, _ in keys), max(done) if len(done) == len(keys) else None))
+    return sorted(out, key=lambda sp: (sp.operator, sp.end, sp.start))
+
+
+def _window_of(key: Any) -> tuple[int, int] | None:
+    """The ``(start, end)`` of a window operator's state key: ``(key, start, end)`` for a windowed
+    aggregate, ``(side, key, start, end)`` for a windowed join; None for anything else it keeps."""
+    if isinstance(key, tuple) and len(key) in (3, 4) and isinstance(key[-1], int) and isinstance(key[-2], int) \
+            and not (len(key) == 3 and key[0] == "sessions"):
+        return int(key[-2]), int(key[-1])
+    return None
 
 
 def _late(job: RocketMQStream) -> list[tuple[int, int, int, str]]:

@@ -27,6 +27,11 @@ EXPECTED: dict[str, dict[str, Callable[[Any], bool]]] = {
         "spark_dropped": lambda v: v == 1, "kafka_dropped": lambda v: v > 0, "late_records": lambda v: v > 2,
         "errors": lambda v: v == 0,
     },
+    "04_state_and_replay": {
+        "stale_copy_replayed": lambda v: v > 0, "compaction_removed": lambda v: v > 0, "errors": lambda v: v == 0,
+    },
+    "05_joins": {"late_records": lambda v: v == 0, "errors": lambda v: v == 0},
+    "06_scaling_and_failure": {"replayed_after_kill": lambda v: v > 0, "errors": lambda v: v == 0},
 }
 #: Facts that must be equal to each other (the second is the reference).
 EQUAL = {"01_wordcount": [("trace_sink_messages", "words_in_traced_sentence")]}
