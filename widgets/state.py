@@ -47,50 +47,64 @@ def _where(operator: str | None, queue: int | None, key_filter: str) -> str:
 
 
 @dataclass(frozen=True)
-class StateSnapshot:
-    """A job's state at one batch (``batch``; None: the local RocksDB stores now), filtered by operator,
-    queue and key text, one page of it shown. ``to_pandas()`` has every matching key."""
+class _Page:
+    """Rows filtered by operator, queue and key text, shown one page at a time."""
 
     job_id: str
-    batch: int | None
     rows: Any
-    total_keys: int
     operator: str | None
     queue: int | None
     key_filter: str
     page: int
     page_size: int
+
+    @staticmethod
+    def clamped(page: int, rows: Any, page_size: int) -> int:
+        """``page`` within the pages ``rows`` fill (a page past the end shows the last one)."""
+        if page_size < 1:
+            raise ValueError(f"page_size must be at least 1, got {page_size!r}")
+        return min(max(page, 0), max(1, -(-len(rows) // page_size)) - 1)
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-len(self.rows) // self.page_size))
+
+    def page_rows(self) -> Any:
+        start = self.page * self.page_size
+        return self.rows.iloc[start:start + self.page_size]
+
+    def to_pandas(self) -> Any:
+        """Every matching row (all pages)."""
+        return self.rows.copy()
+
+    @property
+    def where(self) -> str:
+        return _where(self.operator, self.queue, self.key_filter)
+
+
+@dataclass(frozen=True)
+class StateSnapshot(_Page):
+    """A job's state at one batch (``batch``; None: the local RocksDB stores now), filtered by operator,
+    queue and key text, one page of it shown. ``to_pandas()`` has every matching key: operator, queue,
+    key, value."""
+
+    batch: int | None
+    total_keys: int
     taken_at: float
 
     @classmethod
     def of(cls, job: RocketMQStream, batch: int | None = None, operator: str | None = None, queue: int | None = None,
            key_filter: str = "", page: int = 0, page_size: int = PAGE_SIZE) -> StateSnapshot:
         """The state after batch ``batch`` (read from the state topics) or now (``batch=None``)."""
-        if page_size < 1:
-            raise ValueError(f"page_size must be at least 1, got {page_size!r}")
         frame = job.state(batch=batch)
         rows = _filtered(frame, operator, queue, key_filter)
-        pages = max(1, -(-len(rows) // page_size))
-        return cls(job.job_id, batch, rows, len(frame), operator, queue, key_filter,
-                   min(max(page, 0), pages - 1), page_size, time.time())
-
-    @property
-    def pages(self) -> int:
-        return max(1, -(-len(self.rows) // self.page_size))
-
-    def to_pandas(self) -> Any:
-        """Every matching key: operator, queue, key, value."""
-        return self.rows.copy()
-
-    def page_rows(self) -> Any:
-        start = self.page * self.page_size
-        return self.rows.iloc[start:start + self.page_size]
+        return cls(job.job_id, rows, operator, queue, key_filter, cls.clamped(page, rows, page_size), page_size,
+                   batch, len(frame), time.time())
 
     @property
     def status(self) -> str:
         when = "now (local RocksDB)" if self.batch is None else f"after batch {self.batch} (state topics)"
-        where = _where(self.operator, self.queue, self.key_filter)
-        shown = f"{len(self.rows)} of {self.total_keys} keys" + (f" ({where})" if where else "")
+        shown = f"{len(self.rows)} of {self.total_keys} keys" + (f" ({self.where})" if self.where else "")
         return f"state of job {self.job_id!r} {when}: {shown}; page {self.page + 1} of {self.pages}"
 
     def _repr_html_(self) -> str:
@@ -103,19 +117,12 @@ class StateSnapshot:
 
 
 @dataclass(frozen=True)
-class StateDiffSnapshot:
+class StateDiffSnapshot(_Page):
     """What changed in a job's state from right after batch ``from_batch`` to right after
     ``to_batch``: one row per key added, changed or deleted, with its value before and after."""
 
-    job_id: str
     from_batch: int
     to_batch: int
-    rows: Any
-    operator: str | None
-    queue: int | None
-    key_filter: str
-    page: int
-    page_size: int
     taken_at: float
 
     @classmethod
@@ -127,33 +134,23 @@ class StateDiffSnapshot:
             earlier = [p.batch_id for p in job.history() if p.batch_id < to_batch]
             from_batch = earlier[-1] if earlier else -1
         rows = _filtered(job.state_diff(from_batch, to_batch), operator, queue, key_filter)
-        pages = max(1, -(-len(rows) // page_size))
-        return cls(job.job_id, from_batch, to_batch, rows, operator, queue, key_filter,
-                   min(max(page, 0), pages - 1), page_size, time.time())
-
-    @property
-    def pages(self) -> int:
-        return max(1, -(-len(self.rows) // self.page_size))
+        return cls(job.job_id, rows, operator, queue, key_filter, cls.clamped(page, rows, page_size), page_size,
+                   from_batch, to_batch, time.time())
 
     def counts(self) -> dict[str, int]:
         """How many keys were added, changed and deleted."""
         return {c: int((self.rows["change"] == c).sum()) for c in ("added", "changed", "deleted")}
 
-    def to_pandas(self) -> Any:
-        return self.rows.copy()
-
     @property
     def status(self) -> str:
         span = f"batch {self.to_batch}" if self.from_batch == self.to_batch - 1 else \
             f"after batch {self.from_batch} to after batch {self.to_batch}"
-        where = _where(self.operator, self.queue, self.key_filter)
         counts = ", ".join(f"{n} {c}" for c, n in self.counts().items())
-        return (f"changes in the state of job {self.job_id!r}, {span}: {counts}" + (f" ({where})" if where else "")
-                + f"; page {self.page + 1} of {self.pages}")
+        return (f"changes in the state of job {self.job_id!r}, {span}: {counts}"
+                + (f" ({self.where})" if self.where else "") + f"; page {self.page + 1} of {self.pages}")
 
     def _repr_html_(self) -> str:
-        start = self.page * self.page_size
-        page = self.rows.iloc[start:start + self.page_size]
+        page = self.page_rows()
         rows = [[r.operator, r.queue, r.key, r.change, r.before, r.after] for r in page.itertuples()]
         colours = [CHANGE_COLOURS.get(r.change) for r in page.itertuples()]
         body = table("changed keys", DIFF_COLUMNS, rows, row_colours=colours) if rows else "<i>nothing changed</i>"

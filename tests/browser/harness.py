@@ -376,17 +376,28 @@ class JupyterLab:
 
 def kernel_tree_rss(kernel: psutil.Process | None) -> int:
     """Bytes of RSS of ``kernel`` and all its descendants (pages shared by forks count once per process)."""
+    return kernel_tree_memory(kernel, pss=False)[0]
+
+
+def kernel_tree_memory(kernel: psutil.Process | None, pss: bool = True) -> tuple[int, int]:
+    """``(rss, pss)`` bytes of ``kernel`` and all its descendants. RSS counts a page shared by forked
+    processes (Spark's Python workers) once per process; PSS splits it between them, so the PSS sum is
+    what the machine (or a Binder pod's memory limit) really holds for the tree."""
     if kernel is None:
-        return 0
-    total = 0
+        return 0, 0
     try:
         procs = [kernel, *kernel.children(recursive=True)]
     except psutil.Error:
-        return 0
+        return 0, 0
+    rss = proportional = 0
     for p in procs:
         with contextlib.suppress(psutil.Error):
-            total += p.memory_info().rss
-    return total
+            if pss:
+                info = p.memory_full_info()
+                rss, proportional = rss + info.rss, proportional + info.pss
+            else:
+                rss += p.memory_info().rss
+    return rss, proportional
 
 
 # --------------------------------------------------------------------------------------------
@@ -647,6 +658,10 @@ class NotebookRun:
     screenshots: list[str] = dataclasses.field(default_factory=list)
     #: The executed notebook as the page held it (nbformat JSON), outputs included.
     notebook: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The kernel tree's peak PSS while cells ran, and its PSS once they had (after the notebook released
+    #: its Spark): what an open kernel keeps while a learner goes on to the next notebook.
+    peak_pss_mb: float = 0.0
+    residual_pss_mb: float = 0.0
 
     def problems(self) -> list[str]:
         """Every failed check, one line each (empty when the run is clean)."""
@@ -692,7 +707,8 @@ class NotebookRun:
         """The JSON-able numbers and findings of this run (for results.json)."""
         return {
             "notebook": self.name, "passed": self.passed, "duration_s": round(self.duration_s, 1),
-            "peak_kernel_tree_rss_mb": round(self.peak_rss_mb, 1), "code_cells": len(self.cells),
+            "peak_kernel_tree_rss_mb": round(self.peak_rss_mb, 1), "peak_kernel_tree_pss_mb": round(self.peak_pss_mb, 1),
+            "residual_kernel_tree_pss_mb": round(self.residual_pss_mb, 1), "code_cells": len(self.cells),
             "problems": self.problems(), "live_widgets": {k: len(v) for k, v in self.live.items()},
             "console_errors": self.console_errors[:20], "output_width_px": self.output_width,
             "artifacts": str(self.artifacts) if self.artifacts else None,
@@ -755,7 +771,7 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
     page.evaluate("([name, cmd]) => window.__rstream.start(name, cmd)", [name, "notebook:restart-run-all"])
     page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click(timeout=60_000)
 
-    peak, kernel, argv0 = 0, None, None
+    peak, peak_pss, kernel, argv0 = 0, 0, None, None
     live: dict[str, list[str]] = {}
     finished, state, samples = False, {}, 0
     while True:
@@ -765,7 +781,8 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
             if kernel is not None:
                 with contextlib.suppress(psutil.Error):
                     argv0 = kernel.cmdline()[0]
-        peak = max(peak, kernel_tree_rss(kernel))
+        rss, pss = kernel_tree_memory(kernel)
+        peak, peak_pss = max(peak, rss), max(peak_pss, pss)
         samples += 1
         if samples % 4 == 0:
             lab.check_connections(lab.track())
@@ -790,7 +807,9 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
     run = NotebookRun(
         name=name, duration_s=duration, finished=finished, run_value=state.get("value"),
         run_error=state.get("error"), kernel_status=state.get("kernel", "?"), kernel_argv0=argv0,
-        peak_rss_mb=peak / 2**20, cells=[CellReport(**c) for c in collected["cells"]], live=live,
+        peak_rss_mb=peak / 2**20, peak_pss_mb=peak_pss / 2**20,
+        residual_pss_mb=kernel_tree_memory(kernel)[1] / 2**20 if finished else 0.0,
+        cells=[CellReport(**c) for c in collected["cells"]], live=live,
         offsite_requests=log.offsite[offsite_before:], remote_connections=lab.remote_connections[connections_before:],
         console_errors=log.console_errors[console_before:], leftover_processes=[],
         output_width=collected["output_width"], artifacts=None, notebook=collected["notebook"],

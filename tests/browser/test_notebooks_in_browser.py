@@ -17,6 +17,7 @@ else to a temporary folder whose path is printed. The module is skipped, with th
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ from tests.browser.harness import (
 from tests.notebooks.facts import problems
 
 _REASON = browser_unavailable()
+if _REASON and os.environ.get("RSTREAM_REQUIRE_BROWSER"):
+    raise RuntimeError(f"RSTREAM_REQUIRE_BROWSER is set (CI), but {_REASON}")
 if _REASON:
     pytest.skip(_REASON, allow_module_level=True)
 
@@ -81,6 +84,7 @@ def record(results: dict[str, Any], artifacts: Path, name: str, summary: dict[st
     results[name] = summary
     (artifacts / "results.json").write_text(json.dumps(results, indent=1))
     print(f"\n{name}: {summary['duration_s']} s, peak kernel-tree RSS {summary['peak_kernel_tree_rss_mb']} MB, "
+          f"PSS {summary['peak_kernel_tree_pss_mb']} MB (after: {summary['residual_kernel_tree_pss_mb']} MB), "
           f"{len(summary['problems'])} problem(s)")
 
 

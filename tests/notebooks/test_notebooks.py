@@ -62,6 +62,7 @@ def kernel_manager(folder: Path) -> KernelManager:
 
 def execute(path: Path, tmp_path: Path) -> Any:
     """Run ``path`` top to bottom in its own folder; the first failing cell raises with its traceback."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, km=kernel_manager(tmp_path), timeout=CELL_TIMEOUT, startup_timeout=120,
                             allow_errors=False, resources={"metadata": {"path": str(path.parent)}})
@@ -115,3 +116,39 @@ def test_solutions_are_up_to_date() -> None:
     assert sorted(want) == [p.name for p in solutions()], "a notebook's solution is missing or left over"
     stale = [name for name, text in want.items() if (SOLUTIONS / name).read_text() != text]
     assert not stale, f"run `python notebooks/make_solutions.py`: {stale} differ from their notebooks"
+
+
+def test_a_notebook_that_lost_its_kernel_mid_job_runs_again_from_the_top(tmp_path: Path) -> None:
+    """Notebook 06 runs until its job is streaming on its Spark cluster; then the kernel is SIGKILLed
+    (the cluster's daemons outlive it, as they would). Run from the top again, it must pass with no
+    clean-up by hand, and afterwards no process of either run may be left."""
+    import psutil
+
+    path = NOTEBOOKS / "06_scaling_and_failure.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    streaming = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "for round_ in range(3):" in c.source)
+    km = kernel_manager(tmp_path / "first")
+    client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, startup_timeout=120,
+                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    with client.setup_kernel(env=CLEAN_ENV):
+        for index in range(streaming + 1):
+            client.execute_cell(nb.cells[index], index)
+        kernel = psutil.Process(km.provisioner.pid)  # type: ignore[union-attr]
+        orphans = [p for p in psutil.process_iter() if _cluster_process(p, NOTEBOOKS)]
+        assert orphans, "the cluster should be running before the kernel is lost"
+        kernel.kill()
+        kernel.wait(timeout=30)
+    assert any(p.is_running() for p in orphans), "nothing outlived the kernel: the test would prove nothing"
+
+    again = execute(path, tmp_path / "second")
+    assert problems(path.stem, again, solved=False) == []
+    left = [p for p in psutil.process_iter() if _cluster_process(p, NOTEBOOKS)]
+    assert not left, f"processes of the notebook's cluster are still running: {left}"
+
+
+def _cluster_process(proc: Any, folder: Path) -> bool:
+    """Whether ``proc`` belongs to a LocalCluster working under ``folder`` (its marker variable)."""
+    try:
+        return proc.environ().get("RSTREAM_CLUSTER_DIR", "").startswith(str(folder)) and proc.status() != "zombie"
+    except Exception:  # gone, or not ours to read
+        return False

@@ -10,7 +10,6 @@ from typing import Any
 
 import comm
 import pytest
-from rstream.widgets import WatermarkSnapshot
 
 from rstream import (
     EmbeddedBroker,
@@ -23,6 +22,7 @@ from rstream import (
     Time,
     TumblingWindow,
 )
+from rstream.widgets import WatermarkSnapshot
 
 SENTENCES = ["the quick brown fox", "jumps over the lazy dog", "the dog sleeps", "boom"]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import ipywidgets
 import pytest
-from rstream.widgets import JobMonitor
 
 from rstream import EmbeddedBroker, RocketMQStream
+from rstream.widgets import JobMonitor
 
 
 def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:

@@ -7,10 +7,10 @@ from html import unescape
 from typing import Any
 
 import pytest
-from rstream.widgets import LateDataSnapshot
-from rstream.widgets.late import BEHIND, FIRED, cause
 
 from rstream import EmbeddedBroker
+from rstream.widgets import LateDataSnapshot
+from rstream.widgets.late import BEHIND, FIRED, cause
 from tests.conftest import job_id
 from tests.widgets.conftest import FAST, SLOW, WINDOW_PROPS, send_clicks
 

@@ -8,6 +8,8 @@ from html import unescape
 from typing import Any
 
 import pytest
+
+from rstream import EmbeddedBroker, JsonDeserializer, RocketMQStream, StreamBuilder, UnknownTopicError
 from rstream.widgets import (
     ErrorSnapshot,
     ErrorTable,
@@ -17,8 +19,6 @@ from rstream.widgets import (
     RateProducer,
 )
 from rstream.widgets.producer import parse_lines
-
-from rstream import EmbeddedBroker, JsonDeserializer, RocketMQStream, StreamBuilder, UnknownTopicError
 from tests.conftest import job_id
 from tests.widgets.conftest import CATCH_UP, FAST, SLOW
 

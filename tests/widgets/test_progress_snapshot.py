@@ -6,9 +6,9 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from rstream.widgets import ProgressSnapshot
 
 from rstream import RocketMQStream
+from rstream.widgets import ProgressSnapshot
 
 
 def test_batches_table_matches_the_jobs_progress(finished_job: Any, sentences: list[str]) -> None:

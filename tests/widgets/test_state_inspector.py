@@ -8,10 +8,10 @@ from typing import Any
 
 import ipywidgets
 import pytest
-from rstream.widgets import StateDiffSnapshot, StateInspector, StateSnapshot
-from rstream.widgets.state import NOW
 
 from rstream import EmbeddedBroker, RocketMQStream
+from rstream.widgets import StateDiffSnapshot, StateInspector, StateSnapshot
+from rstream.widgets.state import NOW
 from tests.conftest import job_id
 from tests.runtime.test_wordcount import wordcount
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import ipywidgets
 import pytest
-from rstream.widgets import LateDataTable, WatermarkMonitor
 
 from rstream import EmbeddedBroker
+from rstream.widgets import LateDataTable, WatermarkMonitor
 from tests.conftest import job_id
 from tests.widgets.conftest import FAST, SLOW, WINDOW_PROPS, send_clicks
 from tests.widgets.test_job_monitor import wait_for

@@ -9,10 +9,10 @@ from html import unescape
 from typing import Any
 
 import pytest
-from rstream.widgets import TopicBrowser, TopicOffsets, TopicPage
-from rstream.widgets.topics import parse_time
 
 from rstream import EmbeddedBroker
+from rstream.widgets import TopicBrowser, TopicOffsets, TopicPage
+from rstream.widgets.topics import parse_time
 from tests.widgets.conftest import FAST, SLOW
 
 

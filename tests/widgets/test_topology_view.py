@@ -7,6 +7,7 @@ from typing import Any
 
 import ipywidgets
 import pytest
+
 from rstream.widgets import topology_svg, topology_view
 
 

@@ -7,8 +7,6 @@ from html import unescape
 from typing import Any
 
 import pytest
-from rstream.widgets import WatermarkSnapshot
-from rstream.widgets.watermarks import ShuffleQueue
 
 from rstream import (
     EmbeddedBroker,
@@ -19,6 +17,8 @@ from rstream import (
     Time,
     TumblingWindow,
 )
+from rstream.widgets import WatermarkSnapshot
+from rstream.widgets.watermarks import ShuffleQueue
 from tests.conftest import job_id
 from tests.widgets.conftest import FAST, SLOW, WINDOW_PROPS, send_clicks
 

@@ -1,0 +1,39 @@
+"""Every link in the README and the notebooks works in any clone: relative links point at files of the
+repository, and nothing points outside it (``../shared`` is not in a learner's clone or on Binder)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def documents() -> list[tuple[Path, str]]:
+    found = [(ROOT / "README.md", (ROOT / "README.md").read_text())]
+    for path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        found.append((path, text))
+    return found
+
+
+def test_relative_links_resolve_inside_the_repository() -> None:
+    broken = []
+    for path, text in documents():
+        for target in LINK.findall(text):
+            if target.startswith(("http://", "https://", "mailto:", "#")):
+                continue
+            resolved = (path.parent / target.split("#", 1)[0]).resolve()
+            if not resolved.exists() or ROOT.resolve() not in resolved.parents and resolved != ROOT.resolve():
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert broken == []
+
+
+def test_in_page_anchors_exist() -> None:
+    readme = (ROOT / "README.md").read_text()
+    headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", readme, re.M)}
+    anchors = [a[1:] for a in LINK.findall(readme) if a.startswith("#")]
+    assert anchors and all(a in headings for a in anchors), (anchors, headings)
