@@ -594,6 +594,9 @@ class LocalCluster:
             "spark.executor.cores": str(self.cores_per_worker),
             "spark.cores.max": str(self.workers * self.cores_per_worker),
             "spark.executor.defaultJavaOptions": _EXECUTOR_JAVA_OPTS,
+            # the driver only plans batches here (tasks run on the executors): a small JVM will do
+            "spark.driver.memory": "512m",
+            "spark.driver.defaultJavaOptions": _EXECUTOR_JAVA_OPTS,
             # the first job waits (up to 60 s) until every executor registered, so tasks spread out
             "spark.scheduler.minRegisteredResourcesRatio": "1.0",
             "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",

@@ -17,13 +17,14 @@ rstream never imports it.
 
 from .errors import ErrorSnapshot, ErrorTable
 from .eventtime import EventTimeChart, EventTimeSnapshot
-from .exercises import CheckResult, check
+from .exercises import CheckResult, RunFacts, check, run_facts
 from .late import LateDataSnapshot
 from .late_table import LateDataTable
 from .live import LiveView
 from .monitor import JobMonitor
 from .producer import ProducerPanel, RateProducer
 from .progress import ProgressSnapshot
+from .release import Released, release
 from .state import StateDiffSnapshot, StateInspector, StateSnapshot
 from .topics import TopicBrowser, TopicOffsets, TopicPage
 from .topology import TopologyMonitor, TopologySnapshot, topology_svg, topology_view
@@ -43,6 +44,8 @@ __all__ = [
     "ProducerPanel",
     "ProgressSnapshot",
     "RateProducer",
+    "Released",
+    "RunFacts",
     "StateDiffSnapshot",
     "StateInspector",
     "StateSnapshot",
@@ -54,6 +57,8 @@ __all__ = [
     "WatermarkMonitor",
     "WatermarkSnapshot",
     "check",
+    "release",
+    "run_facts",
     "topology_svg",
     "topology_view",
 ]

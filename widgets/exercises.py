@@ -79,3 +79,35 @@ def _difference(answer: Any, expected: Any, shown: int = 3) -> str:
     if type(answer) is not type(expected):
         return f"Your answer is a {type(answer).__name__}; a {type(expected).__name__} was expected."
     return f"Your answer is {answer!r}."
+
+
+class RunFacts:
+    """What a workshop notebook's last check found about its own run: facts that must hold (booleans)
+    and numbers. Shown as one self-check line; its text form is the facts as JSON, which the tests read."""
+
+    def __init__(self, facts: Mapping[str, Any]) -> None:
+        self.facts = dict(facts)
+
+    @property
+    def failed(self) -> list[str]:
+        return [name for name, value in self.facts.items() if value is False]
+
+    def __repr__(self) -> str:
+        import json
+
+        return json.dumps(self.facts)
+
+    def _repr_html_(self) -> str:
+        checks = [v for v in self.facts.values() if isinstance(v, bool)]
+        if self.failed:
+            colour, text = "#c92a2a", (f"self-check: {len(self.failed)} of {len(checks)} checks of this run failed: "
+                                       f"{', '.join(self.failed)}")
+        else:
+            colour, text = "#2b8a3e", (f"self-check: all {len(checks)} checks of this run hold (results equal to "
+                                       "their plain-Python references)")
+        return f'<div style="color:{colour};font-family:monospace;overflow-wrap:anywhere">{escape(text)}</div>'
+
+
+def run_facts(facts: Mapping[str, Any]) -> RunFacts:
+    """Show a notebook run's self-check (see ``RunFacts``)."""
+    return RunFacts(facts)

@@ -400,6 +400,15 @@ def kernel_tree_memory(kernel: psutil.Process | None, pss: bool = True) -> tuple
     return rss, proportional
 
 
+def residual_memory(kernel: psutil.Process | None, wait: float = 10.0) -> int:
+    """PSS bytes the kernel's tree keeps once its notebook has run: a notebook whose last cell ends its
+    own kernel (``rstream.widgets.release()``) keeps nothing, so wait up to ``wait`` s for that first."""
+    if kernel is not None:
+        with contextlib.suppress(psutil.Error):
+            kernel.wait(timeout=wait)
+    return kernel_tree_memory(kernel)[1] if kernel is not None and kernel.is_running() else 0
+
+
 # --------------------------------------------------------------------------------------------
 # the browser
 
@@ -808,7 +817,7 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
         name=name, duration_s=duration, finished=finished, run_value=state.get("value"),
         run_error=state.get("error"), kernel_status=state.get("kernel", "?"), kernel_argv0=argv0,
         peak_rss_mb=peak / 2**20, peak_pss_mb=peak_pss / 2**20,
-        residual_pss_mb=kernel_tree_memory(kernel)[1] / 2**20 if finished else 0.0,
+        residual_pss_mb=residual_memory(kernel) / 2**20 if finished else 0.0,
         cells=[CellReport(**c) for c in collected["cells"]], live=live,
         offsite_requests=log.offsite[offsite_before:], remote_connections=lab.remote_connections[connections_before:],
         console_errors=log.console_errors[console_before:], leftover_processes=[],

@@ -175,3 +175,5 @@ def test_notebook_runs_clean_in_jupyterlab(name: str, lab: JupyterLab, page: Any
     assert run.passed, run.report()
     # what the lesson says it shows, read from the notebook's outputs (its teaching cells assert nothing)
     assert problems(Path(name).stem, run.notebook, solved=False) == [], run.report()
+    # its last cell, release(), ended its kernel through the server: nothing of it keeps memory
+    assert run.residual_pss_mb == 0, f"{name}: its kernel still holds {run.residual_pss_mb:.0f} MB after release()"
