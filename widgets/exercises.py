@@ -8,9 +8,6 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-#: What an exercise cell holds until the learner answers it.
-TODO: Any = None
-
 RIGHT, NOT_YET, WRONG = "right", "not yet", "not quite"
 _COLOURS = {RIGHT: ("#ebfbee", "#2b8a3e"), NOT_YET: ("#fff9db", "#e67700"), WRONG: ("#fff5f5", "#c92a2a")}
 
