@@ -10,9 +10,9 @@ One JupyterLab (over a temporary copy of ``notebooks/``) and one headless Chromi
 run its kernel is shut down and its whole process tree must exit. A run passes when every code cell
 ran and none shows an error, a traceback, a stderr box, a widget error, a blank output or an output
 wider than the notebook, every ``.rstream-live`` widget changed while cells ran, and nothing left
-loopback. Prints a markdown table (runs, passed, first failure, median and max duration, peak RSS of
-the kernel's process tree: ipykernel, the JVM, Spark's Python workers) and exits 1 if any run failed,
-2 when the browser cannot run here.
+loopback. Prints a markdown table (runs, passed, first failure, median and max duration, peak RSS and
+PSS of the kernel's process tree: ipykernel, the JVM, Spark's Python workers; what it kept after
+``release()``) and exits 1 if any run failed, 2 when the browser cannot run here.
 
 Durations are wall-clock on whatever else the machine is doing: compare them, never assert on them.
 """
@@ -78,7 +78,9 @@ def commit() -> str:
 
 
 def summarize(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One table row: how many runs passed, the first failure, durations and the peak RSS."""
+    """One table row: how many runs passed, the first failure, durations, the peak memory of the kernel's
+    process tree (RSS, and PSS, which counts a page shared by several processes once) and what it kept
+    after the notebook's last cell (``release()``)."""
     durations = [r["duration_s"] for r in runs if r.get("duration_s") is not None]
     failed = [r for r in runs if not r["passed"]]
     first = None
@@ -91,6 +93,8 @@ def summarize(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "median_s": round(statistics.median(durations), 1) if durations else None,
         "max_s": round(max(durations), 1) if durations else None,
         "peak_rss_mb": round(max((r.get("peak_kernel_tree_rss_mb") or 0) for r in runs), 1),
+        "peak_pss_mb": round(max((r.get("peak_kernel_tree_pss_mb") or 0) for r in runs), 1),
+        "max_residual_pss_mb": round(max((r.get("residual_kernel_tree_pss_mb") or 0) for r in runs), 1),
         "problems_seen": problem_counts(runs),
     }
 
@@ -106,12 +110,13 @@ def problem_counts(runs: list[dict[str, Any]]) -> dict[str, int]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The summary as a markdown table."""
-    lines = ["| notebook | runs | passed | failures (first reason) | median s | max s | peak kernel-tree RSS MB |",
-             "|---|---:|---:|---|---:|---:|---:|"]
+    lines = ["| notebook | runs | passed | failures (first reason) | median s | max s | peak kernel-tree RSS MB "
+             "| peak PSS MB | kept after the last cell, PSS MB |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         failures = str(r["failures"]) + (f": {r['first_failure']}".replace("|", "\\|") if r["first_failure"] else "")
         lines.append(f"| {r['notebook']} | {r['runs']} | {r['passed']} | {failures} | {r['median_s']} | "
-                     f"{r['max_s']} | {r['peak_rss_mb']} |")
+                     f"{r['max_s']} | {r['peak_rss_mb']} | {r['peak_pss_mb']} | {r['max_residual_pss_mb']} |")
     return "\n".join(lines)
 
 
@@ -149,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                     except Exception as exc:  # a broken page or server: record it, go on with a new page
                         result = {"notebook": name, "run": i, "passed": False,
                                   "duration_s": round(time.monotonic() - t0, 1), "peak_kernel_tree_rss_mb": None,
+                                  "peak_kernel_tree_pss_mb": None, "residual_kernel_tree_pss_mb": None,
                                   "problems": [f"the harness failed: {type(exc).__name__}: {str(exc)[:300]}"],
                                   "traceback": traceback.format_exc()}
                         lab.shutdown_kernel(name)
@@ -157,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs[name].append(result)
                     status = "ok" if result["passed"] else f"FAILED: {result['problems'][0]}"
                     print(f"{name} run {i}/{args.runs}: {result['duration_s']} s, "
-                          f"peak RSS {result['peak_kernel_tree_rss_mb']} MB, {status}", flush=True)
+                          f"peak RSS {result['peak_kernel_tree_rss_mb']} MB, PSS {result['peak_kernel_tree_pss_mb']} MB, {status}", flush=True)
             browser.close()
     finally:
         leftovers = lab.stop()

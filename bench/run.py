@@ -214,7 +214,7 @@ def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, e
                          broker=broker, spark=spark)
     wall = time.time()
     t = time.perf_counter()
-    job.run_until_idle(timeout=3600)
+    job.run_until_idle(timeout=3600, progress=False)
     seconds = time.perf_counter() - t
     phases = query_phases(getattr(job, "_query", None), wall, time.time())
     out = {
@@ -303,7 +303,7 @@ def build_state_topic(spark: Any, broker: Any, root: Path, keys: int, queues: in
     b.source(src, TextDeserializer()).key_by(lambda w: w).count()
     topo = b.build()
     job = RocketMQStream(topo, properties={"data_dir": str(root / "rstream")}, broker=broker, spark=spark)
-    job.run_until_idle(timeout=3600)
+    job.run_until_idle(timeout=3600, progress=False)
     (shuffle, state_topic), = topo.state_topics.items()
     return job, shuffle, state_topic
 
@@ -508,7 +508,7 @@ def run_rstream_windows(spark: Any, broker: Any, root: Path, source: str, job_id
                                            "idle_timeout_ms": 600_000, "max_records_per_queue": n},
                          broker=broker, spark=spark)
     t = time.perf_counter()
-    job.run_until_idle(timeout=3600)  # one query: the source sends the end-of-input idle flush itself
+    job.run_until_idle(timeout=3600, progress=False)  # one query: the source sends the end-of-input idle flush itself
     seconds = time.perf_counter() - t
     out: dict[str, Any] = {"seconds": seconds, **progress_summary(job.progress, source)}
     if expected is not None:
