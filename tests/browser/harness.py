@@ -357,7 +357,13 @@ class JupyterLab:
         procs = [] if kernel is None else [kernel, *kernel.children(recursive=True)]
         for session in self.api("GET", "api/sessions"):
             if session.get("path") == name:
-                self.api("DELETE", f"api/sessions/{session['id']}")
+                try:
+                    self.api("DELETE", f"api/sessions/{session['id']}")
+                except urllib.error.HTTPError as err:
+                    # gone already: the notebook's last cell (release()) shut its kernel down, and the
+                    # server drops a session whose kernel is gone
+                    if err.code != 404:
+                        raise
         return self._reap(procs, timeout)
 
     @staticmethod
@@ -801,7 +807,8 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
                 seen = live.setdefault(item["key"], [])
                 if item["text"] not in seen:
                     seen.append(item["text"])
-        elif state["kernel"] == "idle":
+        elif state["kernel"] != "busy":
+            # idle, or already shut down by the notebook's last cell (release()): every output is in
             finished = True
             break
         if time.monotonic() - started > timeout:
