@@ -6,13 +6,33 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rstream import EmbeddedBroker, RocketMQStream, StreamBuilder
+from rstream import EmbeddedBroker, StreamBuilder
+
+if TYPE_CHECKING:  # loaded by the fixtures that need Spark: the pure-Python tests never load pyspark
+    from rstream import RocketMQStream
 
 _JOBS = itertools.count()
+
+#: Folders of tests that run jobs on Spark, here or in a process they start (kernel, browser, cluster).
+_SPARK_FOLDERS = ("notebooks", "browser", "cluster", "binder", "runtime", "widgets")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "spark: needs Spark (a SparkSession here, or one it starts); "
+                                       "pytest -m 'not spark' runs the pure-Python part")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that needs Spark: it uses the ``spark`` fixture (``make_job`` does), or lives
+    in a folder whose tests start Spark themselves."""
+    for item in items:
+        folder = Path(str(item.fspath)).parent.name
+        if "spark" in getattr(item, "fixturenames", ()) or folder in _SPARK_FOLDERS:
+            item.add_marker(pytest.mark.spark)
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +53,8 @@ def broker(tmp_path: Path) -> EmbeddedBroker:
 @pytest.fixture
 def make_job(spark: Any, broker: EmbeddedBroker, tmp_path: Path) -> Any:
     """``make_job(builder_or_topology, **properties)`` -> a RocketMQStream on the test's broker."""
+    from rstream import RocketMQStream
+
     made: list[RocketMQStream] = []
 
     def make(builder: Any, **props: Any) -> RocketMQStream:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rstream import RocketMQStream
+from rstream.processors.sink import SHUFFLE_SINK
 from rstream.state.store import DELETE_HEADER, is_timer, split_state_key
 
 from .html import box, note, status
@@ -62,7 +63,7 @@ class EventTimeSnapshot:
         topology = job.topology
         framed = set(topology.framed_topics)
         feeds = {n.name: n.params["topic"] for n in topology.nodes
-                 if n.kind == "shuffle_sink" and n.params.get("topic") in framed}
+                 if n.spec is SHUFFLE_SINK and n.params.get("topic") in framed}
         windowed = {n.name for n in topology.nodes if n.windowed}
         sinks_per_queue: dict[tuple[str, int], set[str]] = {}
         commits = sorted((q for b in job.history() for q in b.queues), key=lambda q: q.committed_ms)

@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 
 from rstream import RocketMQStream
+from rstream.processors.base import LateCause
 
 from .html import table as _table
 
@@ -23,14 +24,28 @@ BEHIND = "behind its source queue's watermark"
 FIRED = "window already fired (source idle)"
 
 
+#: What the table calls each ``LateCause``: a window, a session and a join window that fired while
+#: their source was idle are one cause to a learner.
+CAUSE_LABELS = {LateCause.BEHIND_WATERMARK.value: BEHIND, LateCause.WINDOW_FIRED.value: FIRED,
+                LateCause.SESSION_FIRED.value: FIRED}
+
+
 def cause(reason: str) -> str:
-    """The kind of a late record's reason: behind its source queue's watermark, or its window
-    (or session, or join window) already fired because its source was idle."""
+    """The kind of a late record from its reason in words (for rows written before the coded
+    ``cause`` column existed): behind its source queue's watermark, or its window (or session, or
+    join window) already fired because its source was idle."""
     if reason.startswith("data time") and "behind" in reason:
         return BEHIND
     if "already" in reason:
         return FIRED
     return "other"
+
+
+def causes(records: Any) -> Any:
+    """The cause label of each late record (a Series): from its coded ``cause``, else its reason."""
+    coded = records["cause"].map(CAUSE_LABELS) if "cause" in records else None
+    from_words = records["reason"].map(cause)
+    return from_words if coded is None else coded.fillna(from_words)
 
 
 @dataclass(frozen=True)
@@ -69,7 +84,7 @@ class LateDataSnapshot:
 
         if self.records.empty:
             return pd.DataFrame(columns=SUMMARY_COLUMNS)
-        frame = self.records.assign(cause=self.records["reason"].map(cause))
+        frame = self.records.assign(cause=causes(self.records))
         summary = frame.groupby(["operator", "cause"], sort=True).agg(
             records=("late_ms", "size"), max_late_ms=("late_ms", "max")).reset_index()
         return summary[SUMMARY_COLUMNS]
@@ -80,8 +95,8 @@ class LateDataSnapshot:
         state = "running" if self.running else "stopped"
         if self.records.empty:
             return f"job {self.job_id!r}: {state}, no late records"
-        causes = self.records["reason"].map(cause).value_counts()
-        parts = [f"{kind}: {n}" for kind, n in sorted(causes.items())]
+        counts = causes(self.records).value_counts()
+        parts = [f"{kind}: {n}" for kind, n in sorted(counts.items())]
         latest = self.records.iloc[-1]
         return (f"job {self.job_id!r}: {state}, {self.total} late records ({', '.join(parts)}); latest: "
                 f"{latest['operator']} key {latest['key']} at data time {latest['data_time']}, "

@@ -16,6 +16,7 @@ from typing import Any
 
 from rstream import RocketMQStream
 from rstream.graph.topology import short_topic_name
+from rstream.processors.sink import SHUFFLE_SINK
 
 from .html import table as _table
 
@@ -134,7 +135,7 @@ class WatermarkSnapshot:
         framed = list(topology.framed_topics)
         windows = {n.name: n.params["window"].describe() for n in topology.nodes if n.windowed}
         feeds = {n.name: n.params["topic"] for n in topology.nodes
-                 if n.kind == "shuffle_sink" and n.params.get("topic") in framed}
+                 if n.spec is SHUFFLE_SINK and n.params.get("topic") in framed}
         latest: dict[tuple[str, int], tuple[int, int, Any]] = {}
         fired: dict[tuple[str, int, str], int] = {}
         late: dict[tuple[str, int, str], int] = {}

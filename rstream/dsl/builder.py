@@ -10,6 +10,7 @@ from rstream.broker.base import validate_topic_name
 from rstream.dsl.streams import DslError, RStream
 from rstream.graph.logical import LogicalGraph
 from rstream.graph.topology import Topology, TopologyBuilder
+from rstream.processors.stateless import SOURCE
 from rstream.serde import as_deserializer
 
 _JOB_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -40,7 +41,7 @@ class StreamBuilder:
         by default ``TextDeserializer()`` (key None, value the utf-8 text)."""
         validate_topic_name(topic)
         deserialize = as_deserializer(deserializer)
-        node = self.graph.add("source", [], topic=topic, deserializer=deserialize, detail=topic)
+        node = self.graph.add(SOURCE, [], topic=topic, deserializer=deserialize, detail=topic)
         return RStream(self, node)
 
     def build(self) -> Topology:

@@ -8,12 +8,28 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from rstream.broker.base import validate_topic_name
 from rstream.errors import RStreamError
 from rstream.graph.logical import LogicalNode, describe_callable
+from rstream.processors.aggregate import AGGREGATE, AVG, COUNT, MAX, MIN, SUM
+from rstream.processors.join import JOIN, LEFT_JOIN
+from rstream.processors.reduce import REDUCE
+from rstream.processors.sink import SINK
+from rstream.processors.spec import OperatorSpec
+from rstream.processors.stateless import (
+    FILTER,
+    FLAT_MAP,
+    FOREACH,
+    KEY_BY,
+    MAP,
+    PRINT,
+    SELECT_TIMESTAMP,
+    TO_RSTREAM,
+)
+from rstream.processors.window import WINDOW
 from rstream.serde import as_serializer
 from rstream.time.windows import SessionWindow, Window, WindowKey
 
 if TYPE_CHECKING:
     from rstream.dsl.builder import StreamBuilder
-    from rstream.processors.aggregate import Accumulator
+    from rstream.processors.fold import Accumulator
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -47,8 +63,8 @@ class _Stream(Generic[K, V]):
         self._builder = builder
         self._node = node
 
-    def _add(self, kind: str, **params: Any) -> LogicalNode:
-        return self._builder.graph.add(kind, [self._node], **params)
+    def _add(self, spec: OperatorSpec, **params: Any) -> LogicalNode:
+        return self._builder.graph.add(spec, [self._node], **params)
 
     @property
     def node(self) -> LogicalNode:
@@ -63,7 +79,7 @@ class _Stream(Generic[K, V]):
         ``serialize``; by default ``TextSerializer(with_key=True)`` writes ``key:value``."""
         validate_topic_name(topic)
         serialize = as_serializer(serializer)
-        self._add("sink", topic=topic, serializer=serialize, detail=topic)
+        self._add(SINK, topic=topic, serializer=serialize, detail=topic)
 
 
 class RStream(_Stream[K, V]):
@@ -72,44 +88,44 @@ class RStream(_Stream[K, V]):
     def map(self, fn: Callable[[V], V2]) -> RStream[K, V2]:
         """Replace each value by ``fn(value)``."""
         _check_callable(fn, "map")
-        return RStream(self._builder, self._add("map", fn=fn, detail=describe_callable(fn)))
+        return RStream(self._builder, self._add(MAP, fn=fn, detail=describe_callable(fn)))
 
     def flat_map(self, fn: Callable[[V], Iterable[V2]]) -> RStream[K, V2]:
         """Replace each value by every item of ``fn(value)`` (none, one or many)."""
         _check_callable(fn, "flat_map")
-        return RStream(self._builder, self._add("flat_map", fn=fn, detail=describe_callable(fn)))
+        return RStream(self._builder, self._add(FLAT_MAP, fn=fn, detail=describe_callable(fn)))
 
     def filter(self, fn: Callable[[V], bool]) -> RStream[K, V]:
         """Keep the records for which ``fn(value)`` is true."""
         _check_callable(fn, "filter")
-        return RStream(self._builder, self._add("filter", fn=fn, detail=describe_callable(fn)))
+        return RStream(self._builder, self._add(FILTER, fn=fn, detail=describe_callable(fn)))
 
     def foreach(self, fn: Callable[[V], Any]) -> RStream[K, V]:
         """Call ``fn(value)`` for its side effect (it runs in the Spark task); records pass on."""
         _check_callable(fn, "foreach")
-        return RStream(self._builder, self._add("foreach", fn=fn, detail=describe_callable(fn)))
+        return RStream(self._builder, self._add(FOREACH, fn=fn, detail=describe_callable(fn)))
 
     def print(self, prefix: str = "") -> RStream[K, V]:
         """Print each record as ``key: value``; the lines appear where the job is run or watched."""
-        return RStream(self._builder, self._add("print", prefix=prefix))
+        return RStream(self._builder, self._add(PRINT, prefix=prefix))
 
     def select_timestamp(self, fn: Callable[[V], int]) -> RStream[K, V]:
         """Take each record's time (epoch milliseconds) from its value."""
         _check_callable(fn, "select_timestamp")
-        return RStream(self._builder, self._add("select_timestamp", fn=fn, detail=describe_callable(fn)))
+        return RStream(self._builder, self._add(SELECT_TIMESTAMP, fn=fn, detail=describe_callable(fn)))
 
     def key_by(self, fn: Callable[[V], K2]) -> GroupedStream[K2, V]:
         """Key each record by ``fn(value)``; the key must be hashable. Aggregations then shuffle by it."""
         _check_callable(fn, "key_by")
-        return GroupedStream(self._builder, self._add("key_by", fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(KEY_BY, fn=fn, detail=describe_callable(fn)))
 
     def join(self, right: RStream[Any, V2]) -> JoinedStream[V, V2]:
         """Inner join with ``right``: ``.where(left_key).equal_to(right_key)[.window(w)].apply(fn)``."""
-        return JoinedStream(self, right, "join")
+        return JoinedStream(self, right, JOIN)
 
     def left_join(self, right: RStream[Any, V2]) -> JoinedStream[V, V2]:
         """Left join with ``right``: every left record is emitted, with ``None`` for a missing right."""
-        return JoinedStream(self, right, "left_join")
+        return JoinedStream(self, right, LEFT_JOIN)
 
 
 class GroupedStream(_Stream[K, V]):
@@ -118,44 +134,50 @@ class GroupedStream(_Stream[K, V]):
 
     def count(self) -> GroupedStream[K, int]:
         """The number of records per key."""
-        return GroupedStream(self._builder, self._add("count"))
+        return GroupedStream(self._builder, self._add(COUNT))
 
     def sum(self, fn: Callable[[V], N]) -> GroupedStream[K, N]:
         """The running sum of ``fn(value)`` per key."""
         _check_callable(fn, "sum")
-        return GroupedStream(self._builder, self._add("sum", fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(SUM, fn=fn, detail=describe_callable(fn)))
 
     def min(self, fn: Callable[[V], N]) -> GroupedStream[K, N]:
         """The smallest ``fn(value)`` per key so far."""
         _check_callable(fn, "min")
-        return GroupedStream(self._builder, self._add("min", fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(MIN, fn=fn, detail=describe_callable(fn)))
 
     def max(self, fn: Callable[[V], N]) -> GroupedStream[K, N]:
         """The largest ``fn(value)`` per key so far."""
         _check_callable(fn, "max")
-        return GroupedStream(self._builder, self._add("max", fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(MAX, fn=fn, detail=describe_callable(fn)))
 
     def aggregate(self, accumulator: Accumulator[V, A, R]) -> GroupedStream[K, R]:
         """Fold each key's values with an ``Accumulator`` (``initial``, ``add``, ``result``)."""
         _check_accumulator(accumulator)
         return GroupedStream(
             self._builder,
-            self._add("aggregate", accumulator=accumulator, detail=type(accumulator).__name__),
+            self._add(AGGREGATE, accumulator=accumulator, detail=type(accumulator).__name__),
         )
+
+    def reduce(self, fn: Callable[[V, V], V]) -> GroupedStream[K, V]:
+        """Combine each key's values two at a time, ``fn(acc, value)``, starting from its first value
+        (as ``functools.reduce``); emits the running result for every record."""
+        _check_callable(fn, "reduce")
+        return GroupedStream(self._builder, self._add(REDUCE, fn=fn, detail=describe_callable(fn)))
 
     def map(self, fn: Callable[[V], V2]) -> GroupedStream[K, V2]:
         """Replace each value by ``fn(value)``; the key stays."""
         _check_callable(fn, "map")
-        return GroupedStream(self._builder, self._add("map", fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(MAP, fn=fn, detail=describe_callable(fn)))
 
     def filter(self, fn: Callable[[V], bool]) -> GroupedStream[K, V]:
         """Keep the records for which ``fn(value)`` is true."""
         _check_callable(fn, "filter")
-        return GroupedStream(self._builder, self._add("filter", fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(FILTER, fn=fn, detail=describe_callable(fn)))
 
     def to_rstream(self) -> RStream[K, V]:
         """Continue as a plain stream; the key stays."""
-        return RStream(self._builder, self._add("to_rstream"))
+        return RStream(self._builder, self._add(TO_RSTREAM))
 
     def window(self, window: Window) -> WindowStream[K, V]:
         """Aggregate per key and per window (``TumblingWindow``, ``SlidingWindow``, ``SessionWindow``);
@@ -163,7 +185,7 @@ class GroupedStream(_Stream[K, V]):
         ``WindowKey(key, start, end)``."""
         if not isinstance(window, Window):
             raise DslError(f"window needs a TumblingWindow, SlidingWindow or SessionWindow, got {window!r}")
-        return WindowStream(self._builder, self._add("window", window=window, detail=window.describe()))
+        return WindowStream(self._builder, self._add(WINDOW, window=window, detail=window.describe()))
 
 
 class WindowStream(_Stream[K, V]):
@@ -171,43 +193,50 @@ class WindowStream(_Stream[K, V]):
 
     def count(self) -> GroupedStream[WindowKey, int]:
         """Records per key and window."""
-        return GroupedStream(self._builder, self._add("count"))
+        return GroupedStream(self._builder, self._add(COUNT))
 
     def sum(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, N]:
         _check_callable(fn, "sum")
-        return GroupedStream(self._builder, self._add("sum", fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(SUM, fn=fn, detail=describe_callable(fn)))
 
     def min(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, N]:
         _check_callable(fn, "min")
-        return GroupedStream(self._builder, self._add("min", fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(MIN, fn=fn, detail=describe_callable(fn)))
 
     def max(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, N]:
         _check_callable(fn, "max")
-        return GroupedStream(self._builder, self._add("max", fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(MAX, fn=fn, detail=describe_callable(fn)))
 
     def avg(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, float]:
         """The mean of ``fn(value)`` per key and window."""
         _check_callable(fn, "avg")
-        return GroupedStream(self._builder, self._add("avg", fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(AVG, fn=fn, detail=describe_callable(fn)))
+
+    def reduce(self, fn: Callable[[V, V], V]) -> GroupedStream[WindowKey, V]:
+        """Combine the values of each key and window two at a time, ``fn(acc, value)``, starting
+        from the first (as ``functools.reduce``); session windows that merge combine with ``fn``."""
+        _check_callable(fn, "reduce")
+        return GroupedStream(self._builder, self._add(REDUCE, fn=fn, detail=describe_callable(fn)))
 
     def aggregate(self, accumulator: Accumulator[V, A, R]) -> GroupedStream[WindowKey, R]:
         """Fold with an ``Accumulator``; session windows also need its ``merge(acc1, acc2)``."""
         _check_accumulator(accumulator)
         return GroupedStream(
             self._builder,
-            self._add("aggregate", accumulator=accumulator, detail=type(accumulator).__name__),
+            self._add(AGGREGATE, accumulator=accumulator, detail=type(accumulator).__name__),
         )
 
 
 class JoinedStream(Generic[V, V2]):
     """A join being described: ``left.join(right).where(lk).equal_to(rk).window(w).apply(fn)``."""
 
-    def __init__(self, left: RStream[Any, V], right: RStream[Any, V2], kind: str) -> None:
+    def __init__(self, left: RStream[Any, V], right: RStream[Any, V2], spec: OperatorSpec) -> None:
+        kind = spec.kind
         if not isinstance(right, RStream):
             raise DslError(f"{kind} needs another RStream, got {type(right).__name__}")
         if right._builder is not left._builder:
             raise DslError("both sides of a join must come from the same StreamBuilder")
-        self._left, self._right, self._kind = left, right, kind
+        self._left, self._right, self._spec, self._kind = left, right, spec, kind
         self._left_key: Callable[[V], Any] | None = None
         self._right_key: Callable[[V2], Any] | None = None
         self._window: Window | None = None
@@ -239,7 +268,7 @@ class JoinedStream(Generic[V, V2]):
             raise DslError(f"{self._kind} needs .where(left_key) and .equal_to(right_key) before .apply(fn)")
         detail = describe_callable(fn) + (f" {self._window.describe()}" if self._window else "")
         node = self._left._builder.graph.add(
-            self._kind, [self._left.node, self._right.node], left_key=self._left_key,
+            self._spec, [self._left.node, self._right.node], left_key=self._left_key,
             right_key=self._right_key, window=self._window, fn=fn, detail=detail,
         )
         return RStream(self._left._builder, node)

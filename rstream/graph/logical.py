@@ -8,22 +8,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rstream.graph.style import DrawEdge, DrawNode, fitted_svg, to_digraph
-
-#: Logical kinds that hold state and so need their input shuffled by key first.
-AGGREGATE_KINDS = ("count", "sum", "min", "max", "avg", "aggregate")
-#: Logical kinds that meet two streams; they shuffle both by key into one topic.
-JOIN_KINDS = ("join", "left_join")
+from rstream.processors.spec import OperatorSpec
 
 
 @dataclass(eq=False)
 class LogicalNode:
-    """One DSL call. ``number`` is the operator number used in real-node and topic names."""
+    """One DSL call: its operator's spec and the call's parameters. ``number`` is the operator number
+    used in real-node and topic names."""
 
     number: int
-    kind: str
+    spec: OperatorSpec
     parents: list[LogicalNode]
     params: dict[str, Any] = field(default_factory=dict)
     children: list[LogicalNode] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
 
     @property
     def name(self) -> str:
@@ -33,16 +34,10 @@ class LogicalNode:
     @property
     def label(self) -> str:
         detail = self.params.get("detail")
-        if self.kind == "source":
-            return f"source\n{self.params['topic']}"
-        if self.kind == "sink":
-            return f"sink\n{self.params['topic']}"
-        if self.kind == "window":
-            return f"window\n{self.params['window'].describe()}"
         return f"{self.kind}\n{detail}" if detail else self.kind
 
     def draw_node(self) -> DrawNode:
-        return DrawNode(f"n{self.number}", self.kind, self.label, (("tooltip", self.name),))
+        return DrawNode(f"n{self.number}", self.spec.style, self.label, (("tooltip", self.name),))
 
 
 def describe_callable(fn: Any) -> str:
@@ -61,8 +56,9 @@ class LogicalGraph:
         self.nodes: list[LogicalNode] = []
         self._listeners: list[Callable[[LogicalNode], None]] = []
 
-    def add(self, kind: str, parents: list[LogicalNode], **params: Any) -> LogicalNode:
-        node = LogicalNode(len(self.nodes) + 1, kind, list(parents), params)
+    def add(self, spec: OperatorSpec, parents: list[LogicalNode], **params: Any) -> LogicalNode:
+        """Add a node of ``spec``'s operator fed by ``parents``."""
+        node = LogicalNode(len(self.nodes) + 1, spec, list(parents), params)
         for parent in parents:
             parent.children.append(node)
         self.nodes.append(node)

@@ -10,63 +10,21 @@ from typing import Any
 
 import graphviz
 
+from rstream.processors.spec import NodeStyle
 
-@dataclass(frozen=True)
-class NodeStyle:
-    shape: str
-    fillcolor: str
-    category: str
-
-
-_SOURCE = NodeStyle("invhouse", "#cfe8ff", "source")
-_STATELESS = NodeStyle("box", "#ffffff", "stateless")
-_KEY = NodeStyle("box", "#fff3c4", "key")
-_SHUFFLE = NodeStyle("cds", "#ffd8a8", "shuffle")
-_STATEFUL = NodeStyle("box3d", "#d3f9d8", "stateful")
-_SINK = NodeStyle("house", "#e5dbff", "sink")
-_SIDE = NodeStyle("note", "#f1f3f5", "side effect")
-_TOPIC = NodeStyle("cylinder", "#f8f9fa", "topic")
-_SHUFFLE_TOPIC = NodeStyle("cylinder", "#ffd8a8", "shuffle topic")
-_STATE_TOPIC = NodeStyle("cylinder", "#d3f9d8", "state topic")
-
-STYLES: dict[str, NodeStyle] = {
-    "source": _SOURCE,
-    "shuffle_source": _SOURCE,
-    "map": _STATELESS,
-    "flat_map": _STATELESS,
-    "filter": _STATELESS,
-    "select_timestamp": _STATELESS,
-    "to_rstream": _STATELESS,
-    "key_by": _KEY,
-    "shuffle_sink": _SHUFFLE,
-    "count": _STATEFUL,
-    "sum": _STATEFUL,
-    "min": _STATEFUL,
-    "max": _STATEFUL,
-    "aggregate": _STATEFUL,
-    "avg": _STATEFUL,
-    "join": _STATEFUL,
-    "left_join": _STATEFUL,
-    "window": NodeStyle("box", "#e3fafc", "window"),
-    "sink": _SINK,
-    "foreach": _SIDE,
-    "print": _SIDE,
-    "topic": _TOPIC,
-    "shuffle_topic": _SHUFFLE_TOPIC,
-    "state_topic": _STATE_TOPIC,
-}
-
-
-def style_of(kind: str) -> NodeStyle:
-    return STYLES.get(kind, _STATELESS)
+#: How topics are drawn (operators' styles are in their specs: ``rstream.processors.spec``).
+TOPIC_STYLE = NodeStyle("cylinder", "#f8f9fa", "topic")
+SHUFFLE_TOPIC_STYLE = NodeStyle("cylinder", "#ffd8a8", "shuffle topic")
+STATE_TOPIC_STYLE = NodeStyle("cylinder", "#d3f9d8", "state topic")
+TOPIC_STYLES = {"topic": TOPIC_STYLE, "shuffle_topic": SHUFFLE_TOPIC_STYLE, "state_topic": STATE_TOPIC_STYLE}
 
 
 @dataclass(frozen=True)
 class DrawNode:
-    """A node as drawn: its DOT id, kind (which picks the style), label and extra attributes."""
+    """A node as drawn: its DOT id, style, label and extra attributes."""
 
     id: str
-    kind: str
+    style: NodeStyle
     label: str
     attrs: tuple[tuple[str, str], ...] = ()
     cluster: str | None = None
@@ -117,7 +75,7 @@ def to_digraph(title: str, nodes: Sequence[DrawNode], edges: Iterable[DrawEdge],
 
 
 def _add_node(graph: Any, node: DrawNode) -> None:
-    st = style_of(node.kind)
+    st = node.style
     graph.node(node.id, label=node.label, shape=st.shape, fillcolor=st.fillcolor, **dict(node.attrs))
 
 

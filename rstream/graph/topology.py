@@ -13,14 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rstream.graph.logical import AGGREGATE_KINDS, JOIN_KINDS, LogicalGraph, LogicalNode, describe_callable
-from rstream.graph.style import HIGHLIGHT, DrawEdge, DrawNode, fitted_svg, to_digraph
-from rstream.processors import aggregate as agg
-from rstream.processors import sink as sinks
-from rstream.processors import stateless as sl
+from rstream.graph.logical import LogicalGraph, LogicalNode, describe_callable
+from rstream.graph.style import HIGHLIGHT, TOPIC_STYLES, DrawEdge, DrawNode, fitted_svg, to_digraph
 from rstream.processors.base import Processor
-from rstream.processors.join import JoinProcessor
-from rstream.processors.window import Agg, WindowAggregateProcessor
+from rstream.processors.sink import SHUFFLE_SINK
+from rstream.processors.spec import OperatorSpec, Role, Shuffle
+from rstream.processors.stateless import KEY_BY, SHUFFLE_SOURCE
+from rstream.settings import DEFAULTS, JobProperties
 
 STATE_TOPIC_SUFFIX = "-stateTopic"
 
@@ -45,9 +44,10 @@ def short_topic_name(topic: str, job_id: str) -> str:
 
 @dataclass(eq=False)
 class RealNode:
-    """A real node: a processor factory in the pipeline of the topic it consumes."""
+    """A real node: a processor factory (its operator's spec and params) in the pipeline of the
+    topic it consumes."""
 
-    kind: str
+    spec: OperatorSpec
     name: str
     pipeline: str
     params: dict[str, Any] = field(default_factory=dict)
@@ -55,8 +55,12 @@ class RealNode:
     logical: int | None = None
 
     @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+    @property
     def stateful(self) -> bool:
-        return self.kind in AGGREGATE_KINDS or self.kind in JOIN_KINDS
+        return self.spec.stateful
 
     @property
     def windowed(self) -> bool:
@@ -69,57 +73,11 @@ class RealNode:
             detail = f"{detail + ' ' if detail else ''}{self.params['window'].describe()}"
         return f"{self.name}\n{detail}" if detail else self.name
 
-    def create(self, sink_queues: Mapping[str, int], emit: str = "record") -> Processor:
-        """Make this node's processor (the third build). ``emit`` is the job's ``aggregate_emit``:
-        "record" (each input emits the updated value) or "batch" (each key once per batch, after a
-        combine before the shuffle)."""
-        p = self.params
-        kind = self.kind
-        per_batch = emit == "batch"
-        if kind == "source":
-            return sl.SourceProcessor(self.name, p["deserializer"])
-        if kind == "shuffle_source":
-            return sl.ShuffleSourceProcessor(self.name, p.get("framed", False))
-        if kind in JOIN_KINDS:
-            return JoinProcessor(self.name, "left" if kind == "left_join" else "inner", p.get("window"), p["fn"])
-        if kind in AGGREGATE_KINDS and self.windowed:
-            return WindowAggregateProcessor(self.name, p["window"], Agg(kind, p.get("fn"), p.get("accumulator")))
-        if kind == "map":
-            return sl.MapProcessor(self.name, p["fn"])
-        if kind == "flat_map":
-            return sl.FlatMapProcessor(self.name, p["fn"])
-        if kind == "filter":
-            return sl.FilterProcessor(self.name, p["fn"])
-        if kind == "foreach":
-            return sl.ForeachProcessor(self.name, p["fn"])
-        if kind == "print":
-            return sl.PrintProcessor(self.name, p.get("prefix", ""))
-        if kind == "select_timestamp":
-            return sl.SelectTimestampProcessor(self.name, p["fn"])
-        if kind == "key_by":
-            return sl.KeyByProcessor(self.name, p["fn"])
-        if kind == "to_rstream":
-            return Processor(self.name)
-        if kind == "shuffle_sink":
-            combine = p.get("combine")
-            if per_batch and combine is not None:
-                return sinks.CombiningShuffleSinkProcessor(self.name, p["topic"], p["queues"], combine["kind"],
-                                                           combine["fn"])
-            return sinks.ShuffleSinkProcessor(self.name, p["topic"], p["queues"], p.get("framed", False),
-                                              p.get("side", 0))
-        if kind == "sink":
-            return sinks.SinkProcessor(self.name, p["topic"], sink_queues[p["topic"]], p["serializer"])
-        if kind == "count":
-            return agg.CountProcessor(self.name, per_batch)
-        if kind == "sum":
-            return agg.SumProcessor(self.name, p["fn"], per_batch)
-        if kind == "min":
-            return agg.MinProcessor(self.name, p["fn"], per_batch)
-        if kind == "max":
-            return agg.MaxProcessor(self.name, p["fn"], per_batch)
-        if kind == "aggregate":
-            return agg.AccumulateProcessor(self.name, p["accumulator"], per_batch)
-        raise ValueError(f"no processor for real node kind {kind!r}")
+    def create(self, sink_queues: Mapping[str, int], settings: JobProperties = DEFAULTS) -> Processor:
+        """Make this node's processor for one queue (the third build), as its spec says."""
+        if self.spec.make is None:
+            raise ValueError(f"{self.name}: operator {self.kind!r} has no processor")
+        return self.spec.make(self.name, self.params, settings, sink_queues)
 
 
 class Topology:
@@ -143,7 +101,7 @@ class Topology:
         queue of every pipeline that has a shuffle sink writing to it."""
         out = []
         for node in self.nodes:
-            if node.kind == "shuffle_sink" and node.params["topic"] == topic:
+            if node.spec is SHUFFLE_SINK and node.params["topic"] == topic:
                 out += [f"{node.pipeline}/{q}/{node.name}" for q in range(queue_counts[node.pipeline])]
         return out
 
@@ -170,11 +128,12 @@ class Topology:
     def is_stateful(self, topic: str) -> bool:
         return topic in self.state_topics
 
-    def build_processors(self, topic: str, sink_queues: Mapping[str, int], emit: str = "record") -> list[Processor]:
+    def build_processors(self, topic: str, sink_queues: Mapping[str, int],
+                         settings: JobProperties = DEFAULTS) -> list[Processor]:
         """The third build for one queue of ``topic``: its processor chain, wired; returns the roots."""
         made: dict[int, Processor] = {}
         for node in self.pipeline_nodes(topic):
-            made[id(node)] = node.create(sink_queues, emit)
+            made[id(node)] = node.create(sink_queues, settings)
         for node in self.pipeline_nodes(topic):
             proc = made[id(node)]
             proc.children = [made[id(c)] for c in node.children]
@@ -191,7 +150,7 @@ class Topology:
             lines.append(f"  Pipeline {i}: consumes {role} {topic}")
             for node in self.pipeline_nodes(topic):
                 extra = ""
-                if node.kind in ("shuffle_sink", "sink"):
+                if node.spec.writes:
                     extra = f" -> topic {node.params['topic']}"
                 if node.stateful:
                     extra = f" (state topic {self.state_topics[topic]})"
@@ -230,7 +189,7 @@ class Topology:
         def topic_node(name: str, kind: str) -> str:
             if name not in topic_ids:
                 topic_ids[name] = f"t{len(topic_ids)}"
-                draw.append(DrawNode(topic_ids[name], kind, name, _lit(name in marked)))
+                draw.append(DrawNode(topic_ids[name], TOPIC_STYLES[kind], name, _lit(name in marked)))
                 if name in marked:
                     lit.add(topic_ids[name])
             return topic_ids[name]
@@ -247,16 +206,15 @@ class Topology:
         for node in self.nodes:
             label = node.label + _counter_line((counters or {}).get(node.name))
             attrs = (("tooltip", node.name), *_lit(node.name in marked))
-            draw.append(DrawNode(ids[id(node)], node.kind, label, attrs, node.pipeline))
+            draw.append(DrawNode(ids[id(node)], node.spec.style, label, attrs, node.pipeline))
         for topic in self.pipelines:
             for root in self.pipelines[topic]:
                 edge(topic_ids[topic], ids[id(root)])
         for node in self.nodes:
             for child in node.children:
                 edge(ids[id(node)], ids[id(child)])
-            if node.kind in ("shuffle_sink", "sink"):
-                kind = "shuffle_topic" if node.kind == "shuffle_sink" else "topic"
-                edge(ids[id(node)], topic_node(node.params["topic"], kind))
+            if node.spec.writes:
+                edge(ids[id(node)], topic_node(node.params["topic"], node.spec.writes))
             if node.stateful:
                 edge(ids[id(node)], topic_node(self.state_topics[node.pipeline], "state_topic"), "changelog", "dashed")
         return to_digraph(f"{self.job_id}: real topology", draw, edges, rankdir)
@@ -290,7 +248,9 @@ def _counter_line(counters: Mapping[str, Any] | None) -> str:
 
 
 class TopologyBuilder:
-    """Turns a logical graph into a ``Topology`` (the second build)."""
+    """Turns a logical graph into a ``Topology`` (the second build), reading what each node needs
+    from its operator's spec: a pipeline of its own (a source), a key shuffle before it (an
+    aggregation), one shuffle topic for both sides (a join), nothing of its own (a window)."""
 
     def __init__(self, graph: LogicalGraph, shuffle_queues: int = 8) -> None:
         self.graph = graph
@@ -311,55 +271,48 @@ class TopologyBuilder:
         windows: dict[int, Any] = {}  # logical number of a window node -> its window
 
         def shuffle_into(lnode: LogicalNode, sides: list[tuple[RealNode, str, Any]], framed: bool,
-                         combine: dict[str, Any] | None = None) -> RealNode:
+                         combine: Any = None) -> RealNode:
             """Shuffle sink(s) in the parents' pipelines -> shuffle topic -> shuffle source."""
             shuffle = shuffle_topic_name(self.graph.job_id, lnode)
             for side, (parent, suffix, key_fn) in enumerate(sides):
                 if key_fn is not None:
-                    parent = add(RealNode("key_by", f"KEY_BY{suffix}-{lnode.number}", parent.pipeline,
+                    parent = add(RealNode(KEY_BY, f"KEY_BY{suffix}-{lnode.number}", parent.pipeline,
                                           {"fn": key_fn, "detail": describe_callable(key_fn)},
                                           logical=lnode.number), parent)
-                add(RealNode("shuffle_sink", f"SHUFFLE_SINK{suffix}-{lnode.number}", parent.pipeline,
+                add(RealNode(SHUFFLE_SINK, f"SHUFFLE_SINK{suffix}-{lnode.number}", parent.pipeline,
                              {"topic": shuffle, "queues": self.shuffle_queues, "detail": shuffle,
                               "framed": framed, "side": side, "combine": combine}, logical=lnode.number), parent)
             topo.shuffle_topics[shuffle] = self.shuffle_queues
             topo.state_topics[shuffle] = state_topic_name(shuffle)
             if framed:
                 topo.framed_topics.append(shuffle)
-            return add(RealNode("shuffle_source", f"SHUFFLE_SOURCE-{lnode.number}", shuffle,
+            return add(RealNode(SHUFFLE_SOURCE, f"SHUFFLE_SOURCE-{lnode.number}", shuffle,
                                 {"detail": shuffle, "framed": framed}, logical=lnode.number), None)
 
         for lnode in self.graph:
-            params = {k: v for k, v in lnode.params.items()}
-            if lnode.kind == "source":
+            spec, params = lnode.spec, dict(lnode.params)
+            if spec.role is Role.SOURCE:
                 topic = params["topic"]
                 if topic not in topo.source_topics:
                     topo.source_topics.append(topic)
-                out[lnode.number] = add(RealNode("source", lnode.name, topic, params, logical=lnode.number), None)
+                out[lnode.number] = add(RealNode(spec, lnode.name, topic, params, logical=lnode.number), None)
                 continue
             parent = out[lnode.parents[0].number]
-            if lnode.kind == "window":
+            if spec.role is Role.WINDOW:
                 windows[lnode.number] = params["window"]
                 out[lnode.number] = parent  # no real node: the windowed aggregate after it carries the window
                 continue
-            if lnode.kind in AGGREGATE_KINDS:
+            if spec.shuffle is Shuffle.BY_KEY:
                 window = windows.get(lnode.parents[0].number)
                 params["window"] = window
-                combinable = window is None and lnode.kind in ("count", "sum", "min", "max")
-                src = shuffle_into(lnode, [(parent, "", None)], framed=window is not None,
-                                   combine={"kind": lnode.kind, "fn": params.get("fn")} if combinable else None)
-                out[lnode.number] = add(RealNode(lnode.kind, lnode.name, src.pipeline, params,
-                                                 logical=lnode.number), src)
-                continue
-            if lnode.kind in JOIN_KINDS:
+                combine = spec.fold(params) if spec.combines and spec.fold and window is None else None
+                parent = shuffle_into(lnode, [(parent, "", None)], framed=window is not None, combine=combine)
+            elif spec.shuffle is Shuffle.JOIN:
                 right = out[lnode.parents[1].number]
-                src = shuffle_into(lnode, [(parent, "_LEFT", params["left_key"]),
-                                           (right, "_RIGHT", params["right_key"])], framed=True)
-                out[lnode.number] = add(RealNode(lnode.kind, lnode.name, src.pipeline, params,
-                                                 logical=lnode.number), src)
-                continue
-            if lnode.kind == "sink" and params["topic"] not in topo.sink_topics:
+                parent = shuffle_into(lnode, [(parent, "_LEFT", params["left_key"]),
+                                              (right, "_RIGHT", params["right_key"])], framed=True)
+            if spec.role is Role.SINK and params["topic"] not in topo.sink_topics:
                 topo.sink_topics.append(params["topic"])
-            out[lnode.number] = add(RealNode(lnode.kind, lnode.name, parent.pipeline, params,
-                                             logical=lnode.number), parent)
+            out[lnode.number] = add(RealNode(spec, lnode.name, parent.pipeline, params, logical=lnode.number),
+                                    parent)
         return topo

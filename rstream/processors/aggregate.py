@@ -1,50 +1,45 @@
-"""Keyed aggregations: count, sum, min, max and aggregate(accumulator).
+"""Aggregations: count, sum, min, max, avg and aggregate(accumulator), keyed or windowed.
 
-Each keeps the values of the keys it touched in this batch in a dict, reads a key from the state
-store the first time it is seen, and stages the changed keys in the store at the end of the batch.
-Every input record emits the key's updated result, as RocketMQ Streams does.
+Each is one ``OperatorSpec`` over one fold (``rstream.processors.fold``): unwindowed it runs as an
+``AggregateProcessor`` (one state per key), after ``window(...)`` as a ``WindowAggregateProcessor``.
+The keyed processor keeps the values of the keys it touched in this batch in a dict, reads a key
+from the state store the first time it is seen, and stages the changed keys in the store at the
+end of the batch. Every input record emits the key's updated result, as RocketMQ Streams does.
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from rstream.processors.base import Processor, StreamContext
-from rstream.processors.sink import PARTIAL_HEADER
+from rstream.processors.base import Partial, Processor, StreamContext
+from rstream.processors.fold import (
+    Accumulator,
+    AccumulatorFold,
+    AvgFold,
+    CountFold,
+    Fold,
+    MaxFold,
+    MinFold,
+    SumFold,
+)
+from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register
+from rstream.processors.window import WindowAggregateProcessor
+from rstream.settings import JobProperties
 from rstream.state.store import MISSING
 
-V = TypeVar("V")
-A = TypeVar("A")
-R = TypeVar("R")
-
-
-class Accumulator(Generic[V, A, R]):
-    """How ``aggregate`` folds a key's values: ``initial()`` starts a key's accumulator,
-    ``add(acc, value)`` returns the next one, ``result(acc)`` is what is emitted. Accumulators
-    are stored in the state store, so they must be plain data (numbers, strings, tuples, lists,
-    dicts) or picklable."""
-
-    def initial(self) -> A:
-        raise TypeError(f"{type(self).__name__} must define initial()")
-
-    def add(self, acc: A, value: V) -> A:
-        raise TypeError(f"{type(self).__name__} must define add(acc, value)")
-
-    def result(self, acc: A) -> R:
-        return acc  # type: ignore[return-value]
+__all__ = ["AGGREGATE", "AVG", "COUNT", "MAX", "MIN", "SUM", "Accumulator", "AggregateProcessor", "aggregation"]
 
 
 class AggregateProcessor(Processor):
-    """Base of the keyed aggregations. With ``per_batch`` (``aggregate_emit="batch"``) a key's
-    result is emitted once per batch, at its end, instead of for every input record; the input
-    may then hold partial results combined before the shuffle (marked by a header)."""
+    """One keyed aggregation on one shuffle queue, folding with ``fold``. With ``per_batch``
+    (``aggregate_emit="batch"``) a key's result is emitted once per batch, at its end, instead of
+    for every input record; its input may then hold ``Partial`` results combined before the shuffle."""
 
-    kind = "aggregate"
-
-    def __init__(self, name: str, per_batch: bool = False) -> None:
+    def __init__(self, name: str, fold: Fold, per_batch: bool = False) -> None:
         super().__init__(name)
+        self.fold = fold
         self.per_batch = per_batch
         self.keys_changed = 0
 
@@ -56,19 +51,33 @@ class AggregateProcessor(Processor):
         self.cache: dict[Any, Any] = {}
         self.times: dict[Any, int] = {}  # per key, the time of its latest record (per-batch emission)
 
-    def _emit(self, key: Any, result: Any, ts: int) -> None:
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        fold, cache = self.fold, self.cache
+        try:
+            acc = cache.get(key, MISSING)
+            if acc is MISSING:
+                acc = self.store.get(self.name, key)
+                if acc is MISSING:
+                    acc = fold.initial()
+            if type(value) is Partial:
+                acc = fold.merge(acc, value.acc)
+            else:
+                acc = fold.add(acc, fold.extract(value))
+            result = None if self.per_batch else fold.result(acc)
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        cache[key] = acc
         if self.per_batch:
             self.times[key] = ts
         else:
             self.forward(key, result, ts)
 
-    def result(self, state: Any) -> Any:
-        return state
-
     def flush(self) -> None:
         if self.per_batch:
+            result = self.fold.result
             for key, ts in self.times.items():
-                self.forward(key, self.result(self.cache[key]), ts)
+                self.forward(key, result(self.cache[key]), ts)
         put = self.store.put
         for key, value in self.cache.items():
             put(self.name, key, value)
@@ -78,92 +87,52 @@ class AggregateProcessor(Processor):
         """``(key, value)`` held in memory that ``flush`` will put in the store."""
         return list(self.cache.items())
 
-    def metrics(self) -> dict[str, Any]:
-        return {"records_in": self.records_in, "keys_changed": self.keys_changed}
+    def metrics(self) -> OperatorMetrics:
+        return OperatorMetrics.of(records_in=self.records_in, keys_changed=self.keys_changed)
 
 
-class CountProcessor(AggregateProcessor):
-    kind = "count"
+def aggregation(kind: str, fold: Callable[[Mapping[str, Any]], Fold], combines: bool = False) -> OperatorSpec:
+    """The spec of an aggregation folding with ``fold(params)``: keyed, or windowed when the node's
+    params carry a window (the second build puts it there). ``combines``: its fold may combine a
+    key's values before the shuffle with ``aggregate_emit="batch"`` (associative and commutative)."""
 
-    def process(self, key: Any, value: Any, ts: int) -> None:
-        self.records_in += 1
-        cache = self.cache
-        old = cache.get(key, MISSING)
-        if old is MISSING:
-            old = self.store.get(self.name, key)
-            if old is MISSING:
-                old = 0
-        headers = self.ctx.headers  # type: ignore[union-attr]
-        new = old + (value if headers is not None and PARTIAL_HEADER in headers else 1)
-        cache[key] = new
-        self._emit(key, new, ts)
+    def make(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
+        window = params.get("window")
+        if window is not None:
+            return WindowAggregateProcessor(name, window, fold(params))
+        return AggregateProcessor(name, fold(params), settings.per_batch)
+
+    return register(OperatorSpec(kind, STATEFUL_STYLE, make, shuffle=Shuffle.BY_KEY, fold=fold, combines=combines,
+                                 stateful=True))
 
 
-class _FoldProcessor(AggregateProcessor):
-    def __init__(self, name: str, fn: Callable[[Any], Any], per_batch: bool = False) -> None:
-        super().__init__(name, per_batch)
-        self.fn = fn
-
-    #: ``combine(old, x) -> new``: how a fold merges a new number into the key's state.
-    combine: Callable[[Any, Any], Any] = staticmethod(operator.add)
-
-    def process(self, key: Any, value: Any, ts: int) -> None:
-        self.records_in += 1
-        headers = self.ctx.headers  # type: ignore[union-attr]
-        if headers is not None and PARTIAL_HEADER in headers:
-            x = value  # already fn(value), combined before the shuffle
-        else:
-            try:
-                x = self.fn(value)
-            except Exception as exc:
-                raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
-        cache = self.cache
-        old = cache.get(key, MISSING)
-        if old is MISSING:
-            old = self.store.get(self.name, key)
-        new = x if old is MISSING else self.combine(old, x)
-        cache[key] = new
-        self._emit(key, new, ts)
+def _count(params: Mapping[str, Any]) -> Fold:
+    return CountFold()
 
 
-class SumProcessor(_FoldProcessor):
-    kind = "sum"
-    combine = staticmethod(operator.add)
+def _sum(params: Mapping[str, Any]) -> Fold:
+    return SumFold(params["fn"])
 
 
-class MinProcessor(_FoldProcessor):
-    kind = "min"
-    combine = staticmethod(min)
+def _min(params: Mapping[str, Any]) -> Fold:
+    return MinFold(params["fn"])
 
 
-class MaxProcessor(_FoldProcessor):
-    kind = "max"
-    combine = staticmethod(max)
+def _max(params: Mapping[str, Any]) -> Fold:
+    return MaxFold(params["fn"])
 
 
-class AccumulateProcessor(AggregateProcessor):
-    kind = "aggregate"
+def _avg(params: Mapping[str, Any]) -> Fold:
+    return AvgFold(params["fn"])
 
-    def __init__(self, name: str, accumulator: Accumulator[Any, Any, Any], per_batch: bool = False) -> None:
-        super().__init__(name, per_batch)
-        self.accumulator = accumulator
 
-    def result(self, state: Any) -> Any:
-        return self.accumulator.result(state)
+def _accumulate(params: Mapping[str, Any]) -> Fold:
+    return AccumulatorFold(params["accumulator"])
 
-    def process(self, key: Any, value: Any, ts: int) -> None:
-        self.records_in += 1
-        acc_ = self.accumulator
-        cache = self.cache
-        acc = cache.get(key, MISSING)
-        try:
-            if acc is MISSING:
-                acc = self.store.get(self.name, key)
-                if acc is MISSING:
-                    acc = acc_.initial()
-            acc = acc_.add(acc, value)
-            result = None if self.per_batch else acc_.result(acc)
-        except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
-        cache[key] = acc
-        self._emit(key, result, ts)
+
+COUNT = aggregation("count", _count, combines=True)
+SUM = aggregation("sum", _sum, combines=True)
+MIN = aggregation("min", _min, combines=True)
+MAX = aggregation("max", _max, combines=True)
+AVG = aggregation("avg", _avg)
+AGGREGATE = aggregation("aggregate", _accumulate)

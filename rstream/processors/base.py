@@ -11,9 +11,12 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rstream.errors import RStreamError
+from rstream.processors.metrics import OperatorMetrics
+from rstream.settings import DEFAULTS, JobProperties
 from rstream.time.watermark import NO_WATERMARK
 
 if TYPE_CHECKING:
@@ -93,21 +96,58 @@ def _short_repr(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class Frame(NamedTuple):
+    """What a record read from a framed shuffle topic (one feeding windows or joins) carries besides
+    its key and value: its source queue's watermark when it was shuffled, the producer that shuffled
+    it (``topic/queue/shuffle sink``), its offset in that source queue, and its join side."""
+
+    watermark: int
+    producer: str
+    source_offset: int
+    side: int
+
+
+#: The frame of a record that came straight from a source topic (no shuffle before it).
+NO_FRAME = Frame(NO_WATERMARK, "", -1, 0)
+
+
+class Partial:
+    """A value that is already a partial aggregate (a batch's fold of one key's values, combined
+    before the shuffle), not an input value: the aggregation merges it instead of adding it."""
+
+    __slots__ = ("acc",)
+
+    def __init__(self, acc: Any) -> None:
+        self.acc = acc
+
+    def __repr__(self) -> str:
+        return f"Partial({self.acc!r})"
+
+
+class LateCause(str, Enum):
+    """Why a record was late (the ``cause`` column of the late-data topic; ``reason`` tells it in words)."""
+
+    BEHIND_WATERMARK = "behind watermark"  # data time below its source queue's watermark
+    WINDOW_FIRED = "window fired"  # its window had fired already: its source queue was idle
+    SESSION_FIRED = "session fired"  # its session had fired already: its source queue was idle
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 @dataclass
 class StreamContext:
-    """What the processors of one input queue share during one micro-batch: where the current
-    record came from, the outputs to append, the state store, and what to report."""
+    """What the processors of one input queue share during one micro-batch: the job's settings,
+    the state store, the outputs to append, and what to report. Per record it holds only where the
+    current input record is (``offset``, set by the task) and, on a framed shuffle topic, the
+    ``Frame`` that record carried (set by the shuffle source)."""
 
     job: str
     topic: str
     queue: int
-    skip_data_error: bool = True
+    settings: JobProperties = DEFAULTS
     store: StateStore | None = None
     offset: int = -1
-    headers: dict[str, str] | None = None
-    time_type: str = "event_time"
-    allowed_lateness_ms: int = 2000
-    idle_timeout_ms: int = 2000
     late_topic: str | None = None
     #: Per shuffle sink of a source pipeline: the source queue's watermark, restored from the last commit.
     source_watermarks: dict[str, int] = field(default_factory=dict)
@@ -130,11 +170,7 @@ class StreamContext:
         self.outputs: dict[tuple[str, int], list[Any]] = {}
         self.errors: list[dict[str, Any]] = []
         self.printed: list[str] = []
-        # where the current record of a framed shuffle topic came from
-        self.carried_wm = NO_WATERMARK
-        self.producer = ""
-        self.src_offset = -1
-        self.side = 0
+        self.frame = NO_FRAME  # what the current record of a framed shuffle topic carried
         self.emit_watermark = NO_WATERMARK
         self.time_operators: list[Any] = []
         self.late_count = 0
@@ -172,17 +208,21 @@ class StreamContext:
             self.emit_watermark = max(self.emit_watermark, wm)
         return wm
 
-    def late(self, operator: str, key: Any, value: Any, data_time: int, watermark: int, reason: str) -> None:
-        """Record a late record in the job's late-data topic (appended with the batch)."""
+    def late(self, operator: str, key: Any, value: Any, data_time: int, watermark: int, cause: LateCause,
+             reason: str) -> None:
+        """Record a late record in the job's late-data topic (appended with the batch): its coded
+        ``cause`` and the ``reason`` in words."""
         self.late_count += 1
         if self.late_topic is None:
             return
-        topic, _, rest = self.producer.rpartition("/")[0].rpartition("/") if self.producer else ("", "", "")
+        frame = self.frame
+        topic, _, rest = frame.producer.rpartition("/")[0].rpartition("/") if frame.producer else ("", "", "")
         row = {
             "job": self.job, "operator": operator, "key": _short_repr(key), "value": _short_repr(value),
-            "data_time": data_time, "watermark": watermark, "late_ms": watermark - data_time, "reason": reason,
+            "data_time": data_time, "watermark": watermark, "late_ms": watermark - data_time,
+            "cause": cause.value, "reason": reason,
             "topic": topic or self.topic, "queue": int(rest) if rest else self.queue,
-            "offset": self.src_offset if self.producer else self.offset,
+            "offset": frame.source_offset if frame.producer else self.offset,
             "shuffle_topic": self.topic, "shuffle_queue": self.queue, "shuffle_offset": self.offset,
         }
         self.output(self.late_topic, 0).append(
@@ -219,9 +259,8 @@ def _drop(key: Any, value: Any, ts: int) -> None:
 
 class Processor:
     """A real node's processor for one queue. Subclasses implement ``process``; stateful ones
-    also ``flush`` (stage their changed keys in the store at the end of the batch)."""
-
-    kind = "processor"
+    also ``flush`` (stage their changed keys in the store at the end of the batch). Each kind of
+    processor is made by its ``OperatorSpec`` (``rstream.processors.spec``), declared beside it."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -255,8 +294,9 @@ class Processor:
     def flush(self) -> None:
         """Called after the batch's last record."""
 
-    def metrics(self) -> dict[str, Any]:
-        return {"records_in": self.records_in}
+    def metrics(self) -> OperatorMetrics:
+        """What this processor did in the batch (typed; ``rstream.processors.metrics``)."""
+        return OperatorMetrics.of(records_in=self.records_in)
 
     def walk(self) -> list[Processor]:
         """This processor and everything downstream of it, each once, parents first."""

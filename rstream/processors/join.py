@@ -9,12 +9,15 @@ when its window closes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from rstream.processors.base import _short_repr
+from rstream.processors.base import LateCause, Processor, _short_repr
+from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register
 from rstream.processors.watermarks import finite
 from rstream.processors.window import MAX_PENDING, WindowedOperator
+from rstream.settings import JobProperties
 from rstream.state.store import MISSING
 from rstream.time.watermark import NO_WATERMARK
 from rstream.time.windows import Window
@@ -23,7 +26,7 @@ LEFT, RIGHT = 0, 1
 
 
 class JoinProcessor(WindowedOperator):
-    kind = "join"
+    """An inner (``how="inner"``) or left (``how="left"``) join on one shuffle queue of the join topic."""
 
     def __init__(self, name: str, how: str, window: Window | None, fn: Callable[[Any, Any], Any]) -> None:
         super().__init__(name, window)
@@ -41,7 +44,7 @@ class JoinProcessor(WindowedOperator):
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        side = self.ctx.side  # type: ignore[union-attr]
+        side = self.ctx.frame.side  # type: ignore[union-attr]
         if self.window is None:
             self._latest(key, value, ts, side)
         else:
@@ -61,17 +64,17 @@ class JoinProcessor(WindowedOperator):
 
     def _windowed(self, key: Any, value: Any, ts: int, side: int) -> None:
         ctx = self.ctx
-        carried = ctx.carried_wm  # type: ignore[union-attr]
+        carried = ctx.frame.watermark  # type: ignore[union-attr]
         if ts < carried:
             self.late += 1
-            ctx.late(self.name, key, value, ts, carried,  # type: ignore[union-attr]
+            ctx.late(self.name, key, value, ts, carried, LateCause.BEHIND_WATERMARK,  # type: ignore[union-attr]
                      f"data time {ts} is behind its source queue's watermark {carried}")
             return
         store, name = self.store, self.name
         for start, end in self.window.assign(ts):  # type: ignore[union-attr]
             if end <= self.horizon:
                 self.late += 1
-                ctx.late(self.name, key, value, ts, self.horizon,  # type: ignore[union-attr]
+                ctx.late(self.name, key, value, ts, self.horizon, LateCause.WINDOW_FIRED,  # type: ignore[union-attr]
                          f"its window [{start},{end}) already closed: its source queue was idle")
                 continue
             mine_key, other_key = (side, key, start, end), (1 - side, key, start, end)
@@ -110,11 +113,23 @@ class JoinProcessor(WindowedOperator):
             last_end = max(last_end, end)
         self._fired_up_to(watermark, last_end)
 
-    def metrics(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"records_in": self.records_in, "emitted": self.emitted}
-        if self.window is not None:
-            pending = self.store.timers(self.name)
-            out.update(late=self.late, windows_fired=self.fired, windows_open=len(pending),
-                       horizon=finite(self.horizon),
-                       pending=[[_short_repr(key), start, end] for end, (key, start) in pending[:MAX_PENDING]])
-        return out
+    def metrics(self) -> OperatorMetrics:
+        if self.window is None:
+            return OperatorMetrics.of(records_in=self.records_in, emitted=self.emitted)
+        pending = self.store.timers(self.name)
+        return OperatorMetrics.of(
+            records_in=self.records_in, emitted=self.emitted, late=self.late, windows_fired=self.fired,
+            windows_open=len(pending), horizon=finite(self.horizon),
+            pending=[(_short_repr(key), start, end) for end, (key, start) in pending[:MAX_PENDING]])
+
+
+def _join(how: str) -> Any:
+    def make(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
+        return JoinProcessor(name, how, params.get("window"), params["fn"])
+    return make
+
+
+#: ``left.join(right).where(lk).equal_to(rk)[.window(w)].apply(fn)``: both sides keyed and shuffled into one topic.
+JOIN = register(OperatorSpec("join", STATEFUL_STYLE, _join("inner"), shuffle=Shuffle.JOIN, stateful=True))
+#: ``left.left_join(right)...``: every left record is emitted, with None for a missing right.
+LEFT_JOIN = register(OperatorSpec("left_join", STATEFUL_STYLE, _join("left"), shuffle=Shuffle.JOIN, stateful=True))

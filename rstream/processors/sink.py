@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rstream.processors.base import Processor
-from rstream.processors.watermarks import ACTIVE_HEADER, PRODUCER_HEADER, WM_HEADER, finite
+from rstream.processors.fold import Fold
+from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.spec import SHUFFLE_STYLE, SINK_STYLE, OperatorSpec, Role, register
+from rstream.processors.watermarks import ACTIVE_HEADER, BEHIND_HEADER, PRODUCER_HEADER, WM_HEADER, finite
 from rstream.serde.codec import encode, stable_queue
+from rstream.settings import JobProperties
 from rstream.time.watermark import NO_WATERMARK
 
 
@@ -20,8 +23,6 @@ class ShuffleSinkProcessor(Processor):
     (``max(watermark, data time - allowed lateness)``, never decreasing), sends it with every
     record, and at the end of the batch sends it as a marker to every shuffle queue, also to
     queues that got no record, so a key-sparse queue still sees time advance."""
-
-    kind = "shuffle_sink"
 
     def __init__(self, name: str, topic: str, queues: int, framed: bool = False, side: int = 0) -> None:
         super().__init__(name)
@@ -38,7 +39,7 @@ class ShuffleSinkProcessor(Processor):
         self.producer = f"{ctx.topic}/{ctx.queue}/{self.name}"
         self.from_source = ctx.watermarks is None  # in a shuffle pipeline, time comes from upstream
         self.watermark = ctx.source_watermarks.get(self.name, NO_WATERMARK)
-        self.lateness = ctx.allowed_lateness_ms
+        self.lateness = ctx.settings.allowed_lateness_ms
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -59,7 +60,7 @@ class ShuffleSinkProcessor(Processor):
             offset = ctx.offset  # type: ignore[union-attr]
         else:
             wm = self.watermark = max(self.watermark, ctx.emit_watermark)  # type: ignore[union-attr]
-            offset = ctx.src_offset  # type: ignore[union-attr]
+            offset = ctx.frame.source_offset  # type: ignore[union-attr]
         out.append((kb, encode((value, wm, self.producer, offset, self.side)), ts, None, None))
 
     def flush(self) -> None:
@@ -69,31 +70,30 @@ class ShuffleSinkProcessor(Processor):
         if not self.from_source:
             self.watermark = max(self.watermark, ctx.emit_watermark)  # type: ignore[union-attr]
         marker = {WM_HEADER: str(self.watermark), PRODUCER_HEADER: self.producer, ACTIVE_HEADER: str(ctx.now_ms())}  # type: ignore[union-attr]
+        if not ctx.caught_up:  # type: ignore[union-attr]
+            marker[BEHIND_HEADER] = "1"
         for out in self._outs:
             out.append((None, b"", max(self.watermark, 0), marker, "WATERMARK"))
 
-    def metrics(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"records_in": self.records_in}
+    def metrics(self) -> OperatorMetrics:
         if self.framed:
-            out["watermark"] = finite(self.watermark)
-        return out
+            return OperatorMetrics.of(records_in=self.records_in, watermark=finite(self.watermark))
+        return OperatorMetrics.of(records_in=self.records_in)
 
 
 #: Header of a shuffle record that holds a partial aggregate (a combine), not an input value.
 PARTIAL_HEADER = "rstream-partial"
 _PARTIAL = {PARTIAL_HEADER: "1"}
-_COMBINE: dict[str, Callable[[Any, Any], Any]] = {"count": operator.add, "sum": operator.add, "min": min, "max": max}
 
 
 class CombiningShuffleSinkProcessor(ShuffleSinkProcessor):
-    """With ``aggregate_emit="batch"``: folds each key's values into one partial count, sum, min or
-    max for the batch and shuffles that, instead of every record (Spark's partial aggregation)."""
+    """With ``aggregate_emit="batch"``: folds each key's values into one partial accumulator for the
+    batch (the aggregation's own fold) and shuffles that, instead of every record (Spark's partial
+    aggregation); the aggregation merges it."""
 
-    def __init__(self, name: str, topic: str, queues: int, kind: str, fn: Callable[[Any], Any] | None) -> None:
+    def __init__(self, name: str, topic: str, queues: int, fold: Fold) -> None:
         super().__init__(name, topic, queues)
-        self.fn = fn
-        self.combine = _COMBINE[kind]
-        self.count_only = kind == "count"
+        self.fold = fold
 
     def open(self, ctx: Any) -> None:
         super().open(ctx)
@@ -101,33 +101,29 @@ class CombiningShuffleSinkProcessor(ShuffleSinkProcessor):
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        if self.count_only:
-            x = 1
-        else:
-            try:
-                x = self.fn(value)  # type: ignore[misc]
-            except Exception as exc:
-                raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        fold = self.fold
         partial = self.partials.get(key)
-        if partial is None:
-            self.partials[key] = [x, ts]
-        else:
-            partial[0] = self.combine(partial[0], x)
-            if ts > partial[1]:
-                partial[1] = ts
+        try:
+            x = fold.extract(value)
+            if partial is None:
+                self.partials[key] = [fold.add(fold.initial(), x), ts]
+                return
+            partial[0] = fold.add(partial[0], x)
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+        if ts > partial[1]:
+            partial[1] = ts
 
     def flush(self) -> None:
-        for key, (x, ts) in self.partials.items():
+        for key, (acc, ts) in self.partials.items():
             kb = encode(key)
-            self._outs[stable_queue(kb, self.queues)].append((kb, encode(x), ts, _PARTIAL, None))
+            self._outs[stable_queue(kb, self.queues)].append((kb, encode(acc), ts, _PARTIAL, None))
 
 
 class SinkProcessor(Processor):
     """Writes ``serializer(key, value)`` to the sink topic. Records with a key go to the queue of a
     stable hash of the key, so each key's results stay in order; keyless records keep their
     input queue's order (input queue modulo the sink's queue count)."""
-
-    kind = "sink"
 
     def __init__(self, name: str, topic: str, queues: int, serialize: Callable[[Any, Any], bytes]) -> None:
         super().__init__(name)
@@ -174,3 +170,23 @@ def _as_bytes(body: Any) -> bytes:
     if isinstance(body, (bytearray, memoryview)):
         return bytes(body)
     raise TypeError(f"the serializer must return bytes, got {type(body).__name__}: {body!r:.80}")
+
+
+def _make_shuffle_sink(name: str, params: Mapping[str, Any], settings: JobProperties,
+                       sink_queues: Mapping[str, int]) -> Processor:
+    combine = params.get("combine")  # the fold of the aggregation after the shuffle, when it combines
+    if settings.per_batch and combine is not None:
+        return CombiningShuffleSinkProcessor(name, params["topic"], params["queues"], combine)
+    return ShuffleSinkProcessor(name, params["topic"], params["queues"], params.get("framed", False),
+                                params.get("side", 0))
+
+
+def _make_sink(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
+    return SinkProcessor(name, params["topic"], sink_queues[params["topic"]], params["serializer"])
+
+
+#: Added by the second build before an aggregation or join: records to a shuffle topic, by key.
+SHUFFLE_SINK = register(OperatorSpec("shuffle_sink", SHUFFLE_STYLE, _make_shuffle_sink, role=Role.INTERNAL,
+                                     writes="shuffle_topic"))
+#: ``sink(topic, serializer)``: every record to ``topic``.
+SINK = register(OperatorSpec("sink", SINK_STYLE, _make_sink, role=Role.SINK, writes="topic"))

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from rstream.processors.base import Processor, UnhashableKeyError
-from rstream.processors.watermarks import FLUSH_HEADER, PRODUCER_HEADER, WM_HEADER
+from rstream.processors.base import Frame, Partial, Processor, UnhashableKeyError
+from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.sink import PARTIAL_HEADER
+from rstream.processors.spec import (
+    KEY_STYLE,
+    SIDE_EFFECT_STYLE,
+    SOURCE_STYLE,
+    STATELESS_STYLE,
+    OperatorSpec,
+    Role,
+    register,
+)
+from rstream.processors.watermarks import BEHIND_HEADER, FLUSH_HEADER, PRODUCER_HEADER, WM_HEADER
 from rstream.serde import SerdeError
 from rstream.serde.codec import decode
+from rstream.settings import JobProperties
+from rstream.time.watermark import TimeType
 
 _UNSEEN: Any = object()
 
@@ -21,7 +34,6 @@ class SourceProcessor(Processor):
     data time follows the job's ``time_type``: the born timestamp (also for event time, until
     ``select_timestamp`` says otherwise), the broker's append time, or the wall clock."""
 
-    kind = "source"
 
     def __init__(self, name: str, deserialize: Callable[[bytes], Any]) -> None:
         super().__init__(name)
@@ -29,7 +41,7 @@ class SourceProcessor(Processor):
 
     def open(self, ctx: Any) -> None:
         super().open(ctx)
-        self.time_type = ctx.time_type
+        self.time_type = ctx.settings.time_type
 
     def receive(self, offset: int, key: Any, body: bytes, born: int, store: int, headers: Any) -> None:
         self.records_in += 1
@@ -43,9 +55,9 @@ class SourceProcessor(Processor):
                 f"{type(result).__name__}: {result!r:.80}; e.g. lambda body: (None, body.decode())"
             )
         time_type = self.time_type
-        if time_type == "event_time" or time_type == "born_time":
+        if time_type is TimeType.EVENT_TIME or time_type is TimeType.BORN_TIME:
             ts = born
-        elif time_type == "broker_time":
+        elif time_type is TimeType.BROKER_TIME:
             ts = store
         else:
             ts = self.ctx.now_ms()  # type: ignore[union-attr]
@@ -59,7 +71,6 @@ class ShuffleSourceProcessor(Processor):
     queue's watermark, its producer, its source offset and its join side, and control records
     (watermark markers and idle ticks) advance the operator watermark."""
 
-    kind = "shuffle_source"
 
     def __init__(self, name: str, framed: bool = False) -> None:
         super().__init__(name)
@@ -76,7 +87,10 @@ class ShuffleSourceProcessor(Processor):
             k = self._keys[key] = decode(key) if key is not None else None
         if not self.framed:
             self.records_in += 1
-            self.forward(k, decode(body), born)
+            if headers is not None and PARTIAL_HEADER in headers:
+                self.forward(k, Partial(decode(body)), born)
+            else:
+                self.forward(k, decode(body), born)
             return
         ctx = self.ctx
         ctx.position_ms = store  # type: ignore[union-attr]
@@ -85,20 +99,22 @@ class ShuffleSourceProcessor(Processor):
             self._control(headers, store)
             return
         self.records_in += 1
-        value, ctx.carried_wm, ctx.producer, ctx.src_offset, ctx.side = decode(body)  # type: ignore[union-attr]
+        value, watermark, producer, source_offset, side = decode(body)
+        ctx.frame = Frame(watermark, producer, source_offset, side)  # type: ignore[union-attr]
         self.forward(k, value, born)
 
     def _control(self, headers: dict[str, str], stored_ms: int) -> None:
         ctx = self.ctx
         assert ctx is not None and ctx.watermarks is not None
         if WM_HEADER in headers:  # the producer was active when its marker was stored
-            ctx.watermarks.update(headers[PRODUCER_HEADER], int(headers[WM_HEADER]), stored_ms)
+            ctx.watermarks.update(headers[PRODUCER_HEADER], int(headers[WM_HEADER]), stored_ms,
+                                  BEHIND_HEADER in headers)
         flush = FLUSH_HEADER in headers
         ctx.flushed = ctx.flushed or flush
         ctx.advance(force_idle=flush)
 
-    def metrics(self) -> dict[str, Any]:
-        return {"records_in": self.records_in, "markers": self.markers}
+    def metrics(self) -> OperatorMetrics:
+        return OperatorMetrics.of(records_in=self.records_in, markers=self.markers)
 
 
 class _FnProcessor(Processor):
@@ -108,7 +124,6 @@ class _FnProcessor(Processor):
 
 
 class MapProcessor(_FnProcessor):
-    kind = "map"
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -120,7 +135,6 @@ class MapProcessor(_FnProcessor):
 
 
 class FlatMapProcessor(_FnProcessor):
-    kind = "flat_map"
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -136,7 +150,6 @@ class FlatMapProcessor(_FnProcessor):
 
 
 class FilterProcessor(_FnProcessor):
-    kind = "filter"
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -149,7 +162,6 @@ class FilterProcessor(_FnProcessor):
 
 
 class ForeachProcessor(_FnProcessor):
-    kind = "foreach"
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -163,7 +175,6 @@ class ForeachProcessor(_FnProcessor):
 class PrintProcessor(Processor):
     """Collects ``key: value`` lines; the job prints them on the driver, where the user looks."""
 
-    kind = "print"
 
     def __init__(self, name: str, prefix: str = "") -> None:
         super().__init__(name)
@@ -181,11 +192,10 @@ class SelectTimestampProcessor(_FnProcessor):
     """Sets the record's data time from its value; only with ``time_type`` event_time (other time
     types decide the time at the source, and records pass through unchanged)."""
 
-    kind = "select_timestamp"
 
     def open(self, ctx: Any) -> None:
         super().open(ctx)
-        self.active = ctx.time_type == "event_time"
+        self.active = ctx.settings.time_type is TimeType.EVENT_TIME
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -200,7 +210,6 @@ class SelectTimestampProcessor(_FnProcessor):
 
 
 class KeyByProcessor(_FnProcessor):
-    kind = "key_by"
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -219,3 +228,41 @@ class KeyByProcessor(_FnProcessor):
                 "keys must be hashable: return a str, a number or a tuple"
             ) from None
         self.forward(new_key, value, ts)
+
+
+def _with_fn(cls: type[_FnProcessor]) -> Any:
+    def make(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
+        return cls(name, params["fn"])
+    return make
+
+
+def _make_source(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
+    return SourceProcessor(name, params["deserializer"])
+
+
+def _make_shuffle_source(name: str, params: Mapping[str, Any], settings: JobProperties,
+                         sink_queues: Mapping[str, int]) -> Processor:
+    return ShuffleSourceProcessor(name, params.get("framed", False))
+
+
+def _make_print(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
+    return PrintProcessor(name, params.get("prefix", ""))
+
+
+def _make_pass(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
+    return Processor(name)
+
+
+#: ``builder.source(topic, deserializer)``: the root of a source topic's pipeline.
+SOURCE = register(OperatorSpec("source", SOURCE_STYLE, _make_source, role=Role.SOURCE))
+#: Added by the second build: the root of a shuffle topic's pipeline.
+SHUFFLE_SOURCE = register(OperatorSpec("shuffle_source", SOURCE_STYLE, _make_shuffle_source, role=Role.INTERNAL))
+MAP = register(OperatorSpec("map", STATELESS_STYLE, _with_fn(MapProcessor)))
+FLAT_MAP = register(OperatorSpec("flat_map", STATELESS_STYLE, _with_fn(FlatMapProcessor)))
+FILTER = register(OperatorSpec("filter", STATELESS_STYLE, _with_fn(FilterProcessor)))
+FOREACH = register(OperatorSpec("foreach", SIDE_EFFECT_STYLE, _with_fn(ForeachProcessor)))
+PRINT = register(OperatorSpec("print", SIDE_EFFECT_STYLE, _make_print))
+SELECT_TIMESTAMP = register(OperatorSpec("select_timestamp", STATELESS_STYLE, _with_fn(SelectTimestampProcessor)))
+KEY_BY = register(OperatorSpec("key_by", KEY_STYLE, _with_fn(KeyByProcessor)))
+#: ``to_rstream()``: records pass on unchanged (the key stays).
+TO_RSTREAM = register(OperatorSpec("to_rstream", STATELESS_STYLE, _make_pass))

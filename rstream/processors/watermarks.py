@@ -25,6 +25,8 @@ FIRE_ALL = 2**62
 WM_HEADER = "rstream-wm"
 PRODUCER_HEADER = "rstream-producer"
 ACTIVE_HEADER = "rstream-active"
+#: On a marker: its producer's range stopped short of its queue's end (a backlog waits): not idle.
+BEHIND_HEADER = "rstream-behind"
 TICK_HEADER = "rstream-tick"
 FLUSH_HEADER = "rstream-flush"
 
@@ -35,6 +37,8 @@ _NAMESPACE = "__watermarks__"
 class ProducerState:
     watermark: int
     active_ms: int
+    #: its latest marker came from a range that had not read its whole queue: more data is coming
+    behind: bool = False
 
 
 class OperatorWatermark:
@@ -47,24 +51,33 @@ class OperatorWatermark:
         saved = store.get(_NAMESPACE, "table")
         if isinstance(saved, dict):
             self.started_ms = int(saved["started"])
-            self.table = {p: ProducerState(int(w), int(a)) for p, (w, a) in saved["producers"].items()}
+            self.table = {p: ProducerState(int(s[0]), int(s[1]), bool(s[2]) if len(s) > 2 else False)
+                          for p, s in saved["producers"].items()}
         else:
             self.started_ms = now_ms
             self.table = {}
         self.changed = not isinstance(saved, dict)
 
-    def update(self, producer: str, watermark: int, active_ms: int) -> None:
+    def update(self, producer: str, watermark: int, active_ms: int, behind: bool = False) -> None:
+        """A marker of ``producer``: its watermark, when it was stored, and whether its range left a
+        backlog in its queue (then it is not idle, however long its next batch takes)."""
         old = self.table.get(producer)
         wm = watermark if old is None else max(old.watermark, watermark)
-        self.table[producer] = ProducerState(wm, max(active_ms, old.active_ms if old else active_ms))
+        if old is None or active_ms >= old.active_ms:
+            self.table[producer] = ProducerState(wm, active_ms, behind)
+        else:
+            self.table[producer] = ProducerState(wm, old.active_ms, old.behind)
         self.changed = True
 
     def idle(self, producer: str, now_ms: int | None) -> bool:
         """Whether ``producer`` has been silent for longer than the idle timeout at ``now_ms`` (None: no
-        producer can be judged idle yet)."""
+        producer can be judged idle yet). A producer whose latest range left a backlog in its own queue
+        is never idle: its next records are there, only not read yet (a slow batch is not silence)."""
         if now_ms is None:
             return False
         state = self.table.get(producer)
+        if state is not None and state.behind:
+            return False
         last = state.active_ms if state is not None else self.started_ms
         return now_ms - last > self.idle_timeout_ms
 
@@ -89,7 +102,7 @@ class OperatorWatermark:
         if self.changed:
             self.store.put(_NAMESPACE, "table", {
                 "started": self.started_ms,
-                "producers": {p: (s.watermark, s.active_ms) for p, s in self.table.items()},
+                "producers": {p: (s.watermark, s.active_ms, s.behind) for p, s in self.table.items()},
             })
             self.changed = False
 

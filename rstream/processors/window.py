@@ -9,11 +9,12 @@ job's late-data topic with the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from rstream.processors.aggregate import Accumulator
-from rstream.processors.base import Processor, StreamContext, _short_repr
+from rstream.processors.base import LateCause, Processor, StreamContext, _short_repr
+from rstream.processors.fold import Fold
+from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.spec import WINDOW_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.state.store import MISSING
 from rstream.time.watermark import NO_WATERMARK
@@ -21,68 +22,6 @@ from rstream.time.windows import SessionWindow, Window, WindowError, WindowKey
 
 #: Pending windows listed per operator and queue in the progress (for "why has it not fired?").
 MAX_PENDING = 20
-
-
-class Agg:
-    """How a window folds values: ``initial``, ``add``, ``merge`` (for sessions) and ``result``."""
-
-    def __init__(self, kind: str, fn: Callable[[Any], Any] | None = None,
-                 accumulator: Accumulator[Any, Any, Any] | None = None) -> None:
-        self.kind = kind
-        self.fn = fn
-        self.accumulator = accumulator
-
-    def extract(self, value: Any) -> Any:
-        if self.kind == "aggregate" or self.fn is None:
-            return value
-        return self.fn(value)
-
-    def initial(self) -> Any:
-        if self.kind == "count":
-            return 0
-        if self.kind == "avg":
-            return [0, 0]
-        if self.kind == "aggregate":
-            return self.accumulator.initial()  # type: ignore[union-attr]
-        return None  # sum, min, max: nothing yet
-
-    def add(self, acc: Any, x: Any) -> Any:
-        kind = self.kind
-        if kind == "count":
-            return acc + 1
-        if kind == "sum":
-            return x if acc is None else acc + x
-        if kind == "min":
-            return x if acc is None or x < acc else acc
-        if kind == "max":
-            return x if acc is None or x > acc else acc
-        if kind == "avg":
-            return [acc[0] + x, acc[1] + 1]
-        return self.accumulator.add(acc, x)  # type: ignore[union-attr]
-
-    def merge(self, a: Any, b: Any) -> Any:
-        kind = self.kind
-        if kind in ("count",):
-            return a + b
-        if kind == "avg":
-            return [a[0] + b[0], a[1] + b[1]]
-        if kind in ("sum", "min", "max"):
-            if a is None or b is None:
-                return b if a is None else a
-            return a + b if kind == "sum" else (min(a, b) if kind == "min" else max(a, b))
-        merge = getattr(self.accumulator, "merge", None)
-        if merge is None:
-            raise WindowError(
-                f"merging sessions needs {type(self.accumulator).__name__}.merge(acc1, acc2); define it"
-            )
-        return merge(a, b)
-
-    def result(self, acc: Any) -> Any:
-        if self.kind == "avg":
-            return acc[0] / acc[1] if acc[1] else None
-        if self.kind == "aggregate":
-            return self.accumulator.result(acc)  # type: ignore[union-attr]
-        return acc
 
 
 class WindowedOperator(Processor):
@@ -122,13 +61,12 @@ class WindowedOperator(Processor):
 
 
 class WindowAggregateProcessor(WindowedOperator):
-    """One windowed aggregation on one shuffle queue."""
+    """One windowed aggregation on one shuffle queue, folding with ``fold`` (the aggregation's spec
+    makes it: ``rstream.processors.aggregate``)."""
 
-    kind = "window"
-
-    def __init__(self, name: str, window: Window, agg: Agg) -> None:
+    def __init__(self, name: str, window: Window, fold: Fold) -> None:
         super().__init__(name, window)
-        self.agg = agg
+        self.agg = fold
         self.session = isinstance(window, SessionWindow)
 
     def open(self, ctx: StreamContext) -> None:
@@ -147,16 +85,17 @@ class WindowAggregateProcessor(WindowedOperator):
         """``(window key, accumulator)`` held in memory that ``flush`` will put in the store."""
         return list(self.cache.items())
 
-    def _late(self, key: Any, value: Any, ts: int, watermark: int, reason: str) -> None:
+    def _late(self, key: Any, value: Any, ts: int, watermark: int, cause: LateCause, reason: str) -> None:
         self.late += 1
-        self.ctx.late(self.name, key, value, ts, watermark, reason)  # type: ignore[union-attr]
+        self.ctx.late(self.name, key, value, ts, watermark, cause, reason)  # type: ignore[union-attr]
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
         ctx = self.ctx
-        carried = ctx.carried_wm  # type: ignore[union-attr]
+        carried = ctx.frame.watermark  # type: ignore[union-attr]
         if ts < carried:
-            self._late(key, value, ts, carried, f"data time {ts} is behind its source queue's watermark {carried}")
+            self._late(key, value, ts, carried, LateCause.BEHIND_WATERMARK,
+                       f"data time {ts} is behind its source queue's watermark {carried}")
             return
         try:
             x = self.agg.extract(value)
@@ -168,7 +107,7 @@ class WindowAggregateProcessor(WindowedOperator):
         store, name, agg, cache = self.store, self.name, self.agg, self.cache
         for start, end in self.window.assign(ts):  # type: ignore[union-attr]
             if end <= self.horizon:
-                self._late(key, value, ts, self.horizon,
+                self._late(key, value, ts, self.horizon, LateCause.WINDOW_FIRED,
                            f"its window [{start},{end}) already fired: its source queue was idle")
                 continue
             wk = (key, start, end)
@@ -186,7 +125,7 @@ class WindowAggregateProcessor(WindowedOperator):
     def _add_to_session(self, key: Any, value: Any, x: Any, ts: int) -> None:
         gap = self.window.gap  # type: ignore[union-attr]
         if ts + gap <= self.horizon:
-            self._late(key, value, ts, self.horizon, "its session already fired: its source queue was idle")
+            self._late(key, value, ts, self.horizon, LateCause.SESSION_FIRED, "its session already fired: its source queue was idle")
             return
         store, name, agg = self.store, self.name, self.agg
         index = ("sessions", key)
@@ -240,10 +179,13 @@ class WindowAggregateProcessor(WindowedOperator):
     def pending(self) -> list[tuple[int, Any]]:
         return self.store.timers(self.name)
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> OperatorMetrics:
         pending = self.pending()
-        return {
-            "records_in": self.records_in, "late": self.late, "windows_fired": self.fired,
-            "windows_open": len(pending), "watermark": finite(self.watermark),
-            "pending": [[_short_repr(key), start, end] for end, (key, start) in pending[:MAX_PENDING]],
-        }
+        return OperatorMetrics.of(
+            records_in=self.records_in, late=self.late, windows_fired=self.fired, windows_open=len(pending),
+            watermark=finite(self.watermark),
+            pending=[(_short_repr(key), start, end) for end, (key, start) in pending[:MAX_PENDING]])
+
+
+#: ``window(w)``: no processor of its own; the aggregation after it carries ``w`` into its processor.
+WINDOW = register(OperatorSpec("window", WINDOW_STYLE, None, role=Role.WINDOW))

@@ -15,6 +15,7 @@ from rstream.graph.topology import STATE_TOPIC_SUFFIX, Topology
 from rstream.processors.base import DLQ_ERROR
 from rstream.processors.watermarks import (
     ACTIVE_HEADER,
+    BEHIND_HEADER,
     FLUSH_HEADER,
     PRODUCER_HEADER,
     TICK_HEADER,
@@ -94,7 +95,8 @@ def decode_message(role: TopicRole, key: Any, body: bytes, headers: Any = None) 
 def _shuffle(role: TopicRole, key: Any, body: bytes, headers: dict[str, str]) -> Decoded:
     if WM_HEADER in headers:
         return Decoded("watermark", None, int(headers[WM_HEADER]),
-                       {"producer": headers.get(PRODUCER_HEADER), "active_ms": _int(headers.get(ACTIVE_HEADER))})
+                       {"producer": headers.get(PRODUCER_HEADER), "active_ms": _int(headers.get(ACTIVE_HEADER)),
+                        **({"behind": True} if BEHIND_HEADER in headers else {})})
     if TICK_HEADER in headers:
         kind = "flush tick" if FLUSH_HEADER in headers else "idle tick"
         return Decoded(kind, None, None, {"tick_ms": _int(headers[TICK_HEADER])})

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rstream.processors.metrics import OperatorMetrics
+
 
 @dataclass(frozen=True)
 class QueueProgress:
@@ -22,7 +24,7 @@ class QueueProgress:
     changed_keys: int
     error_count: int
     printed: list[str]
-    operators: dict[str, dict[str, Any]]
+    operators: dict[str, OperatorMetrics]
     millis: float
     skipped: bool
     #: On window and join topics: the operator watermark, the producer holding it back, each
@@ -48,7 +50,8 @@ class QueueProgress:
             replayed_keys=int(info.get("replayed_keys", 0)), state_keys=info.get("state_keys"),
             changed_keys=int(info.get("changed_keys", 0)), error_count=int(info.get("error_count", 0)),
             printed=list(info.get("printed", [])),
-            operators=dict(info.get("operators", {})), millis=float(info.get("millis", 0.0)),
+            operators={name: OperatorMetrics.from_dict(m) for name, m in (info.get("operators") or {}).items()},
+            millis=float(info.get("millis", 0.0)),
             skipped=bool(info.get("skipped", False)), watermark=info.get("watermark"),
             held_back_by=info.get("held_back_by"), producers=dict(info.get("producers") or {}),
             late=int(info.get("late", 0)), batch_id=int(info.get("batch", -1)),

@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark import cloudpickle
-
 from rstream.broker.base import Broker, CommitTag
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
 from rstream.processors.base import RecordError, StreamContext
 from rstream.processors.sink import ShuffleSinkProcessor
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
+from rstream.settings import DEFAULTS, JobProperties
 from rstream.state.store import StateStore
 from rstream.time.watermark import NO_WATERMARK
 
@@ -38,19 +37,16 @@ class CheckpointMismatchError(RStreamError):
 
 @dataclass
 class TaskConfig:
-    """Everything a task needs besides the range; pickled once per job into the source options."""
+    """Everything a task needs besides the range; pickled once per job into the source options.
+    ``settings`` is the job's own settings object, passed on whole to every processor."""
 
     job: str
     topology: Topology
     broker: Broker
     state_dir: str
     sink_queues: dict[str, int]
-    skip_data_error: bool = True
-    time_type: str = "event_time"
-    allowed_lateness_ms: int = 2000
-    idle_timeout_ms: int = 2000
+    settings: JobProperties = DEFAULTS
     late_topic: str | None = None
-    aggregate_emit: str = "record"
     #: Per framed shuffle topic, its producers (``topic/queue/shuffle sink``).
     producers: dict[str, list[str]] = field(default_factory=dict)
     #: The job's dead-letter topic: every record user code raised on (None: only counted).
@@ -58,11 +54,15 @@ class TaskConfig:
 
 
 def dump_blob(obj: Any) -> str:
+    from pyspark import cloudpickle  # the pickler Spark ships; imported only where a blob is made
+
     return base64.b64encode(cloudpickle.dumps(obj)).decode()
 
 
 def load_blob(blob: str) -> Any:
-    return cloudpickle.loads(base64.b64decode(blob))
+    import pickle  # cloudpickle's output is plain pickle data
+
+    return pickle.loads(base64.b64decode(blob))
 
 
 _CONFIGS: dict[str, TaskConfig] = {}
@@ -119,18 +119,17 @@ class QueueRun:
         self.cfg, self.topic, self.queue, self.start, self.end, self.batch = cfg, topic, queue, start, end, batch
         self.store = store
         self.ctx = ctx = StreamContext(
-            cfg.job, topic, queue, cfg.skip_data_error, store, time_type=cfg.time_type,
-            allowed_lateness_ms=cfg.allowed_lateness_ms, idle_timeout_ms=cfg.idle_timeout_ms,
-            late_topic=cfg.late_topic, producers=cfg.producers, source_watermarks=_source_watermarks(last),
+            cfg.job, topic, queue, cfg.settings, store, late_topic=cfg.late_topic, producers=cfg.producers, source_watermarks=_source_watermarks(last),
             batch_id=batch, dlq_topic=cfg.dlq_topic, fixed_now_ms=now_ms, make_output=make_output,
             caught_up=caught_up,
         )
         self.now_ms = ctx.now_ms()
         if topic in cfg.producers and store is not None:
-            ctx.watermarks = OperatorWatermark(cfg.producers[topic], cfg.idle_timeout_ms, store, ctx.now_ms())
+            ctx.watermarks = OperatorWatermark(cfg.producers[topic], cfg.settings.idle_timeout_ms, store,
+                                               ctx.now_ms())
             current = ctx.watermarks.current(ctx.idle_clock())
             ctx.emit_watermark = current if current < FIRE_ALL else NO_WATERMARK
-        self.roots = cfg.topology.build_processors(topic, cfg.sink_queues, cfg.aggregate_emit)
+        self.roots = cfg.topology.build_processors(topic, cfg.sink_queues, cfg.settings)
         self.procs = [p for root in self.roots for p in root.walk()]
         for proc in self.procs:
             proc.open(ctx)
@@ -140,10 +139,9 @@ class QueueRun:
         """Process records ``(offset, key, body, born, store time, headers)`` in offset order. A
         record user code raised on goes to the dead-letter topic (or stops the run when
         ``skip_data_error`` is off)."""
-        ctx, receivers, skip = self.ctx, self.receivers, self.cfg.skip_data_error
+        ctx, receivers, skip = self.ctx, self.receivers, self.cfg.settings.skip_data_error
         for rec in records:
             ctx.offset = rec[0]
-            ctx.headers = rec[5]
             for receive in receivers:
                 try:
                     receive(*rec)
@@ -183,7 +181,7 @@ class QueueRun:
             out[t] = out.get(t, 0) + len(recs) - markers
         info.update(
             records_in=self.roots[0].records_in if self.roots else 0, records_out=out, late=ctx.late_count,
-            error_count=ctx.error_count, operators={p.name: p.metrics() for p in self.procs},
+            error_count=ctx.error_count, operators={p.name: p.metrics().to_dict() for p in self.procs},
         )
         return records, info
 
@@ -227,8 +225,9 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, bat
         replayed = 0
         if store is not None and store.applied_offset != committed:
             replayed = store.replay(broker, committed)
-        # a range short of the queue's end is catching up: its backlog must not look like silence
-        caught_up = topic not in cfg.producers or end >= broker.end_offsets(topic)[queue]
+        # a range short of the queue's end is catching up: its backlog must not look like silence, here
+        # (a window or join queue) or downstream (a source queue's markers say it is behind)
+        caught_up = end >= broker.end_offsets(topic)[queue]
         run = QueueRun(cfg, topic, queue, start, end, batch, store, last, caught_up=caught_up)
         run.feed(broker.read_records(topic, queue, start, end))
         records, info = run.finish()

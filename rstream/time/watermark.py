@@ -16,6 +16,12 @@ class TimeType(str, Enum):
     BROKER_TIME = "broker_time"  # the broker's append timestamp
     PROCESSING_TIME = "processing_time"  # the wall clock when the record is processed
 
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
 
 def next_watermark(previous: int, data_time: int, allowed_lateness_ms: int) -> int:
     """The watermark after a record: it never decreases."""

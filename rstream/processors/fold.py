@@ -1,0 +1,135 @@
+"""One fold for every aggregation: ``initial() / add(acc, x) / merge(a, b) / result(acc)``.
+
+Keyed aggregates, windowed aggregates and the combining shuffle sink (``aggregate_emit="batch"``)
+all fold through these objects, so count, sum, min, max, avg, reduce and user accumulators have
+one definition each. ``extract(value)`` is what a record contributes (``fn(value)``, or the value).
+The accumulator is what the state store keeps for a key (or a key and window), so it stays plain
+data: a number, a list, or what a user accumulator returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from rstream.time.windows import WindowError
+
+V = TypeVar("V")
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+class Accumulator(Generic[V, A, R]):
+    """How ``aggregate`` folds a key's values: ``initial()`` starts a key's accumulator,
+    ``add(acc, value)`` returns the next one, ``result(acc)`` is what is emitted; session windows
+    also need ``merge(acc1, acc2)``. Accumulators are stored in the state store, so they must be
+    plain data (numbers, strings, tuples, lists, dicts) or picklable."""
+
+    def initial(self) -> A:
+        raise TypeError(f"{type(self).__name__} must define initial()")
+
+    def add(self, acc: A, value: V) -> A:
+        raise TypeError(f"{type(self).__name__} must define add(acc, value)")
+
+    def result(self, acc: A) -> R:
+        return acc  # type: ignore[return-value]
+
+
+class Fold:
+    """Base of the folds. ``fn`` picks what a record contributes; None: the value itself."""
+
+    def __init__(self, fn: Callable[[Any], Any] | None = None) -> None:
+        self.fn = fn
+
+    def extract(self, value: Any) -> Any:
+        fn = self.fn
+        return value if fn is None else fn(value)
+
+    def initial(self) -> Any:
+        return None  # nothing yet: the first add takes the value
+
+    def add(self, acc: Any, x: Any) -> Any:
+        raise NotImplementedError
+
+    def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def result(self, acc: Any) -> Any:
+        return acc
+
+
+class CountFold(Fold):
+    def extract(self, value: Any) -> Any:
+        return 1
+
+    def initial(self) -> Any:
+        return 0
+
+    def add(self, acc: Any, x: Any) -> Any:
+        return acc + 1
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return a + b
+
+
+class SumFold(Fold):
+    def add(self, acc: Any, x: Any) -> Any:
+        return x if acc is None else acc + x
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return b if a is None else a if b is None else a + b
+
+
+class MinFold(Fold):
+    def add(self, acc: Any, x: Any) -> Any:
+        return x if acc is None or x < acc else acc
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return a if b is None else self.add(a, b)
+
+
+class MaxFold(Fold):
+    def add(self, acc: Any, x: Any) -> Any:
+        return x if acc is None or x > acc else acc
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return a if b is None else self.add(a, b)
+
+
+class AvgFold(Fold):
+    """The mean: the accumulator is ``[sum, count]``."""
+
+    def initial(self) -> Any:
+        return [0, 0]
+
+    def add(self, acc: Any, x: Any) -> Any:
+        return [acc[0] + x, acc[1] + 1]
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return [a[0] + b[0], a[1] + b[1]]
+
+    def result(self, acc: Any) -> Any:
+        return acc[0] / acc[1] if acc[1] else None
+
+
+class AccumulatorFold(Fold):
+    """A user ``Accumulator``: its ``initial``, ``add``, ``result`` and (sessions) ``merge``."""
+
+    def __init__(self, accumulator: Accumulator[Any, Any, Any]) -> None:
+        super().__init__(None)
+        self.accumulator = accumulator
+
+    def initial(self) -> Any:
+        return self.accumulator.initial()
+
+    def add(self, acc: Any, x: Any) -> Any:
+        return self.accumulator.add(acc, x)
+
+    def merge(self, a: Any, b: Any) -> Any:
+        merge = getattr(self.accumulator, "merge", None)
+        if merge is None:
+            raise WindowError(f"merging sessions needs {type(self.accumulator).__name__}.merge(acc1, acc2); define it")
+        return merge(a, b)
+
+    def result(self, acc: Any) -> Any:
+        return self.accumulator.result(acc)

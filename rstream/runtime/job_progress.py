@@ -1,0 +1,124 @@
+"""A job's progress and what it reported, read from the broker: the commit tags (each queue's
+progress, committed with its outputs), the dead-letter topic and the late-data topic."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from rstream.broker.base import CommitTag
+from rstream.processors.base import dead_letter_row
+from rstream.runtime.job_core import JobCore
+from rstream.runtime.progress import BatchProgress, QueueProgress
+
+
+class ProgressViews(JobCore):
+    """Progress per batch and operator, errors and late records: all read from the broker, so a new
+    job object (after a kernel restart) sees what earlier ones did."""
+
+    def _sync_progress(self) -> None:
+        """Read the commit tags committed since the last call: each holds one queue's progress."""
+        with self._lock:
+            tags = self.broker.commits(self.job_id, self._seen_seq)
+            changed: set[int] = set()
+            for tag in tags:
+                self._seen_seq = tag.seq
+                self._tags.setdefault((tag.topic, tag.queue), []).append(tag)
+                if tag.batch_id is None or not tag.info:
+                    continue
+                self._queues.setdefault(tag.batch_id, []).append(
+                    QueueProgress.from_info(json.loads(tag.info), tag.committed_ms))
+                changed.add(tag.batch_id)
+                if tag.seq > self._created_seq:
+                    self._mine.add(tag.batch_id)
+            for batch_id in changed:
+                self._batches[batch_id] = BatchProgress.of(batch_id, self._queues[batch_id])
+
+    @property
+    def progress(self) -> list[BatchProgress]:
+        """The progress of every batch this object ran or saw committed, oldest first. A queue's
+        progress is committed with the queue's outputs, so it is never behind what a sink shows."""
+        with self._lock:
+            self._sync_progress()
+            return [self._batches[b] for b in sorted(self._mine) if b in self._batches]
+
+    @property
+    def last_progress(self) -> BatchProgress | None:
+        progress = self.progress
+        return progress[-1] if progress else None
+
+    def history(self) -> list[BatchProgress]:
+        """Every committed batch of this job, oldest first, also those of earlier runs and job objects
+        on the same broker (a restarted kernel sees them all). ``reset()`` forgets them."""
+        with self._lock:
+            self._sync_progress()
+            return [self._batches[b] for b in sorted(self._batches)]
+
+    @property
+    def commit_seq(self) -> int:
+        """Grows whenever a queue of this job commits a batch: a cheap "did anything change?" check."""
+        with self._lock:
+            self._sync_progress()
+            return self._seen_seq
+
+    def on_progress(self, listener: Callable[[BatchProgress], None]) -> None:
+        """Call ``listener(batch_progress)`` after each batch (on a Spark callback thread)."""
+        self._listeners.append(listener)
+
+    def operator_totals(self) -> dict[str, dict[str, int]]:
+        """Per operator, its counters summed over every batch so far (``windows_open``: as the latest
+        batch of each queue left it). Feed it to ``topology.real_graph(counters=...)``."""
+        totals: dict[str, dict[str, int]] = {}
+        open_now: dict[tuple[str, str, int], int] = {}
+        for batch in self.progress:
+            for q in batch.queues:
+                for name, counters in q.operators.items():
+                    acc = totals.setdefault(name, {})
+                    for key, value in counters.items():
+                        if key == "windows_open":
+                            open_now[(name, q.topic, q.queue)] = int(value)
+                        elif isinstance(value, int) and not isinstance(value, bool) and key != "watermark" and key != "horizon":
+                            acc[key] = acc.get(key, 0) + value
+        for (name, _topic, _queue), n in open_now.items():
+            totals[name]["windows_open"] = totals[name].get("windows_open", 0) + n
+        return totals
+
+    def progress_df(self) -> Any:
+        """Every batch's queues as one DataFrame."""
+        import pandas as pd
+
+        frames = [p.to_pandas() for p in self.progress]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def errors(self) -> Any:
+        """Every record skipped because user code raised on it (``skip_data_error``), read from the
+        job's dead-letter topic (so it survives restarts): the batch, the operator that raised, where
+        the record came from (topic, queue, offset), the error, the value it raised on, and the raw
+        message body as it was read."""
+        import pandas as pd
+
+        cols = ["batch_id", "operator", "topic", "queue", "offset", "error", "value", "body"]
+        if not self.broker.has_topic(self.dlq_topic):
+            return pd.DataFrame(columns=cols)
+        rows = [dead_letter_row(m) for m in self.broker.read(self.dlq_topic)]
+        return pd.DataFrame(rows, columns=cols)
+
+    def late_records(self) -> Any:
+        """Every late record of this job (read from its late-data topic, so it survives restarts):
+        operator, key, value, data time, the watermark it was judged by, how late, the reason,
+        and where it came from (topic, queue, offset); ``cause`` is the reason coded (a ``LateCause`` value)."""
+        import pandas as pd
+
+        cols = ["operator", "key", "value", "data_time", "watermark", "late_ms", "cause", "reason", "topic", "queue",
+                "offset", "shuffle_topic", "shuffle_queue", "shuffle_offset"]
+        if not self.broker.has_topic(self.late_topic):
+            return pd.DataFrame(columns=cols)
+        rows = [json.loads(m.body) for m in self.broker.read(self.late_topic)]
+        return pd.DataFrame(rows, columns=cols)
+
+    def queue_tags(self, topic: str, queue: int) -> list[CommitTag]:
+        """The commit tags of one input queue of this job, oldest range first."""
+        with self._lock:
+            self._sync_progress()
+            return sorted(self._tags.get((topic, queue), []), key=lambda t: t.start_offset)

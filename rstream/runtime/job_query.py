@@ -1,0 +1,291 @@
+"""Driving a job's Spark query: starting it (continuously or until idle), the idle ticker, the batch
+callback, waiting, lag, stopping."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+from rstream.processors.watermarks import tick_records
+from rstream.progressbar import NoBar, progress_bar
+from rstream.runtime.job_core import JobTimeoutError
+from rstream.runtime.job_state import StateViews
+from rstream.runtime.progress import BatchProgress
+from rstream.runtime.source import queue_key
+from rstream.runtime.task import dump_blob, load_blob
+from rstream.settings import ConsumeFrom, JobError
+
+if TYPE_CHECKING:
+    from rstream.runtime.job import RocketMQStream
+
+
+class QueryDriver(StateViews):
+    """One Spark Structured Streaming query per run of the job; the work is in its tasks."""
+
+    def _job(self) -> RocketMQStream:
+        """This job as what users hold (the facade every layer is part of)."""
+        return cast("RocketMQStream", self)
+
+    def _initial_offsets(self) -> dict[str, int]:
+        out = {}
+        for topic in self.topology.input_topics:
+            ends = self.broker.end_offsets(topic)
+            from_first = topic in self.topology.source_topics and self.properties.consume_from is ConsumeFrom.FIRST
+            for q, end in enumerate(ends):
+                out[queue_key(topic, q)] = 0 if from_first else end
+        return out
+
+    def _source_options(self) -> dict[str, str]:
+        cfg = self.task_config()
+        tasks = self.properties.tasks or self.spark.sparkContext.defaultParallelism
+        return {
+            "config": dump_blob(cfg),
+            "broker": dump_blob(self.broker),
+            "sourceTopics": json.dumps(self.topology.source_topics),
+            "shuffleTopics": json.dumps(list(self.topology.shuffle_topics)),
+            "framedTopics": json.dumps(self.topology.framed_topics),
+            "initialOffsets": json.dumps(self._initial_offsets()),
+            "tasks": str(tasks),
+            "maxRecordsPerQueue": str(self.properties.max_records_per_queue),
+        }
+
+    def _start_query(self, available_now: bool, flush_at_end: bool = False) -> Any:
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        self._failure = None
+        options = self._source_options()
+        if flush_at_end:
+            options["flushAtEnd"] = "1"
+        df = self.spark.readStream.format("rstream").options(**options).load()
+        writer = (
+            df.writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(self.checkpoint_dir))
+            .queryName(f"rstream-{self.job_id}")
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.properties.trigger_interval_ms} milliseconds")
+        self._query = writer.start()
+        return self._query
+
+    def start(self) -> RocketMQStream:
+        """Start processing continuously, in the background; returns at once."""
+        if self.is_running:
+            return self._job()
+        query = self._start_query(available_now=False)
+        if self.topology.framed_topics:
+            self._ticker = threading.Thread(target=self._tick_while_running, args=(query,),
+                                            name=f"rstream-ticker-{self.job_id}", daemon=True)
+            self._ticker.start()
+        return self._job()
+
+    def _tick_while_running(self, query: Any) -> None:
+        """While windows are open and no input came for half the idle timeout, send idle ticks, so
+        the operators notice idleness and a quiet stream's last windows fire."""
+        period = max(self.properties.idle_timeout_ms / 2, 100) / 1000
+        while query.isActive:
+            time.sleep(period)
+            quiet_ms = time.time_ns() // 1_000_000 - self._last_input_ms
+            if sum(self._open_windows.values()) and quiet_ms >= self.properties.idle_timeout_ms / 2:
+                try:
+                    self.tick()
+                except Exception as exc:  # the broker went away: the query will fail and say why
+                    print(f"rstream: idle tick failed: {exc}")
+                    return
+
+    def run_until_idle(self, timeout: float | None = 600, fire_idle: bool = True,
+                       progress: bool = True) -> RocketMQStream:
+        """Process until every input and shuffle queue is drained, then return (the query started
+        by ``start()`` keeps running; otherwise the run stops by itself). Raises the job's error
+        if it failed, ``JobTimeoutError`` after ``timeout`` seconds.
+
+        With windows or joins and ``fire_idle`` (the default), the input is then treated as idle,
+        as it would be after ``idle_timeout_ms``: the windows still open fire, and records that
+        arrive later for them are late (reason: their source was idle).
+
+        A run longer than half a second shows a progress bar: records processed, and the queues
+        with the most records left (``progress=False``: none)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        flush = fire_idle and bool(self.topology.framed_topics)
+        with progress_bar(None, f"{self.job_id}: run until idle", enabled=progress) as bar:
+            watch = _BacklogBar(self._job(), bar)
+            if self.is_running:
+                self._drain(deadline, timeout, watch=watch)
+                if flush:
+                    self.tick(flush=True)
+                    self._drain(deadline, timeout, watch=watch)
+            else:  # the source sends the flush tick itself
+                self._drain(deadline, timeout, flush_at_end=flush, watch=watch)
+            watch.update(final=True)
+        return self._job()
+
+    def lag(self) -> Any:
+        """Per input queue (sources, then shuffle topics): its end offset, the offset up to which this
+        job has committed, and the records left to read (``lag``), as a DataFrame."""
+        import pandas as pd
+
+        rows = [{"topic": t, "queue": q, "end_offset": end, "committed_offset": done, "lag": end - done}
+                for (t, q), (end, done) in self._backlog().items()]
+        return pd.DataFrame(rows, columns=["topic", "queue", "end_offset", "committed_offset", "lag"])
+
+    def _backlog(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Per input queue: (broker end offset, committed offset)."""
+        with self._lock:
+            self._sync_progress()
+            committed = {key: max(t.end_offset for t in tags) for key, tags in self._tags.items() if tags}
+        out = {}
+        for topic in self.topology.input_topics:
+            if not self.broker.has_topic(topic):
+                continue
+            for q, end in enumerate(self.broker.end_offsets(topic)):
+                out[(topic, q)] = (end, min(committed.get((topic, q), 0), end))
+        return out
+
+    def wait_for(self, condition: Callable[[RocketMQStream], bool], timeout: float = 120,
+                 what: str = "the condition") -> RocketMQStream:
+        """Wait until ``condition(job)`` holds (checked after every commit of the job, and a few times
+        a second), so a notebook waits on the job's own state, never on the wall clock. Raises the
+        job's error if it failed, ``JobTimeoutError`` naming ``what`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not condition(self._job()):
+            self._check_failure()
+            if time.monotonic() > deadline:
+                raise JobTimeoutError(f"job {self.job_id!r}: {what} did not hold within {timeout} s")
+            time.sleep(0.1)
+        return self._job()
+
+    def tick(self, flush: bool = False) -> None:
+        """Send an idle tick to every queue of the job's window and join topics, so their operators
+        check idleness (with ``flush``: treat every source as idle now) even when no data comes."""
+        queues = {t: self.broker.topic(t).queues for t in self.topology.framed_topics}
+        self.broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush))
+
+    def _drain(self, deadline: float | None, timeout: float | None, flush_at_end: bool = False,
+               watch: _BacklogBar | None = None) -> None:
+        if self.is_running:
+            while not self._drained():
+                self._check_failure()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s")
+                if watch is not None:
+                    watch.update()
+                time.sleep(0.05)
+        else:
+            query = self._start_query(available_now=True, flush_at_end=flush_at_end)
+            while True:
+                step = 0.25 if deadline is None else min(0.25, max(deadline - time.monotonic(), 0.0))
+                try:
+                    finished = query.awaitTermination(max(step, 0.01))
+                except Exception:
+                    finished = True
+                if finished:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    query.stop()
+                    raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s; it was stopped")
+                if watch is not None:
+                    watch.update()
+        self._check_failure()
+        self._flush_printed()
+
+    def stop(self) -> None:
+        """Stop the query; a later start or run goes on from the last committed batch."""
+        if self._query is not None:
+            self._query.stop()
+        self._flush_printed()
+
+    def _drained(self) -> bool:
+        progress = self._query.lastProgress if self._query is not None else None
+        if not progress or not progress.get("sources"):
+            return False
+        end = progress["sources"][0].get("endOffset")
+        if isinstance(end, str):
+            end = json.loads(end)
+        if not end:
+            return False
+        for topic in self.topology.input_topics:
+            for q, broker_end in enumerate(self.broker.end_offsets(topic)):
+                if int(end.get(queue_key(topic, q), -1)) < broker_end:
+                    return False
+        return not self._query.status.get("isTriggerActive", False)
+
+    def _check_failure(self) -> None:
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+        query = self._query
+        if query is None or query.isActive:
+            return
+        exc = query.exception()
+        if exc is not None:
+            raise JobError(f"job {self.job_id!r} failed: {exc}")
+
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        printed: list[str] = []
+        fatal: dict[str, Any] | None = None
+        for row in df.collect():
+            info = json.loads(row["info"])
+            if "fatal" in info:
+                fatal = fatal or info
+            else:
+                printed.extend(info.get("printed", []))
+        if fatal is not None:
+            try:
+                self._failure = load_blob(fatal["fatal"])
+            except Exception:
+                self._failure = JobError(fatal["message"])
+            raise JobError(f"batch {batch_id} of job {self.job_id!r} failed: {fatal['message']}")
+        with self._lock:
+            self._sync_progress()
+            self._mine.add(batch_id)
+            progress = self._batches.get(batch_id) or BatchProgress.of(batch_id, [])
+            self._printed.extend(printed)
+            for q in progress.queues:
+                if q.topic in self.topology.source_topics and q.records_in:
+                    self._last_input_ms = time.time_ns() // 1_000_000
+                if q.topic in self.topology.framed_topics:
+                    self._open_windows[(q.topic, q.queue)] = sum(
+                        op.windows_open for op in q.operators.values())
+        for listener in list(self._listeners):
+            try:
+                listener(progress)
+            except Exception as exc:  # a broken display must not stop the job
+                print(f"rstream: progress listener {listener!r} failed: {exc}")
+
+    def _flush_printed(self) -> None:
+        with self._lock:
+            lines, self._printed = self._printed, []
+        for line in lines:
+            print(line)
+
+
+class _BacklogBar:
+    """Feeds a progress bar with a job's backlog: records committed since the bar began, out of
+    those plus the records still left, and the queues with the most left."""
+
+    def __init__(self, job: RocketMQStream, bar: Any) -> None:
+        self.job, self.bar = job, bar
+        self.start = {k: done for k, (_end, done) in job._backlog().items()}
+        self.shown = 0.0
+
+    def update(self, final: bool = False) -> None:
+        if isinstance(self.bar, NoBar) or (not final and time.monotonic() - self.shown < 0.2):
+            return
+        self.shown = time.monotonic()
+        backlog = self.job._backlog()
+        done = sum(committed - self.start.get(k, 0) for k, (_end, committed) in backlog.items())
+        left = {k: end - committed for k, (end, committed) in backlog.items() if end > committed}
+        self.bar.total = done + sum(left.values())
+        self.bar.n = done
+        top = sorted(left.items(), key=lambda kv: -kv[1])[:3]
+        self.bar.set_postfix_str("left: " + (", ".join(f"{self._short(t)}/{q} {n}" for (t, q), n in top) or "none")
+                                 + (f" (+{len(left) - 3} queues)" if len(left) > 3 else ""))
+
+    def _short(self, topic: str) -> str:
+        """``COUNT-4 shuffle`` for ``<job>-ROCKETMQ-COUNT-4-shuffleTopic``: bars are one line."""
+        if topic in self.job.topology.shuffle_topics:
+            return topic.removeprefix(f"{self.job.job_id}-ROCKETMQ-").removesuffix("-shuffleTopic") + " shuffle"
+        return topic

@@ -1,0 +1,256 @@
+"""A job's state: the local stores, the state at a past batch and diffs (read from the state topics),
+traces, replay, and deleting or resetting what the job keeps."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+from rstream.progressbar import progress_bar
+from rstream.runtime.job_progress import ProgressViews
+
+if TYPE_CHECKING:
+    from rstream.runtime.job import RocketMQStream
+from rstream.runtime.task import state_folder
+from rstream.settings import JobError
+from rstream.state.store import StateError, StateStore, decode_state_message, is_bookkeeping
+
+
+class StateViews(ProgressViews):
+    """State inspection and the operations on a job's stored state."""
+
+    def state(self, operator: str | None = None, batch: int | None = None) -> Any:
+        """The state as a DataFrame: one row per key, with its operator and queue.
+
+        Without ``batch``: the local state stores (RocksDB, read-only, so it also works while the job
+        runs). With ``batch=N`` (a ``BatchProgress.batch_id``): the state as it was right after batch N
+        committed, read from the state topics, so it also works from a new job object after a restart
+        or with the local state deleted. Raises ``StateError`` when compaction removed that past."""
+        import pandas as pd
+
+        rows = []
+        if batch is None:
+            for topic in self.topology.state_topics:
+                for q in range(self.broker.topic(topic).queues):
+                    store = self._local_store(topic, q)
+                    if store is None:
+                        continue
+                    try:
+                        rows += [{"operator": op, "queue": q, "key": key, "value": value}
+                                 for op, key, value in store.items(operator) if not is_bookkeeping(op, key)]
+                    finally:
+                        store.close()
+        else:
+            rows = [{"operator": op, "queue": q, "key": key, "value": value}
+                    for (q, _kb), (op, key, value) in self._state_at(batch).items()
+                    if operator is None or op == operator]
+        return pd.DataFrame(rows, columns=["operator", "queue", "key", "value"])
+
+    def local_state_folders(self) -> Any:
+        """Every local copy of a queue's state, on every executor that processed it: executor, topic,
+        queue, the input offset it reflects (``applied_offset``), its keys, and whether it is the copy
+        of the last committed batch (``fresh``). A queue whose task moved to another executor has a
+        stale copy on the old one: the new one replayed it from the state topic."""
+        import pandas as pd
+
+        rows = []
+        for topic, state_topic in self.topology.state_topics.items():
+            for folder in sorted(self.state_dir.glob(f"*/{topic}/*")):
+                if not (folder / "CURRENT").exists() or not folder.name.isdigit():
+                    continue
+                q = int(folder.name)
+                last = self.broker.last_commit(self.job_id, topic, q)
+                store = StateStore(folder, state_topic, q).open(read_only=True)
+                try:
+                    rows.append({"executor": folder.parent.parent.name, "topic": topic, "queue": q,
+                                 "applied_offset": store.applied_offset, "state_keys": store.key_count,
+                                 "fresh": last is not None and store.applied_offset == last.end_offset})
+                finally:
+                    store.close()
+        return pd.DataFrame(rows, columns=["executor", "topic", "queue", "applied_offset", "state_keys", "fresh"])
+
+    def _local_store(self, topic: str, queue: int) -> StateStore | None:
+        """The local copy of a queue's state to read (opened read-only): the one that reflects the last
+        committed batch, else the most advanced one; None when no executor has one."""
+        last = self.broker.last_commit(self.job_id, topic, queue)
+        best: tuple[int, StateStore] | None = None
+        for folder in sorted(self.state_dir.glob(f"*/{topic}/{queue}")):
+            if not (folder / "CURRENT").exists():
+                continue
+            store = StateStore(folder, self.topology.state_topics[topic], queue).open(read_only=True)
+            applied = store.applied_offset if store.applied_offset is not None else -1
+            rank = 2**62 if last is not None and applied == last.end_offset else applied
+            if best is None or rank > best[0]:
+                if best is not None:
+                    best[1].close()
+                best = (rank, store)
+            else:
+                store.close()
+        return None if best is None else best[1]
+
+    def state_diff(self, from_batch: int, to_batch: int | None = None) -> Any:
+        """What changed in the state between right after batch ``from_batch`` and right after batch
+        ``to_batch`` (default: the latest committed batch): one row per key that differs, with
+        ``change`` ``added``, ``changed`` or ``deleted`` and its value ``before`` and ``after``.
+        ``state_diff(n - 1, n)`` is what batch n did to the state. Rows are sorted by operator, queue and
+        the key's text."""
+        import pandas as pd
+
+        if to_batch is None:
+            history = self.history()
+            if not history:
+                raise JobError(f"job {self.job_id!r} has not committed a batch yet")
+            to_batch = history[-1].batch_id
+        before, after = self._state_at(from_batch), self._state_at(to_batch)
+        rows = []
+        def order(ident: tuple[int, bytes]) -> tuple[str, int, str]:
+            op, key, _value = before.get(ident) or after[ident]
+            return op, ident[0], str(key)
+
+        for ident in sorted(before.keys() | after.keys(), key=order):
+            old, new = before.get(ident), after.get(ident)
+            if old is not None and new is not None and old[2] == new[2]:
+                continue
+            change = "added" if old is None else "deleted" if new is None else "changed"
+            op, key, _ = new if new is not None else old  # type: ignore[misc]
+            rows.append({"operator": op, "queue": ident[0], "key": key, "change": change,
+                         "before": None if old is None else old[2], "after": None if new is None else new[2]})
+        # object columns: a missing side stays None (pandas would turn it into NaN next to numbers)
+        return pd.DataFrame(rows, columns=["operator", "queue", "key", "change", "before", "after"], dtype=object)
+
+    def trace(self, topic: str, queue: int, offset: int) -> Any:
+        """Where the record at ``topic``/``queue``/``offset`` (a source or shuffle topic of this job) went
+        through the real topology: the shuffle records it became, the state it changed (before and
+        after), every sink message, late record or dead letter it caused, and the window results it
+        ended up in. A ``RecordTrace`` (``to_pandas()``; in a notebook, a table and the real topology
+        with the path highlighted). Re-executes the committed ranges involved; writes nothing."""
+        from rstream.runtime.trace import trace
+
+        return trace(cast("RocketMQStream", self), topic, queue, offset)
+
+    def state_end(self, topic: str, queue: int, batch: int) -> int:
+        """The offset of ``topic``'s state topic, queue ``queue``, right after batch ``batch``: its
+        messages below it are the state then (0: no state yet)."""
+        state_topic = self.topology.state_topics[topic]
+        with self._lock:
+            self._sync_progress()
+            tags = list(self._tags.get((topic, queue), []))
+        end = 0
+        for tag in tags:
+            rng = tag.output_range(state_topic, queue)
+            if rng is not None and tag.batch_id is not None and tag.batch_id <= batch:
+                end = max(end, rng[1])
+        return end
+
+    def _state_at(self, batch: int) -> dict[tuple[int, bytes], tuple[str, Any, Any]]:
+        """Per (queue, state key bytes): ``(operator, key, value)`` right after batch ``batch``."""
+        history = [p.batch_id for p in self.history()]
+        if not isinstance(batch, int) or isinstance(batch, bool):
+            raise JobError(f"batch must be a batch id (an int), got {batch!r}")
+        if batch >= 0 and batch not in history:
+            known = f"batches {history[0]}..{history[-1]}" if history else "no batch yet"
+            raise JobError(f"job {self.job_id!r} has no committed batch {batch}; it has {known}")
+        out: dict[tuple[int, bytes], tuple[str, Any, Any]] = {}
+        for topic, state_topic in self.topology.state_topics.items():
+            if not self.broker.has_topic(state_topic):
+                continue
+            for q in range(self.broker.topic(state_topic).queues):
+                end = self.state_end(topic, q, batch) if batch >= 0 else 0
+                for kb, entry in self._state_topic_at(topic, state_topic, q, end, batch).items():
+                    out[(q, kb)] = entry
+        return out
+
+    def _state_topic_at(self, topic: str, state_topic: str, queue: int, end: int,
+                        batch: int) -> dict[bytes, tuple[str, Any, Any]]:
+        if end == 0:
+            return {}
+        compacted = self.broker.compacted_below(state_topic, queue)
+        if end < compacted:
+            readable = [b.batch_id for b in self.history() if self.state_end(topic, queue, b.batch_id) >= compacted]
+            since = f"batch {readable[0]} on" if readable else "no batch"
+            raise StateError(
+                f"the state after batch {batch} is gone: {state_topic} queue {queue} was compacted up to offset "
+                f"{compacted}, which keeps only each key's latest value; its state can be read from {since}")
+        cache_key = (state_topic, queue, end, compacted)
+        with self._lock:
+            cached = self._state_cache.get(cache_key)
+        if cached is not None:
+            return cached
+        entries: dict[bytes, tuple[str, Any, Any]] = {}
+        for rec in self.broker.read_latest(state_topic, queue, end).values():
+            decoded = decode_state_message(rec[1], rec[3])
+            if decoded is not None:
+                entries[decoded[0]] = decoded[1:]
+        with self._lock:
+            if len(self._state_cache) > 256:
+                self._state_cache.clear()
+            self._state_cache[cache_key] = entries
+        return entries
+
+    def replay_state(self, progress: bool = True,
+                     on_queue: Callable[[dict[str, Any], int, int], None] | None = None) -> Any:
+        """Bring every queue's local state up to its last committed batch now, replaying from the
+        state topics where the local copy is missing or stale (tasks otherwise do it lazily, when a
+        queue next gets records). Returns one row per queue: what was replayed.
+
+        A replay longer than half a second shows a progress bar over the state-topic messages read
+        (``progress=False``: none); ``on_queue(row, messages_done, messages_total)`` is called after
+        each queue (a notebook view uses it)."""
+        import pandas as pd
+
+        if self.is_running:
+            raise JobError("stop the job before replaying its state here (its tasks hold the stores)")
+        queues = [(topic, state_topic, q) for topic, state_topic in self.topology.state_topics.items()
+                  if self.broker.has_topic(topic) for q in range(self.broker.topic(topic).queues)]
+        sizes = {}
+        for topic, state_topic, q in queues:
+            sizes[(topic, q)] = self.broker.end_offsets(state_topic)[q] if self.broker.has_topic(state_topic) else 0
+        total, done = sum(sizes.values()), 0
+        rows = []
+        with progress_bar(total, f"{self.job_id}: replay state", unit="messages", enabled=progress) as bar:
+            for topic, state_topic, q in queues:
+                last = self.broker.last_commit(self.job_id, topic, q)
+                committed = None if last is None else last.end_offset
+                store = StateStore(state_folder(self.state_dir, topic, q), state_topic, q).open()
+                try:
+                    stale = store.applied_offset != committed
+                    replayed = store.replay(self.broker, committed) if stale else 0
+                    row = {"topic": topic, "queue": q, "committed_offset": committed, "replayed": stale,
+                           "replayed_keys": replayed, "state_keys": store.key_count}
+                finally:
+                    store.close()
+                rows.append(row)
+                done += sizes[(topic, q)]
+                bar.update(sizes[(topic, q)])
+                bar.set_postfix_str(f"{topic}/{q}: {replayed} keys")
+                if on_queue is not None:
+                    on_queue(row, done, total)
+        return pd.DataFrame(rows, columns=["topic", "queue", "committed_offset", "replayed", "replayed_keys", "state_keys"])
+
+    def delete_local_state(self) -> None:
+        """Delete every local RocksDB folder of this job; the next batch replays them from the
+        state topics (what losing an executor does)."""
+        if self.is_running:
+            raise JobError("stop the job before deleting its local state")
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def reset(self) -> None:
+        """Forget everything this job did: checkpoint, local state, commit tags, and its shuffle and
+        state topics. Source and sink topics stay."""
+        if self.is_running:
+            raise JobError("stop the job before resetting it")
+        shutil.rmtree(self.job_dir, ignore_errors=True)
+        delete_commits = getattr(self.broker, "delete_commits", None)
+        if delete_commits is not None:
+            delete_commits(self.job_id)
+        for topic in [*self.topology.shuffle_topics, *self.topology.state_topics.values(), self.late_topic,
+                      self.dlq_topic]:
+            if self.broker.has_topic(topic):
+                self.broker.delete_topic(topic)
+        with self._lock:
+            self._tags.clear()
+            self._state_cache.clear()
+            self._queues.clear()
+            self._batches.clear()
+            self._mine.clear()

@@ -1,0 +1,69 @@
+"""Stateless operators and bad records in this process (no Spark): a chain of map, flat_map, filter
+and foreach equals the same Python functions applied in a loop; a record a function raises on goes
+to the dead-letter topic and the others go on; and none of this loads pyspark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rstream import EmbeddedBroker, StreamBuilder, TextDeserializer, TextSerializer
+from rstream.processors.base import dead_letter_row
+from tests.processors.harness import run
+
+SENTENCES = st.lists(st.text("ab c", min_size=0, max_size=12), min_size=1, max_size=30)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sentences=SENTENCES, queues=st.integers(1, 3))
+def test_a_stateless_chain_equals_a_python_loop(tmp_path: Path, sentences: list[str], queues: int) -> None:
+    root = tmp_path / f"q{queues}-{abs(hash(tuple(sentences)))}"
+    broker = EmbeddedBroker(root / "broker")
+    broker.create_topic("in", queues=queues)
+    broker.send_batch("in", sentences)
+    seen: list[str] = []
+    b = StreamBuilder("chain")
+    (b.source("in", TextDeserializer()).flat_map(str.split).filter(lambda w: "a" in w).map(str.upper)
+     .foreach(seen.append).sink("out", TextSerializer()))
+    run(b, broker, root)
+    stored = [m.body.decode() for q in range(queues) for m in broker.read("in", q)]
+    expected = [w.upper() for s in stored for w in s.split() if "a" in w]
+    assert sorted(m.body.decode() for m in broker.read("out")) == sorted(expected)
+    assert sorted(seen) == sorted(expected)  # foreach ran in this process, once per record
+
+
+def test_a_raising_function_sends_its_record_to_the_dead_letter_topic(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("in", queues=1)
+    broker.send_batch("in", ["1", "2", "x", "4"])
+    b = StreamBuilder("dlq")
+    b.source("in", TextDeserializer()).map(int).key_by(lambda n: n % 2).count().to_rstream().sink("out")
+    job = run(b, broker, tmp_path)
+    [letter] = [dead_letter_row(m) for m in broker.read("dlq-dlq")]
+    assert (letter["operator"], letter["offset"], letter["body"]) == ("MAP-2", 2, b"x")
+    assert "ValueError" in letter["error"] and letter["batch_id"] == 0
+    assert sorted(m.body.decode() for m in broker.read("out")) == ["0:1", "0:2", "1:1"]
+    assert sum(info["error_count"] for info in job.infos) == 1
+
+
+def test_the_pure_python_part_never_loads_pyspark(tmp_path: Path) -> None:
+    code = (
+        "import sys, tempfile\n"
+        "import rstream\n"
+        "from rstream import StreamBuilder, EmbeddedBroker, TextDeserializer\n"
+        "from rstream.runtime.inprocess import InProcessJob\n"
+        "d = tempfile.mkdtemp()\n"
+        "b = EmbeddedBroker(d + '/broker'); b.create_topic('s', queues=1); b.send_batch('s', ['a b a'])\n"
+        "sb = StreamBuilder('wc'); sb.source('s', TextDeserializer()).flat_map(str.split)"
+        ".key_by(lambda w: w).count().to_rstream().sink('out')\n"
+        "InProcessJob(sb.build(), b, d + '/job').run_until_idle()\n"
+        "assert len(b.read('out')) == 3\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

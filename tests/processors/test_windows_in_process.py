@@ -1,0 +1,130 @@
+"""Windowed aggregations and joins run in this process (no Spark) against the event-time reference
+(``tests/runtime/reference.py``): generated out-of-order clicks, on-time results equal pandas, late
+records equal the reference's, and reduce per window equals functools.reduce."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rstream import (
+    EmbeddedBroker,
+    JsonDeserializer,
+    JsonSerializer,
+    SessionWindow,
+    SlidingWindow,
+    StreamBuilder,
+    TumblingWindow,
+)
+from tests.processors.harness import produce, run
+from tests.runtime.reference import sessions, split_late, window_frame
+
+LATENESS = 2000
+EXACT = {"allowed_lateness_ms": LATENESS, "idle_timeout_ms": 600_000}
+_RUNS = itertools.count()
+
+
+def clicks(n: int, seed: int, users: int = 3, spread: int = 30_000, disorder: int = 4000) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [{"user": f"u{rng.randrange(users)}", "ts": 1_700_000_000_000 + i * spread // n - rng.randrange(disorder),
+             "amount": rng.randint(1, 50)} for i in range(n)]
+
+
+def windowed(job: str, window: Any, agg: str, *args: Any) -> StreamBuilder:
+    b = StreamBuilder(job, shuffle_queues=3)
+    ws = b.source("clicks", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["user"])
+    getattr(ws.window(window), agg)(*args).to_rstream().sink("results", JsonSerializer(with_key=True))
+    return b
+
+
+def results(broker: EmbeddedBroker) -> dict[tuple[Any, int, int], Any]:
+    out = {}
+    for m in broker.read("results"):
+        doc = json.loads(m.body)
+        key = tuple(doc["key"])
+        assert key not in out, "a window fired twice"
+        out[key] = doc["value"]
+    return out
+
+
+def fresh(tmp_path: Path) -> tuple[EmbeddedBroker, Path]:
+    root = tmp_path / f"run-{next(_RUNS)}"
+    return EmbeddedBroker(root / "broker"), root
+
+
+FAST = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FAST
+@given(n=st.integers(1, 80), seed=st.integers(0, 10_000), size=st.sampled_from([1000, 5000]),
+       slide=st.sampled_from([None, 500, 2000]), queues=st.integers(1, 3))
+def test_fixed_windows_equal_the_reference(tmp_path: Path, n: int, seed: int, size: int, slide: int | None,
+                                           queues: int) -> None:
+    if slide is not None and slide > size:
+        slide = size
+    broker, root = fresh(tmp_path)
+    per_queue = produce(broker, "clicks", clicks(n, seed), queues)
+    window = TumblingWindow(size) if slide is None else SlidingWindow(size, slide)
+    job = run(windowed("win", window, "sum", lambda e: e["amount"]), broker, root, **EXACT)
+    on_time, late = split_late(per_queue, lambda e: e["ts"], LATENESS)
+    frame = window_frame(on_time, lambda e: e["user"], lambda e: e["ts"], lambda e: e["amount"], size, slide)
+    expected = {(k, s, e): v for (k, s, e), v in frame.groupby(["key", "start", "end"])["value"].sum().items()}
+    assert results(broker) == expected
+    assert sum(info.get("late", 0) for info in job.infos) == len(late)
+
+
+@FAST
+@given(n=st.integers(1, 60), seed=st.integers(0, 10_000))
+def test_sessions_equal_the_reference(tmp_path: Path, n: int, seed: int) -> None:
+    broker, root = fresh(tmp_path)
+    per_queue = produce(broker, "clicks", clicks(n, seed, spread=60_000, disorder=1500), 1)
+    run(windowed("ses", SessionWindow(3000), "count"), broker, root, **EXACT)
+    on_time, _late = split_late(per_queue, lambda e: e["ts"], LATENESS)
+    assert results(broker) == sessions(on_time, lambda e: e["user"], lambda e: e["ts"], 3000)
+
+
+@pytest.mark.parametrize("window", [TumblingWindow(4000), SessionWindow(2500)], ids=["tumbling", "session"])
+def test_reduce_per_window_is_functools_reduce(tmp_path: Path, window: Any) -> None:
+    """Max amount by reduce equals max by functools.reduce over each window's on-time records."""
+    broker, root = fresh(tmp_path)
+    per_queue = produce(broker, "clicks", clicks(120, 7, spread=40_000), 2)
+    run(windowed("red", window, "reduce", lambda a, b: a if a["amount"] >= b["amount"] else b), broker, root,
+        **EXACT)
+    on_time, _late = split_late(per_queue, lambda e: e["ts"], LATENESS)
+    got = {k: v["amount"] for k, v in results(broker).items()}
+    if isinstance(window, TumblingWindow):
+        frame = window_frame(on_time, lambda e: e["user"], lambda e: e["ts"], lambda e: e["amount"], 4000)
+        groups = {k: list(g) for k, g in frame.groupby(["key", "start", "end"])["value"]}
+    else:
+        spans = sessions(on_time, lambda e: e["user"], lambda e: e["ts"], 2500)
+        groups = {(k, s, e): [r["amount"] for r in on_time if r["user"] == k and s <= r["ts"] < e - 2500 + 1]
+                  for (k, s, e) in spans}
+    assert got == {k: functools.reduce(max, v) for k, v in groups.items()}
+
+
+def test_windowed_inner_join_equals_pairs_in_the_same_window(tmp_path: Path) -> None:
+    broker, root = fresh(tmp_path)
+    rng = random.Random(2)
+    events = [{"side": rng.choice("LR"), "user": f"u{rng.randrange(3)}", "ts": 1_700_000_000_000 + i * 100}
+              for i in range(80)]
+    produce(broker, "events", events, 1)
+    b = StreamBuilder("join", shuffle_queues=2)
+    src = b.source("events", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+    left, right = src.filter(lambda e: e["side"] == "L"), src.filter(lambda e: e["side"] == "R")
+    (left.join(right).where(lambda e: e["user"]).equal_to(lambda e: e["user"]).window(TumblingWindow(1000))
+     .apply(lambda a, c: [a["ts"], c["ts"]]).sink("pairs", JsonSerializer()))
+    run(b, broker, root, **EXACT)
+    got = sorted(tuple(json.loads(m.body)) for m in broker.read("pairs"))
+    lefts = [e for e in events if e["side"] == "L"]
+    rights = [e for e in events if e["side"] == "R"]
+    expected = sorted((a["ts"], c["ts"]) for a in lefts for c in rights
+                      if a["user"] == c["user"] and a["ts"] // 1000 == c["ts"] // 1000)
+    assert got == expected and got
