@@ -461,7 +461,7 @@ def _processed(hop: Hop, effect: _Effect, tag: CommitTag, job: RocketMQStream) -
 
 def _operator_of_output(job: RocketMQStream, topic: str) -> str | None:
     for node in job.topology.nodes:
-        if node.kind in ("shuffle_sink", "sink") and node.params.get("topic") == topic:
+        if node.spec.writes and node.params.get("topic") == topic:
             return node.name
     return None
 
