@@ -88,8 +88,10 @@ class QueryDriver(StateViews):
         period = max(self.properties.idle_timeout_ms / 2, 100) / 1000
         while query.isActive:
             time.sleep(period)
-            quiet_ms = time.time_ns() // 1_000_000 - self._last_input_ms
-            if sum(self._open_windows.values()) and quiet_ms >= self.properties.idle_timeout_ms / 2:
+            with self._lock:  # the batch callback updates both on another thread
+                open_now = sum(self._open_windows.values())
+                quiet_ms = time.time_ns() // 1_000_000 - self._last_input_ms
+            if open_now and quiet_ms >= self.properties.idle_timeout_ms / 2:
                 try:
                     self.tick()
                 except Exception as exc:  # the broker went away: the query will fail and say why
