@@ -3,7 +3,7 @@
     from rstream import StreamBuilder, RocketMQStream, EmbeddedBroker, TextDeserializer
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rstream.broker import (
     Broker,
@@ -17,7 +17,9 @@ from rstream.broker import (
 from rstream.dsl import DslError, GroupedStream, JoinedStream, RStream, StreamBuilder, WindowStream
 from rstream.errors import RStreamError
 from rstream.graph import Topology
+from rstream.lazy import lazy_getattr
 from rstream.processors import Accumulator, ProcessingError, RecordError, UnhashableKeyError
+from rstream.runtime import RUNTIME_NAMES
 from rstream.serde import (
     JsonDeserializer,
     JsonSerializer,
@@ -33,37 +35,21 @@ from rstream.time import SessionWindow, SlidingWindow, Time, TimeType, TumblingW
 
 __version__ = "0.1.0"
 
-#: Names that need Spark to run: loaded when first used, so ``import rstream`` (and the DSL, the
-#: broker, the processors and their tests) never loads pyspark.
-_LAZY = {
-    "BatchProgress": "rstream.runtime.progress",
-    "QueueProgress": "rstream.runtime.progress",
-    "CheckpointMismatchError": "rstream.runtime.task",
-    "JobTimeoutError": "rstream.runtime.job",
-    "RocketMQStream": "rstream.runtime.job",
-    "get_spark": "rstream.runtime.session",
-    "stop_spark": "rstream.runtime.session",
-    "RecordTrace": "rstream.runtime.trace",
-    "TraceError": "rstream.runtime.trace",
-}
+#: Names that need Spark to run, loaded on first use (``rstream.lazy``).
+_LAZY = {**RUNTIME_NAMES, "RecordTrace": "rstream.runtime.trace", "TraceError": "rstream.runtime.trace"}
+__getattr__ = lazy_getattr("rstream", _LAZY, globals())
 
 if TYPE_CHECKING:
-    from rstream.runtime.job import JobTimeoutError, RocketMQStream
-    from rstream.runtime.progress import BatchProgress, QueueProgress
-    from rstream.runtime.session import get_spark, stop_spark
-    from rstream.runtime.task import CheckpointMismatchError
+    from rstream.runtime import (
+        BatchProgress,
+        CheckpointMismatchError,
+        JobTimeoutError,
+        QueueProgress,
+        RocketMQStream,
+        get_spark,
+        stop_spark,
+    )
     from rstream.runtime.trace import RecordTrace, TraceError
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rstream' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
 
 
 def __dir__() -> list[str]:

@@ -5,11 +5,13 @@ Its names load on first use, so importing a pyspark-free part (``rstream.runtime
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rstream.lazy import lazy_getattr
 from rstream.settings import JobError, JobProperties
 
-_LAZY = {
+#: The Spark-bound names, loaded on first use (``rstream.lazy``); ``rstream`` exports them too.
+RUNTIME_NAMES = {
     "BatchProgress": "rstream.runtime.progress",
     "QueueProgress": "rstream.runtime.progress",
     "CheckpointMismatchError": "rstream.runtime.task",
@@ -18,21 +20,13 @@ _LAZY = {
     "get_spark": "rstream.runtime.session",
     "stop_spark": "rstream.runtime.session",
 }
+__getattr__ = lazy_getattr("rstream.runtime", RUNTIME_NAMES, globals())
 
 if TYPE_CHECKING:
     from rstream.runtime.job import JobTimeoutError, RocketMQStream
     from rstream.runtime.progress import BatchProgress, QueueProgress
     from rstream.runtime.session import get_spark, stop_spark
     from rstream.runtime.task import CheckpointMismatchError
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rstream.runtime' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
 
 
 __all__ = [
