@@ -42,6 +42,9 @@ class AggregateProcessor(Processor):
         self.fold = fold
         self.per_batch = per_batch
         self.keys_changed = 0
+        # the fold's methods the hot path calls, looked up once (None: the result is the accumulator)
+        self._step = fold.step
+        self._result = None if fold.result_is_acc else fold.result
 
     def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
@@ -53,25 +56,25 @@ class AggregateProcessor(Processor):
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        fold, cache = self.fold, self.cache
+        cache = self.cache
         try:
             acc = cache.get(key, MISSING)
             if acc is MISSING:
                 acc = self.store.get(self.name, key)
                 if acc is MISSING:
-                    acc = fold.initial()
+                    acc = self.fold.initial()
             if type(value) is Partial:
-                acc = fold.merge(acc, value.acc)
+                acc = self.fold.merge(acc, value.acc)
             else:
-                acc = fold.add(acc, fold.extract(value))
-            result = None if self.per_batch else fold.result(acc)
+                acc = self._step(acc, value)
+            cache[key] = acc
+            if self.per_batch:
+                self.times[key] = ts
+                return
+            result = acc if self._result is None else self._result(acc)
         except Exception as exc:
             raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
-        cache[key] = acc
-        if self.per_batch:
-            self.times[key] = ts
-        else:
-            self.forward(key, result, ts)
+        self.forward(key, result, ts)
 
     def flush(self) -> None:
         if self.per_batch:

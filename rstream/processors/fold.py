@@ -9,6 +9,7 @@ data: a number, a list, or what a user accumulator returns.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -35,7 +36,7 @@ class Accumulator(Generic[V, A, R]):
         return acc  # type: ignore[return-value]
 
 
-class Fold:
+class Fold(ABC):
     """Base of the folds. ``fn`` picks what a record contributes; None: the value itself."""
 
     def __init__(self, fn: Callable[[Any], Any] | None = None) -> None:
@@ -48,19 +49,33 @@ class Fold:
     def initial(self) -> Any:
         return None  # nothing yet: the first add takes the value
 
+    @abstractmethod
     def add(self, acc: Any, x: Any) -> Any:
-        raise NotImplementedError
+        """The accumulator after one more contribution ``x`` (an ``extract``-ed value)."""
 
+    @abstractmethod
     def merge(self, a: Any, b: Any) -> Any:
-        raise NotImplementedError
+        """One accumulator for two (partials combined before a shuffle, sessions that meet)."""
+
+    def step(self, acc: Any, value: Any) -> Any:
+        """``add(acc, extract(value))``: what the hot path calls, once per record."""
+        return self.add(acc, self.extract(value))
 
     def result(self, acc: Any) -> Any:
         return acc
+
+    @property
+    def result_is_acc(self) -> bool:
+        """Whether ``result`` returns the accumulator itself (the hot path then skips the call)."""
+        return type(self).result is Fold.result
 
 
 class CountFold(Fold):
     def extract(self, value: Any) -> Any:
         return 1
+
+    def step(self, acc: Any, value: Any) -> Any:
+        return acc + 1
 
     def initial(self) -> Any:
         return 0
