@@ -295,7 +295,7 @@ def profile_window_queue(broker: Any, root: Path, source: str, top: int) -> dict
     2. cProfile of ``run_queue`` on source queue 0, shuffle queue 0 and its flush, for a second job.
     """
     from rstream import JobProperties
-    from rstream.processors.watermarks import FLUSH_HEADER, TICK_HEADER
+    from rstream.processors.watermarks import send_ticks
     from rstream.runtime.task import TaskConfig, run_queue
 
     def setup(job_id: str) -> tuple[Any, str]:
@@ -317,9 +317,7 @@ def profile_window_queue(broker: Any, root: Path, source: str, top: int) -> dict
         return cfg, next(iter(topo.shuffle_topics))
 
     def flush_tick(shuffle: str) -> None:  # what RocketMQStream.tick(flush=True) appends
-        now = time.time_ns() // 1_000_000
-        headers = {TICK_HEADER: str(now), FLUSH_HEADER: "1"}
-        broker.append({(shuffle, q): [(None, b"", now, headers, "TICK")] for q in range(broker.topic(shuffle).queues)})
+        send_ticks(broker, [shuffle], flush=True)
 
     def run_all(cfg: Any, topic: str, starts: list[int] | None = None) -> dict[str, Any]:
         t = time.perf_counter()

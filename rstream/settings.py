@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
 
+from rstream.enums import TextEnum
 from rstream.errors import RStreamError
 from rstream.time.watermark import TimeType
 
@@ -16,30 +17,18 @@ class JobError(RStreamError):
     """The job cannot start or failed while running (also: a job property it cannot use)."""
 
 
-class AggregateEmit(str, Enum):
+class AggregateEmit(TextEnum):
     """When a keyed aggregation emits (the ``aggregate_emit`` job property)."""
 
     RECORD = "record"  # every input record emits its key's updated result (RocketMQ Streams)
     BATCH = "batch"  # each key's result once per micro-batch, combined before the shuffle
 
-    def __str__(self) -> str:
-        return str(self.value)
 
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
-
-
-class ConsumeFrom(str, Enum):
+class ConsumeFrom(TextEnum):
     """Where a new job starts reading its source topics (the ``consume_from`` job property)."""
 
     FIRST = "first"
     LAST = "last"
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
 
 
 def _enum(cls: type[Enum], name: str, value: Any) -> Any:

@@ -11,9 +11,9 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rstream.enums import TextEnum
 from rstream.errors import RStreamError
 from rstream.processors.metrics import OperatorMetrics
 from rstream.settings import DEFAULTS, JobProperties
@@ -124,15 +124,12 @@ class Partial:
         return f"Partial({self.acc!r})"
 
 
-class LateCause(str, Enum):
+class LateCause(TextEnum):
     """Why a record was late (the ``cause`` column of the late-data topic; ``reason`` tells it in words)."""
 
     BEHIND_WATERMARK = "behind watermark"  # data time below its source queue's watermark
     WINDOW_FIRED = "window fired"  # its window had fired already: its source queue was idle
     SESSION_FIRED = "session fired"  # its session had fired already: its source queue was idle
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 @dataclass

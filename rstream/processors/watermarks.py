@@ -10,6 +10,8 @@ never mistakes the backlog for silence."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -121,6 +123,13 @@ def tick_records(queues: dict[str, int], now_ms: int, flush: bool) -> dict[tuple
     their operators check idleness even when no data comes; ``flush`` treats every source as idle."""
     headers = {TICK_HEADER: str(now_ms), **({FLUSH_HEADER: "1"} if flush else {})}
     return {(topic, q): [(None, b"", now_ms, headers, "TICK")] for topic, n in queues.items() for q in range(n)}
+
+
+def send_ticks(broker: Any, topics: Iterable[str], flush: bool = False) -> None:
+    """Append an idle tick (``tick_records``) to every queue of ``topics`` on ``broker``, stamped now."""
+    queues = {t: broker.topic(t).queues for t in topics}
+    if queues:
+        broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush))
 
 
 def finite(watermark: int) -> int | None:

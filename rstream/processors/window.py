@@ -66,7 +66,7 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def __init__(self, name: str, window: Window, fold: Fold) -> None:
         super().__init__(name, window)
-        self.agg = fold
+        self.fold = fold
         self.session = isinstance(window, SessionWindow)
 
     def open(self, ctx: StreamContext) -> None:
@@ -98,13 +98,13 @@ class WindowAggregateProcessor(WindowedOperator):
                        f"data time {ts} is behind its source queue's watermark {carried}")
             return
         try:
-            x = self.agg.extract(value)
+            x = self.fold.extract(value)
         except Exception as exc:
             raise ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
         if self.session:
             self._add_to_session(key, value, x, ts)
             return
-        store, name, agg, cache = self.store, self.name, self.agg, self.cache
+        store, name, fold, cache = self.store, self.name, self.fold, self.cache
         for start, end in self.window.assign(ts):  # type: ignore[union-attr]
             if end <= self.horizon:
                 self._late(key, value, ts, self.horizon, LateCause.WINDOW_FIRED,
@@ -115,10 +115,10 @@ class WindowAggregateProcessor(WindowedOperator):
             if acc is MISSING:
                 acc = store.get(name, wk)
                 if acc is MISSING:
-                    acc = agg.initial()
+                    acc = fold.initial()
                     store.set_timer(name, end, (key, start))
             try:
-                cache[wk] = agg.add(acc, x)
+                cache[wk] = fold.add(acc, x)
             except Exception as exc:
                 raise ctx.record_error(name, exc, value) from exc  # type: ignore[union-attr]
 
@@ -127,17 +127,17 @@ class WindowAggregateProcessor(WindowedOperator):
         if ts + gap <= self.horizon:
             self._late(key, value, ts, self.horizon, LateCause.SESSION_FIRED, "its session already fired: its source queue was idle")
             return
-        store, name, agg = self.store, self.name, self.agg
+        store, name, fold = self.store, self.name, self.fold
         index = ("sessions", key)
         sessions = store.get(name, index)
         sessions = [] if sessions is MISSING else sessions
         start, end = ts, ts + gap
         try:
-            acc = agg.add(agg.initial(), x)
+            acc = fold.add(fold.initial(), x)
             keep = []
             for s, e in sessions:
                 if s < end and start < e:  # [ts, ts + gap) bridges into this session: merge it
-                    acc = agg.merge(store.get(name, (key, s, e)), acc)
+                    acc = fold.merge(store.get(name, (key, s, e)), acc)
                     store.delete(name, (key, s, e))
                     store.cancel_timer(name, e, (key, s))
                     start, end = min(start, s), max(end, e)
@@ -173,7 +173,7 @@ class WindowAggregateProcessor(WindowedOperator):
             self.fired += 1
             last_end = max(last_end, end)
             if acc is not MISSING:
-                self.forward(WindowKey(key, start, end), self.agg.result(acc), end - 1)
+                self.forward(WindowKey(key, start, end), self.fold.result(acc), end - 1)
         self._fired_up_to(watermark, last_end)
 
     def pending(self) -> list[tuple[int, Any]]:

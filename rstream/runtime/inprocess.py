@@ -10,14 +10,13 @@ to the window and join topics so their last windows fire.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rstream.broker.base import Broker
 from rstream.graph.topology import Topology
-from rstream.processors.watermarks import tick_records
+from rstream.processors.watermarks import send_ticks
 from rstream.runtime.task import TaskConfig, run_queue
 from rstream.runtime.topics import task_config
 from rstream.settings import ConsumeFrom, JobProperties
@@ -67,9 +66,7 @@ class InProcessJob:
 
     def tick(self, flush: bool = False) -> None:
         """An idle tick on every window and join topic; ``flush`` declares every source idle."""
-        queues = {t: self.broker.topic(t).queues for t in self.topology.framed_topics}
-        if queues:
-            self.broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush))
+        send_ticks(self.broker, self.topology.framed_topics, flush)
 
     def run_until_idle(self, fire_idle: bool = True, max_batches: int = 10_000) -> int:
         """Run batches until no input queue has anything left; with ``fire_idle`` then flush the

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from rstream.processors.watermarks import tick_records
+from rstream.processors.watermarks import send_ticks
 from rstream.progressbar import NoBar, progress_bar
 from rstream.runtime.job_core import JobTimeoutError
 from rstream.runtime.job_state import StateViews
@@ -162,8 +162,7 @@ class QueryDriver(StateViews):
     def tick(self, flush: bool = False) -> None:
         """Send an idle tick to every queue of the job's window and join topics, so their operators
         check idleness (with ``flush``: treat every source as idle now) even when no data comes."""
-        queues = {t: self.broker.topic(t).queues for t in self.topology.framed_topics}
-        self.broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush))
+        send_ticks(self.broker, self.topology.framed_topics, flush)
 
     def _drain(self, deadline: float | None, timeout: float | None, flush_at_end: bool = False,
                watch: _BacklogBar | None = None) -> None:

@@ -15,7 +15,6 @@ one small metrics row per queue range.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -101,10 +100,9 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # an availableNow run that is done: the input is idle now, so let the windows still
             # open fire (in this same query, instead of a second one just for the tick)
             self.flush_at_end = False
-            from rstream.processors.watermarks import tick_records
+            from rstream.processors.watermarks import send_ticks
 
-            queues = {t: len(self.broker.end_offsets(t)) for t in self.framed_topics}
-            self.broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush=True))
+            send_ticks(self.broker, self.framed_topics, flush=True)
             out = self._latest(start)
         batch = int(start.get(BATCH_KEY, -1))
         out[BATCH_KEY] = batch if self._drained(start, out) else batch + 1  # a batch only when offsets moved

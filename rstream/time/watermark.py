@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from rstream.enums import TextEnum
 
 #: The watermark before any record: nothing is late yet.
 NO_WATERMARK = -(2**62)
 
 
-class TimeType(str, Enum):
+class TimeType(TextEnum):
     """Where a record's data time comes from (the ``time_type`` job property)."""
 
     EVENT_TIME = "event_time"  # from the payload, via select_timestamp (else the born time)
     BORN_TIME = "born_time"  # the producer's born timestamp
     BROKER_TIME = "broker_time"  # the broker's append timestamp
     PROCESSING_TIME = "processing_time"  # the wall clock when the record is processed
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
 
 
 def next_watermark(previous: int, data_time: int, allowed_lateness_ms: int) -> int:
