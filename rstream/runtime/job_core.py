@@ -49,6 +49,8 @@ class JobCore:
     _open_windows: dict[tuple[str, int], int]
     _last_input_ms: int
     _ticker: threading.Thread | None
+    _restarts: int
+    _query_mode: tuple[bool, bool]
 
     @property
     def late_topic(self) -> str:

@@ -21,6 +21,17 @@ from rstream.settings import ConsumeFrom, JobError
 if TYPE_CHECKING:
     from rstream.runtime.job import RocketMQStream
 
+#: What Spark says when a Python process it started for a query (its streaming-source planner, or a
+#: task's worker) did not connect back within Spark's fixed 10 s, as happens on a machine under
+#: heavy load. It says nothing about the job, so the query is restarted from its checkpoint.
+_WORKER_START_FAILURES = (
+    "Python worker failed to connect back",
+    "Timed out while waiting for the Python worker to connect back",
+)
+
+#: Restarts after such a failure, per job object, before the failure is raised.
+MAX_RESTARTS = 2
+
 
 class QueryDriver(StateViews):
     """One Spark Structured Streaming query per run of the job; the work is in its tasks."""
@@ -69,6 +80,7 @@ class QueryDriver(StateViews):
         else:
             writer = writer.trigger(processingTime=f"{self.properties.trigger_interval_ms} milliseconds")
         self._query = writer.start()
+        self._query_mode = (available_now, flush_at_end)
         return self._query
 
     def start(self) -> RocketMQStream:
@@ -175,22 +187,28 @@ class QueryDriver(StateViews):
                     watch.update()
                 time.sleep(0.05)
         else:
-            query = self._start_query(available_now=True, flush_at_end=flush_at_end)
-            while True:
-                step = 0.25 if deadline is None else min(0.25, max(deadline - time.monotonic(), 0.0))
-                try:
-                    finished = query.awaitTermination(max(step, 0.01))
-                except Exception:
-                    finished = True
-                if finished:
-                    break
-                if deadline is not None and time.monotonic() > deadline:
-                    query.stop()
-                    raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s; it was stopped")
-                if watch is not None:
-                    watch.update()
+            self._start_query(available_now=True, flush_at_end=flush_at_end)
+            while self._await_run(deadline, timeout, watch):
+                pass
         self._check_failure()
         self._flush_printed()
+
+    def _await_run(self, deadline: float | None, timeout: float | None, watch: _BacklogBar | None) -> bool:
+        """Wait until the ``availableNow`` query ends; True if it was then restarted (wait again)."""
+        query = self._query
+        while True:
+            step = 0.25 if deadline is None else min(0.25, max(deadline - time.monotonic(), 0.0))
+            try:
+                if query.awaitTermination(max(step, 0.01)):
+                    break
+            except Exception:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                query.stop()
+                raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s; it was stopped")
+            if watch is not None:
+                watch.update()
+        return self._restarted(query)
 
     def stop(self) -> None:
         """Stop the query; a later start or run goes on from the last committed batch."""
@@ -220,9 +238,31 @@ class QueryDriver(StateViews):
         query = self._query
         if query is None or query.isActive:
             return
+        if self._restarted(query):
+            return
         exc = query.exception()
         if exc is not None:
             raise JobError(f"job {self.job_id!r} failed: {exc}")
+
+    def _restarted(self, query: Any) -> bool:
+        """If ``query`` (this job's current one) died because a Python process Spark started for it did
+        not connect back in time, start it again from its checkpoint, in the same mode (at most
+        ``MAX_RESTARTS`` times per job object), and say so."""
+        if query is not self._query or query.isActive or self._restarts >= MAX_RESTARTS:
+            return False
+        exc = query.exception()
+        if exc is None or not any(text in str(exc) for text in _WORKER_START_FAILURES):
+            return False
+        self._restarts += 1
+        print(f"rstream: job {self.job_id!r}: a Python process Spark started did not connect back in time "
+              f"(a busy machine); restarting the query from its checkpoint ({self._restarts} of {MAX_RESTARTS})")
+        available_now, flush_at_end = self._query_mode
+        if available_now:
+            self._start_query(available_now=True, flush_at_end=flush_at_end)
+        else:
+            self._query = None
+            self.start()
+        return True
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
         printed: list[str] = []
