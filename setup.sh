@@ -50,7 +50,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 say "installing rstream into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -c binder/constraints.txt -e ".[dev]"  # the versions CI tests and Binder builds
+.venv/bin/python -m pip install -q -c binder/constraints.txt -e ".[dev,bench]"  # the versions CI tests and Binder builds
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rstream)" >/dev/null
 
 if [ "${1:-}" != "--no-demo" ]; then

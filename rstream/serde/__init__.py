@@ -8,6 +8,7 @@ callable ``(key, value) -> bytes`` or an object with ``serialize(key, value)``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -72,11 +73,34 @@ class TextSerializer:
         return f"TextSerializer(with_key={self.with_key})"
 
 
+#: A run of 19 digits or more: an integer that may lie outside 64 bits, which orjson reads as a float.
+_LONG_NUMBER = re.compile(rb"[0-9]{19}").search
+
+
 class JsonDeserializer:
-    """A JSON document per message; the key is ``None``."""
+    """A JSON document per message; the key is ``None``. Parsed by orjson (two to four times faster),
+    with the standard library's ``json`` reading whatever orjson would read differently: integers
+    beyond 64 bits, ``NaN``/``Infinity``, lone surrogates; so the values, and the errors raised on
+    what is not JSON, are exactly ``json.loads``'s."""
+
+    def __init__(self) -> None:
+        import orjson
+
+        self._loads, self._error = orjson.loads, orjson.JSONDecodeError
 
     def deserialize(self, body: bytes) -> tuple[Any, Any]:
+        if _LONG_NUMBER(body) is None:
+            try:
+                return None, self._loads(body)
+            except self._error:
+                pass
         return None, json.loads(body.decode())  # str is faster to parse than bytes (no encoding sniffing)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # orjson's functions are found again where the deserializer is unpickled
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return "JsonDeserializer()"

@@ -60,3 +60,52 @@ def test_builtin_serdes() -> None:
     with pytest.raises(SerdeError, match="not a serializer"):
         as_serializer(3)
     assert as_deserializer(None)(b"a") == (None, "a")
+
+
+JSON_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text()),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(), inner, max_size=4)),
+    max_leaves=10,
+)
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, with NaN equal to NaN and the same types (an int read as a float is not the same)."""
+    if isinstance(a, float) and isinstance(b, float) and a != a:
+        return b != b
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))  # type: ignore[arg-type]
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)  # type: ignore[attr-defined,index]
+    return a == b
+
+
+@given(JSON_VALUES, st.booleans())
+def test_json_deserializer_reads_exactly_what_json_loads_reads(value: object, ascii_only: bool) -> None:
+    import json
+
+    body = json.dumps(value, ensure_ascii=ascii_only).encode()  # NaN, Infinity and big ints included
+    assert _same(JsonDeserializer().deserialize(body)[1], json.loads(body))
+
+
+@pytest.mark.parametrize("body", [b'{"n": 123456789012345678901234567890}', b"[-9223372036854775809]",
+                                  b'"\\ud800"', b"[NaN, -Infinity]", b"[1e400]"])
+def test_json_deserializer_edge_cases_match_json(body: bytes) -> None:
+    import json
+
+    assert _same(JsonDeserializer().deserialize(body)[1], json.loads(body))
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"", b'{"a": 1} x', b"\xff"])
+def test_json_deserializer_raises_what_json_raises(body: bytes) -> None:
+    import json
+    import pickle
+
+    with pytest.raises((json.JSONDecodeError, UnicodeDecodeError)) as ours:
+        JsonDeserializer().deserialize(body)
+    with pytest.raises(type(ours.value)) as theirs:
+        json.loads(body.decode())
+    assert str(ours.value) == str(theirs.value)
+    assert pickle.loads(pickle.dumps(JsonDeserializer())).deserialize(b"[1]") == (None, [1])
