@@ -17,6 +17,7 @@ from bench.baselines import (
     python_dict_loop,
     python_windows,
     query_phases,
+    run_bytewax,
     run_python,
     run_python_windows,
     run_spark_native,
@@ -396,14 +397,16 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
         print(f"  warm-up of (a) and (c) on {sum(warm_expected.values())} words: {time.perf_counter() - t:.1f} s",
               flush=True)
 
-    runs: dict[str, list[dict[str, Any]]] = {"a": [], "a2": [], "b": [], "c": []}
+    runs: dict[str, list[dict[str, Any]]] = {"a": [], "a2": [], "b": [], "c": [], "d": [], "d2": []}
     for r in range(args.repeat):
         # alternate the order so neither side always runs on a warmer (or busier) machine
-        order = ("b", "a", "a2", "c") if r % 2 == 0 else ("b", "c", "a2", "a")
+        order = ("b", "a", "d", "a2", "d2", "c") if r % 2 == 0 else ("b", "c", "d2", "a2", "d", "a")
         for part in order:
             if part == "b":
                 res = run_python(sentences)
                 assert res.pop("counts") == expected
+            elif part in ("d", "d2"):
+                res = run_bytewax(sentences, expected, final=part == "d2")
             elif part == "a":
                 res = run_rstream(spark, broker, root, "sentences", f"wc-r{r}", expected, args.words)
             elif part == "a2":
@@ -414,7 +417,9 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
         a, a2, b, c = runs["a"][-1], runs["a2"][-1], runs["b"][-1], runs["c"][-1]
         print(f"  run {r + 1}/{args.repeat}: (a) rstream {a['seconds']:.2f} s (busy {a['busy_ms'] / 1000:.2f} s)  "
               f"(a2) rstream emit=batch {a2['seconds']:.2f} s  "
-              f"(b) python {b['seconds']:.3f} s  (c) spark native {c['seconds']:.2f} s   verified", flush=True)
+              f"(b) python {b['seconds']:.3f} s  (c) spark native {c['seconds']:.2f} s  "
+              f"(d) bytewax {runs['d'][-1]['seconds']:.2f} s  (d2) bytewax count_final {runs['d2'][-1]['seconds']:.2f} s"
+              "   verified", flush=True)
 
     med = {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()}
     a_busy = statistics.median(x["busy_ms"] for x in runs["a"]) / 1000
@@ -450,6 +455,9 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
           f"b = the faster of dict loop and Counter)")
     print(f"  speed a/c = {speed_ac:.3f}  (target >= 1.0: {'MET' if speed_ac >= 1.0 else 'NOT MET'})")
     print(f"  speed a2/b = {med['b'] / med['a2']:.3f}   speed a2/c = {med['c'] / med['a2']:.3f}  (emit=batch)")
+    print(f"  (d) bytewax 0.21, running counts {med['d']:7.2f} s  {fmt_rate(n, med['d'])} words  ->  a/d = {med['d'] / med['a']:.3f}")
+    print(f"  (d2) bytewax 0.21, count_final   {med['d2']:7.2f} s  {fmt_rate(n, med['d2'])} words  ->  "
+          f"a2/d2 = {med['d2'] / med['a2']:.3f}  (one process, one worker, run_main)")
     best = {k: min(x["seconds"] for x in v) for k, v in runs.items()}
     print(f"  best of {args.repeat}: (a) {best['a']:.2f} s  (b) {best['b']:.3f} s  (c) {best['c']:.2f} s  ->  "
           f"a/b = {best['b'] / best['a']:.3f}  a/c = {best['c'] / best['a']:.3f}")
@@ -460,7 +468,8 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
             "c_trigger_s": statistics.median(c_trigger) / 1000 if c_trigger else None,
             "a_trigger_s": statistics.median(a_trigger) / 1000 if a_trigger else None,
             "speed_a_over_b": speed_ab, "speed_a_over_c": speed_ac, "a2_busy_s": a2_busy,
-            "speed_a2_over_b": med["b"] / med["a2"], "speed_a2_over_c": med["c"] / med["a2"], "runs": runs}
+            "speed_a2_over_b": med["b"] / med["a2"], "speed_a2_over_c": med["c"] / med["a2"],
+            "speed_a_over_d": med["d"] / med["a"], "speed_a2_over_d2": med["d2"] / med["a2"], "runs": runs}
 
 
 def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path) -> dict[str, Any]:
