@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,11 +20,12 @@ from rstream.processors.spec import (
 )
 from rstream.processors.watermarks import BEHIND_HEADER, FLUSH_HEADER, PRODUCER_HEADER, WM_HEADER
 from rstream.serde import SerdeError
-from rstream.serde.codec import decode
+from rstream.serde.codec import PICKLE_MARK, decode
 from rstream.settings import JobProperties
 from rstream.time.watermark import TimeType
 
 _UNSEEN: Any = object()
+_loads = marshal.loads
 
 #: Printed lines kept per queue and batch, so a chatty ``print()`` cannot flood the driver.
 MAX_PRINTED = 1000
@@ -89,8 +91,8 @@ class ShuffleSourceProcessor(Processor):
             self.records_in += 1
             if headers is not None and PARTIAL_HEADER in headers:
                 self.forward(k, Partial(decode(body)), born)
-            else:
-                self.forward(k, decode(body), born)
+            else:  # decode() inlined: one call less per record
+                self.forward(k, _loads(body) if body[0] != PICKLE_MARK else decode(body), born)
             return
         ctx = self.ctx
         ctx.position_ms = store  # type: ignore[union-attr]

@@ -140,6 +140,17 @@ class QueueRun:
         record user code raised on goes to the dead-letter topic (or stops the run when
         ``skip_data_error`` is off)."""
         ctx, receivers, skip = self.ctx, self.receivers, self.cfg.settings.skip_data_error
+        if len(receivers) == 1:  # the common case: one pipeline reads this topic
+            receive = receivers[0]
+            for rec in records:
+                ctx.offset = rec[0]
+                try:
+                    receive(*rec)
+                except RecordError as err:
+                    if not skip:
+                        raise
+                    ctx.dead_letter(err, rec[1], rec[2], rec[3])
+            return
         for rec in records:
             ctx.offset = rec[0]
             for receive in receivers:

@@ -14,21 +14,22 @@ import pickle
 import zlib
 from typing import Any
 
-_MARSHAL_VERSION = 2
-_PICKLE_MARK = 0x80
+MARSHAL_VERSION = 2
+#: The first byte of pickle's output, never the first byte of marshal's.
+PICKLE_MARK = 0x80
 
 
 def encode(obj: Any) -> bytes:
     """Bytes for ``obj``; the same value gives the same bytes in every process."""
     try:
-        return marshal.dumps(obj, _MARSHAL_VERSION)
+        return marshal.dumps(obj, MARSHAL_VERSION)
     except ValueError:
         return pickle.dumps(obj, protocol=5)
 
 
 def decode(data: bytes) -> Any:
     """The value ``encode`` was given."""
-    if data[0] == _PICKLE_MARK:
+    if data[0] == PICKLE_MARK:
         return pickle.loads(data)
     return marshal.loads(data)
 
