@@ -727,36 +727,44 @@ class EmbeddedBroker:
                 "ORDER BY base_offset", (topic, queue, point)).fetchall()
         finally:
             conn.execute("COMMIT")
+        # Two passes over the stored batches, keeping only their encoded payloads in between: the
+        # decoded records of a big state topic would not fit in a Spark worker's memory.
         latest: dict[MessageKey, int] = {}
-        decoded = []
-        for base, store_ms, payload in rows:
+        shapes = []  # per stored batch: (first offset, last offset, records, holds a delete)
+        for base, _store_ms, payload in rows:
             offsets, recs = _decode_payload(payload)
             offs = offsets if offsets is not None else range(base, base + len(recs))
-            decoded.append((base, store_ms, offs, recs))
             latest.update(zip(map(_first, recs), offs))
+            shapes.append((offs[0], offs[-1], len(recs), not all(map(_second, recs))))
+            del offsets, recs, offs
         latest.pop(None, None)  # a compact topic keeps no message without key
         survivors = sorted(latest.values())
+        del latest
         horizon = now - delete_retention_ms
         changes: list[tuple[int, bytes | None]] = []  # (base offset, new payload or None: delete the row)
         removed = kept_total = 0
-        for base, store_ms, offs, recs in decoded:
-            # the row's surviving offsets, found by bisection: no per-record work for superseded rows
-            lo = bisect.bisect_left(survivors, offs[0])
-            hi = bisect.bisect_right(survivors, offs[-1])
+        for (base, store_ms, payload), (first, last, count, has_delete) in zip(rows, shapes):
+            # the batch's surviving offsets, by bisection: no per-record work for a batch left as is
+            lo = bisect.bisect_left(survivors, first)
+            hi = bisect.bisect_right(survivors, last)
             keep_deletes = store_ms > horizon
-            if hi - lo == len(recs) and (keep_deletes or all(map(_second, recs))):
-                kept_total += len(recs)  # a batch compaction leaves as it is (the usual clean one)
+            if hi - lo == count and (keep_deletes or not has_delete):
+                kept_total += count  # the usual clean batch: left as it is
                 continue
-            if isinstance(offs, range):
+            if hi == lo:
+                removed += count
+                changes.append((base, None))
+                continue
+            offsets, recs = _decode_payload(payload)
+            if offsets is None:
                 at = [o - base for o in survivors[lo:hi]]
             else:
-                index = {o: i for i, o in enumerate(offs)}
+                index = {o: i for i, o in enumerate(offsets)}
                 at = [index[o] for o in survivors[lo:hi]]
+            offs = offsets if offsets is not None else range(base, base + count)
             keep = [(offs[i], recs[i]) for i in at if keep_deletes or recs[i][1]]
             kept_total += len(keep)
-            if len(keep) == len(recs):
-                continue
-            removed += len(recs) - len(keep)
+            removed += count - len(keep)
             changes.append((base, _encode_payload([r for _, r in keep], [o for o, _ in keep]) if keep else None))
         with self._write(conn):
             now_row = conn.execute(
