@@ -788,8 +788,9 @@ class EmbeddedBroker:
                                 (topic, queue)).fetchone()[0])
 
     def compacted_below(self, topic: str, queue: int) -> int:
-        """The queue's end offset when it was last compacted (0: never). Below it, only the latest
-        message per key is left, so the topic as it was at an earlier offset can no longer be read."""
+        """Where the queue's last compaction stopped (0: never compacted). Below it, only the latest
+        message per key below it is left, so the topic as it was at an earlier offset can no longer
+        be read; from it on, every offset reads as written. It only ever grows."""
         self._check_queue(topic, queue)
         row = self._conn().execute(
             "SELECT compacted_below FROM queues WHERE topic=? AND queue=?", (topic, queue)).fetchone()
