@@ -274,3 +274,32 @@ def test_latest_view_and_history_above_the_compaction_point_match_a_dict(
     for end in range(compacted, len(writes) + 1):
         latest = {k: rec[1] for k, rec in broker.read_latest("state", 0, end).items() if rec[1]}
         assert latest == _reference(writes, end)
+
+
+def test_a_compaction_that_lost_the_race_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compaction decides without the write lock; if another process compacted the queue meanwhile,
+    it must not apply what it decided from the older snapshot."""
+    from rstream.broker import embedded
+
+    path = tmp_path / "b"
+    broker = EmbeddedBroker(path, compact_min_dirty=None)
+    broker.create_topic("state", queues=1, compact=True)
+    writes = [("a", b"1"), ("b", b"1"), ("a", b"2"), ("b", b""), ("a", b"3"), ("c", b"1")]
+    for key, body in writes:
+        broker.send("state", body, key=key, queue=0)
+    other = EmbeddedBroker(path, compact_min_dirty=None)
+    real = embedded._decode_payload
+    raced: list[int] = []
+
+    def decode(payload: bytes) -> Any:
+        if not raced:  # the first decode is in the read phase: the other process compacts now
+            raced.append(-1)
+            raced[0] = other.compact("state", 0, below=3)
+        return real(payload)
+
+    monkeypatch.setattr(embedded, "_decode_payload", decode)
+    assert broker.compact("state", 0) == 0  # lost the race: nothing applied
+    assert raced == [1] and broker.compacted_below("state", 0) == 3
+    assert [m.offset for m in broker.read("state", 0)] == [1, 2, 3, 4, 5]
+    assert broker.compact("state", 0) == 3  # a@2, b@1 and the delete b@3 (a@4 is the latest a)
+    assert broker.latest_by_key("state", 0) == _reference(writes)
