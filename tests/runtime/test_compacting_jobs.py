@@ -74,6 +74,12 @@ def test_window_count_with_deletes_loses_nothing_while_compacted(spark: Any, tmp
     builder = windowed(name, TumblingWindow(Time.seconds(2)), "count")
     job = _run(spark, broker, builder, tmp_path, **EXACT)
     assert _compacted(broker, job) > 0
+    (state_topic,) = job.topology.state_topics.values()
+    for q in range(broker.topic(state_topic).queues):
+        below = broker.compacted_below(state_topic, q)
+        stored = broker.read(state_topic, q)
+        assert len(stored) < broker.end_offsets(state_topic)[q]  # superseded values and deletes are gone
+        assert all(m.body for m in stored if m.offset < below)  # deletes dropped (no retention here)
     on_time, _late = split_late(per_queue, lambda e: e["ts"], LATENESS)
     frame = window_frame(on_time, lambda e: e["user"], lambda e: e["ts"], lambda e: 1, 2000)
     expected = frame.groupby(["key", "start", "end"])["value"].size().to_dict()
