@@ -7,6 +7,7 @@ offset), as Kafka and Pulsar do: one row per record is far too slow for shuffles
 
 from __future__ import annotations
 
+import bisect
 import json
 import marshal
 import operator
@@ -46,7 +47,7 @@ CREATE TABLE IF NOT EXISTS topics (
 );
 CREATE TABLE IF NOT EXISTS queues (
     topic TEXT NOT NULL, queue INTEGER NOT NULL, next_offset INTEGER NOT NULL, last_store_ms INTEGER NOT NULL,
-    compacted_below INTEGER NOT NULL DEFAULT 0,
+    compacted_below INTEGER NOT NULL DEFAULT 0, clean_records INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (topic, queue)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (
@@ -70,6 +71,7 @@ CREATE TABLE IF NOT EXISTS consumer_offsets (
 
 
 _first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
 
 
 def _now_ms() -> int:
@@ -119,14 +121,62 @@ class EmbeddedBroker:
     """A RocketMQ-shaped broker in a folder: ``EmbeddedBroker("data/broker")``.
 
     Safe across processes and threads: every write is one ``BEGIN IMMEDIATE`` transaction. The
-    object pickles as its path, so Spark tasks reopen the same broker in their own process.
-    Raises ``BrokerPathError`` when the folder cannot be created or written.
+    object pickles as its path and settings, so Spark tasks reopen the same broker in their own
+    process. Raises ``BrokerPathError`` when the folder cannot be created or written.
+
+    Compact topics are compacted automatically, like Kafka's log cleaner: after an append to a
+    compact topic commits, the appending process compacts a queue when its *dirty* part (records
+    appended since its last compaction, minus a tail that stays as written) holds at least
+    ``compact_min_dirty`` records and at least ``compact_dirty_ratio`` of the records below the
+    compaction point. Settings (per queue):
+
+    - ``compact_min_dirty`` (50 000 records): a workshop-size job (thousands of records) never
+      loses the history that ``job.state(batch=N)``, ``job.state_diff`` and ``job.trace`` read;
+      ``None`` turns automatic compaction off.
+    - ``compact_dirty_ratio`` (0.3): dirty records / (dirty + records kept by the last compaction).
+      A replay then reads at most about ``1 / (1 - ratio)`` (1.43) times the live keys, plus the
+      lag and ``compact_min_dirty``; a lower ratio compacts more often.
+    - ``compact_min_lag`` (10 000 records) and ``compact_min_lag_ms`` (0 ms, as Kafka's
+      ``min.compaction.lag.ms``): the newest records, and those appended less than that long ago,
+      are never compacted, so the recent past stays readable.
+    - ``compact_delete_retention_ms`` (60 000 ms): a delete (empty body) is kept that long after it
+      was appended, so a reader that follows the topic in steps and saw a key's value also sees
+      its delete (Kafka's ``delete.retention.ms``).
+
+    Compaction keeps the latest message per key below the compaction point; offsets never change.
+    Readers of one queue range see one snapshot, so compaction never changes what a read returns
+    below ``compacted_below``'s old value.
     """
 
-    def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        busy_timeout_s: float = 120.0,
+        *,
+        compact_min_dirty: int | None = 50_000,
+        compact_dirty_ratio: float = 0.3,
+        compact_min_lag: int = 10_000,
+        compact_min_lag_ms: int = 0,
+        compact_delete_retention_ms: int = 60_000,
+    ) -> None:
         self.path = Path(path).absolute()
         self.busy_timeout_s = busy_timeout_s
+        if compact_min_dirty is not None and compact_min_dirty < 1:
+            raise BrokerError(f"compact_min_dirty must be a positive number of records or None, got {compact_min_dirty!r}")
+        if not 0.0 <= compact_dirty_ratio <= 1.0:
+            raise BrokerError(f"compact_dirty_ratio must be between 0 and 1, got {compact_dirty_ratio!r}")
+        for name, value in (("compact_min_lag", compact_min_lag), ("compact_min_lag_ms", compact_min_lag_ms),
+                            ("compact_delete_retention_ms", compact_delete_retention_ms)):
+            if value < 0:
+                raise BrokerError(f"{name} must be >= 0, got {value!r}")
+        self.compact_min_dirty = compact_min_dirty
+        self.compact_dirty_ratio = compact_dirty_ratio
+        self.compact_min_lag = compact_min_lag
+        self.compact_min_lag_ms = compact_min_lag_ms
+        self.compact_delete_retention_ms = compact_delete_retention_ms
         self._local = threading.local()
+        self._compact_topics: dict[str, bool] = {}
+        self._not_before: dict[tuple[str, int], int] = {}  # no automatic compaction of a queue before (ms)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             probe = self.path / f".write-probe-{os.getpid()}"
@@ -144,19 +194,23 @@ class EmbeddedBroker:
             raise BrokerPathError(f"broker file {str(self.db_file)!r} cannot be opened: {exc}") from exc
 
     # -- connections --------------------------------------------------------------------------
+    _SETTINGS = ("busy_timeout_s", "compact_min_dirty", "compact_dirty_ratio", "compact_min_lag",
+                 "compact_min_lag_ms", "compact_delete_retention_ms")
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": str(self.path), "busy_timeout_s": self.busy_timeout_s}
+        return {"path": str(self.path), **{name: getattr(self, name) for name in self._SETTINGS}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], state["busy_timeout_s"])  # type: ignore[misc]
+        settings = {name: state[name] for name in self._SETTINGS if name in state}
+        self.__init__(state["path"], **settings)  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"EmbeddedBroker({str(self.path)!r})"
 
-    def _conn(self) -> sqlite3.Connection:
+    def _conn(self, name: str = "conn") -> sqlite3.Connection:
         local = self._local
-        conn = getattr(local, "conn", None)
-        if conn is None or local.pid != os.getpid():
+        conn = getattr(local, name, None)
+        if conn is None or getattr(local, name + "_pid", None) != os.getpid():
             conn = sqlite3.connect(
                 self.path / "broker.sqlite",
                 timeout=self.busy_timeout_s,
@@ -166,8 +220,8 @@ class EmbeddedBroker:
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            local.conn = conn
-            local.pid = os.getpid()
+            setattr(local, name, conn)
+            setattr(local, name + "_pid", os.getpid())
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
@@ -186,6 +240,8 @@ class EmbeddedBroker:
         queue_columns = columns("queues")
         if queue_columns and "compacted_below" not in queue_columns:
             conn.execute("ALTER TABLE queues ADD COLUMN compacted_below INTEGER NOT NULL DEFAULT 0")
+        if queue_columns and "clean_records" not in queue_columns:
+            conn.execute("ALTER TABLE queues ADD COLUMN clean_records INTEGER NOT NULL DEFAULT 0")
         tag_columns = columns("commit_tags")
         if tag_columns and "seq" not in tag_columns:  # tags without order, batch id, progress or outputs
             conn.execute("ALTER TABLE commit_tags RENAME TO commit_tags_before_seq")
@@ -261,6 +317,7 @@ class EmbeddedBroker:
     def delete_topic(self, name: str) -> None:
         """Remove a topic and all its messages."""
         self.topic(name)
+        self._compact_topics.pop(name, None)
         with self._write() as conn:
             conn.execute("DELETE FROM topics WHERE name=?", (name,))
             for table in ("queues", "batches", "commit_tags", "consumer_offsets"):
@@ -385,6 +442,7 @@ class EmbeddedBroker:
         conn = self._conn()
         firsts: dict[tuple[str, int], int] = {}
         outputs: dict[str, list[int]] = {}
+        dirty: list[tuple[str, int, int, int, int]] = []  # (topic, queue, end, compacted_below, clean)
         with self._write(conn):
             if tag is not None:
                 done = conn.execute(
@@ -397,12 +455,13 @@ class EmbeddedBroker:
             rows = []
             for (topic, q), recs in records.items():
                 row = conn.execute(
-                    "SELECT next_offset, last_store_ms FROM queues WHERE topic=? AND queue=?", (topic, q)
+                    "SELECT next_offset, last_store_ms, compacted_below, clean_records FROM queues "
+                    "WHERE topic=? AND queue=?", (topic, q)
                 ).fetchone()
                 if row is None:
                     self.topic(topic)
                     raise BrokerError(f"topic {topic!r} has no queue {q!r}")
-                next_offset, last_ms = row
+                next_offset, last_ms, compacted, clean = row
                 firsts[(topic, q)] = next_offset
                 if not recs:
                     continue
@@ -418,6 +477,7 @@ class EmbeddedBroker:
                     (next_offset, store_ms, topic, q),
                 )
                 outputs[f"{topic}/{q}"] = [firsts[(topic, q)], next_offset]
+                dirty.append((topic, q, next_offset, compacted, clean))
             conn.executemany(
                 "INSERT INTO batches (topic, queue, base_offset, span, store_ms, payload) VALUES (?,?,?,?,?,?)",
                 rows,
@@ -429,6 +489,13 @@ class EmbeddedBroker:
                     (tag.job, tag.topic, tag.queue, tag.start_offset, tag.end_offset, now, tag.meta,
                      tag.batch_id, tag.info, json.dumps(outputs, separators=(",", ":"))),
                 )
+        if self.compact_min_dirty is not None:
+            for topic, q, end, compacted, clean in dirty:
+                if self._compaction_due(end, compacted, clean) and self._is_compact(topic):
+                    try:
+                        self._compact_queue(topic, q, None, self.compact_delete_retention_ms, auto=True)
+                    except sqlite3.OperationalError:
+                        pass  # busy or locked past the timeout: the append itself is done; a later one retries
         return firsts
 
     # -- commit tags --------------------------------------------------------------------------
@@ -487,15 +554,14 @@ class EmbeddedBroker:
         may hold offsets in ``[start, end)``: a seek to the batch holding ``start``, then in order."""
         if end <= start:
             return
-        conn = self._conn()
-        first = conn.execute(
-            "SELECT MAX(base_offset) FROM batches WHERE topic=? AND queue=? AND base_offset<=?",
-            (topic, queue, start),
-        ).fetchone()[0]
-        cursor = conn.execute(
+        # One statement, so one snapshot: a compaction that commits while this reads (in another
+        # process, between two chunks) cannot make it see a key's value but miss its later delete.
+        cursor = self._conn().execute(
             "SELECT base_offset, store_ms, payload FROM batches "
-            "WHERE topic=? AND queue=? AND base_offset>=? AND base_offset<? ORDER BY base_offset",
-            (topic, queue, first if first is not None else start, end),
+            "WHERE topic=?1 AND queue=?2 AND base_offset<?4 AND base_offset>=COALESCE("
+            "(SELECT MAX(base_offset) FROM batches WHERE topic=?1 AND queue=?2 AND base_offset<=?3), ?3) "
+            "ORDER BY base_offset",
+            (topic, queue, start, end),
         )
         for base, store_ms, payload in cursor:
             offsets, recs = _decode_payload(payload)
@@ -577,45 +643,154 @@ class EmbeddedBroker:
         latest message has an empty body (a delete) are left out."""
         return {k: rec[1] for k, rec in self.read_latest(topic, queue).items() if rec[1]}
 
-    def compact(self, topic: str) -> int:
-        """Compact a compact topic: keep only the latest message per key, drop deletes (empty
-        bodies) and messages without key. Offsets never change. Returns the messages removed."""
+    def compact(self, topic: str, queue: int | None = None, below: int | None = None,
+                delete_retention_ms: int = 0) -> int:
+        """Compact a compact topic now: below ``below`` (default: the queue's end), keep only the
+        latest message per key; drop messages without key and deletes (empty bodies) appended more
+        than ``delete_retention_ms`` ago (0: every delete). Offsets never change; the queue's
+        ``compacted_below`` becomes the compaction point. One queue or (``queue=None``) every queue,
+        each in its own short write transaction. Returns the messages removed.
+
+        The broker also compacts on its own (see the class docstring); this is for tests and for
+        a user who wants it now."""
         info = self.topic(topic)
         if not info.compact:
             raise BrokerError(f"topic {topic!r} is not a compact topic; create it with compact=True")
-        removed = 0
-        conn = self._conn()
+        queues = range(info.queues) if queue is None else [queue]
+        if queue is not None:
+            self._check_queue(topic, queue)
+        return sum(self._compact_queue(topic, q, below, delete_retention_ms) for q in queues)
+
+    def _is_compact(self, topic: str) -> bool:
+        known = self._compact_topics.get(topic)
+        if known is None:
+            known = self._compact_topics[topic] = self.has_topic(topic) and self.topic(topic).compact
+        return known
+
+    def _compaction_due(self, end: int, compacted: int, clean: int) -> bool:
+        """The log cleaner's policy: enough dirty records below the lag, and a large enough share."""
+        assert self.compact_min_dirty is not None
+        dirty = end - self.compact_min_lag - compacted
+        return dirty >= self.compact_min_dirty and dirty >= self.compact_dirty_ratio * (dirty + clean)
+
+    def _compact_queue(self, topic: str, queue: int, below: int | None, delete_retention_ms: int,
+                       auto: bool = False) -> int:
+        """Compact one queue below ``below`` (rounded down to a stored batch's start). Reads and
+        decides in a read transaction without the write lock, then applies in a short write
+        transaction if nobody compacted the queue meanwhile. Returns the messages removed."""
+        conn = self._conn("compact_conn")  # its own connection: the caller may hold an open cursor
+        conn.execute("BEGIN")
+        try:
+            row = conn.execute(
+                "SELECT q.next_offset, q.compacted_below, t.created_ms, t.compact FROM queues q JOIN topics t "
+                "ON t.name=q.topic WHERE q.topic=? AND q.queue=?", (topic, queue)).fetchone()
+            if row is None or not row[3]:
+                return 0  # gone, or replaced by a topic that is not compact
+            end, compacted, created, _compact = row
+            now = _now_ms()
+            if auto and self._not_before.get((topic, queue), 0) > now:
+                return 0
+            point = end if below is None else min(int(below), end)
+            if auto:
+                point = min(point, end - self.compact_min_lag)
+                if self.compact_min_lag_ms > 0:
+                    young = conn.execute(
+                        "SELECT MIN(base_offset) FROM batches WHERE topic=? AND queue=? AND store_ms>?",
+                        (topic, queue, now - self.compact_min_lag_ms)).fetchone()[0]
+                    if young is not None and young < point:
+                        point = young
+                        # until that batch is old enough, the appends' checks need not look again
+                        born = conn.execute("SELECT store_ms FROM batches WHERE topic=? AND queue=? AND base_offset=?",
+                                            (topic, queue, young)).fetchone()[0]
+                        if not self._compaction_due(point + self.compact_min_lag, compacted, self._clean(conn, topic, queue)):
+                            self._not_before[(topic, queue)] = born + self.compact_min_lag_ms + 1
+            # a stored batch is compacted whole or not at all: round down to the start of the batch
+            # holding the point (rows that compaction rewrote have explicit offsets at or above base)
+            if point < end:
+                start_of = conn.execute(
+                    "SELECT MAX(base_offset) FROM batches WHERE topic=? AND queue=? AND base_offset<=?",
+                    (topic, queue, point)).fetchone()[0]
+                if start_of is not None and start_of < point:
+                    first_after = conn.execute(
+                        "SELECT payload FROM batches WHERE topic=? AND queue=? AND base_offset=?",
+                        (topic, queue, start_of)).fetchone()[0]
+                    offsets, recs = _decode_payload(first_after)
+                    last = offsets[-1] if offsets else start_of + len(recs) - 1
+                    if last >= point:
+                        point = start_of
+            if point < compacted or (point == compacted and (auto or point == 0)):
+                return 0  # never backwards; a manual call at the same point still drops expired deletes
+            if auto and not self._compaction_due(point + self.compact_min_lag, compacted, self._clean(conn, topic, queue)):
+                return 0
+            rows = conn.execute(
+                "SELECT base_offset, store_ms, payload FROM batches WHERE topic=? AND queue=? AND base_offset<? "
+                "ORDER BY base_offset", (topic, queue, point)).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        # Two passes over the stored batches, keeping only their encoded payloads in between: the
+        # decoded records of a big state topic would not fit in a Spark worker's memory.
+        latest: dict[MessageKey, int] = {}
+        shapes = []  # per stored batch: (first offset, last offset, records, holds a delete)
+        for base, _store_ms, payload in rows:
+            offsets, recs = _decode_payload(payload)
+            offs = offsets if offsets is not None else range(base, base + len(recs))
+            latest.update(zip(map(_first, recs), offs))
+            shapes.append((offs[0], offs[-1], len(recs), not all(map(_second, recs))))
+            del offsets, recs, offs
+        latest.pop(None, None)  # a compact topic keeps no message without key
+        survivors = sorted(latest.values())
+        del latest
+        horizon = now - delete_retention_ms
+        changes: list[tuple[int, bytes | None]] = []  # (base offset, new payload or None: delete the row)
+        removed = kept_total = 0
+        for (base, store_ms, payload), (first, last, count, has_delete) in zip(rows, shapes):
+            # the batch's surviving offsets, by bisection: no per-record work for a batch left as is
+            lo = bisect.bisect_left(survivors, first)
+            hi = bisect.bisect_right(survivors, last)
+            keep_deletes = store_ms > horizon
+            if hi - lo == count and (keep_deletes or not has_delete):
+                kept_total += count  # the usual clean batch: left as it is
+                continue
+            if hi == lo:
+                removed += count
+                changes.append((base, None))
+                continue
+            offsets, recs = _decode_payload(payload)
+            if offsets is None:
+                at = [o - base for o in survivors[lo:hi]]
+            else:
+                index = {o: i for i, o in enumerate(offsets)}
+                at = [index[o] for o in survivors[lo:hi]]
+            offs = offsets if offsets is not None else range(base, base + count)
+            keep = [(offs[i], recs[i]) for i in at if keep_deletes or recs[i][1]]
+            kept_total += len(keep)
+            removed += count - len(keep)
+            changes.append((base, _encode_payload([r for _, r in keep], [o for o, _ in keep]) if keep else None))
         with self._write(conn):
-            for q in range(info.queues):
-                rows = conn.execute(
-                    "SELECT rowid, base_offset, payload FROM batches WHERE topic=? AND queue=? ORDER BY base_offset",
-                    (topic, q),
-                ).fetchall()
-                latest: dict[MessageKey, int] = {}
-                decoded = []
-                for rowid, base, payload in rows:
-                    offsets, recs = _decode_payload(payload)
-                    offs = offsets if offsets is not None else list(range(base, base + len(recs)))
-                    decoded.append((rowid, offs, recs))
-                    for off, rec in zip(offs, recs):
-                        latest[rec[0]] = off
-                for rowid, offs, recs in decoded:
-                    keep = [(o, r) for o, r in zip(offs, recs)
-                            if r[0] is not None and latest.get(r[0]) == o and r[1]]
-                    removed += len(recs) - len(keep)
-                    if len(keep) == len(recs):
-                        continue
-                    if keep:
-                        payload = _encode_payload([r for _, r in keep], [o for o, _ in keep])
-                        conn.execute("UPDATE batches SET payload=? WHERE rowid=?", (payload, rowid))
-                    else:
-                        conn.execute("DELETE FROM batches WHERE rowid=?", (rowid,))
-                conn.execute("UPDATE queues SET compacted_below=next_offset WHERE topic=? AND queue=?", (topic, q))
+            now_row = conn.execute(
+                "SELECT q.compacted_below, t.created_ms FROM queues q JOIN topics t ON t.name=q.topic "
+                "WHERE q.topic=? AND q.queue=?", (topic, queue)).fetchone()
+            if now_row is None or tuple(now_row) != (compacted, created):
+                return 0  # another process compacted this queue meanwhile (or the topic was replaced)
+            for base, payload in changes:
+                if payload is None:
+                    conn.execute("DELETE FROM batches WHERE topic=? AND queue=? AND base_offset=?", (topic, queue, base))
+                else:
+                    conn.execute("UPDATE batches SET payload=? WHERE topic=? AND queue=? AND base_offset=?",
+                                 (payload, topic, queue, base))
+            conn.execute("UPDATE queues SET compacted_below=?, clean_records=? WHERE topic=? AND queue=?",
+                         (point, kept_total, topic, queue))
         return removed
 
+    @staticmethod
+    def _clean(conn: sqlite3.Connection, topic: str, queue: int) -> int:
+        return int(conn.execute("SELECT clean_records FROM queues WHERE topic=? AND queue=?",
+                                (topic, queue)).fetchone()[0])
+
     def compacted_below(self, topic: str, queue: int) -> int:
-        """The queue's end offset when it was last compacted (0: never). Below it, only the latest
-        message per key is left, so the topic as it was at an earlier offset can no longer be read."""
+        """Where the queue's last compaction stopped (0: never compacted). Below it, only the latest
+        message per key below it is left, so the topic as it was at an earlier offset can no longer
+        be read; from it on, every offset reads as written. It only ever grows."""
         self._check_queue(topic, queue)
         row = self._conn().execute(
             "SELECT compacted_below FROM queues WHERE topic=? AND queue=?", (topic, queue)).fetchone()

@@ -182,6 +182,9 @@ class StateViews(ProgressViews):
             decoded = decode_state_message(rec[1], rec[3])
             if decoded is not None:
                 entries[decoded[0]] = decoded[1:]
+        if self.broker.compacted_below(state_topic, queue) > end:
+            # compacted while it was read (the broker compacts on its own): ask again, which raises
+            return self._state_topic_at(topic, state_topic, queue, end, batch)
         with self._lock:
             if len(self._state_cache) > 256:
                 self._state_cache.clear()

@@ -121,6 +121,11 @@ class _Replay:
                     f"{self.state_topic} queue {queue} was compacted past the state that batch started from")
             self.store = StateStore(work / f"{topic}-{queue}-{tag.start_offset}", self.state_topic, queue).open()
             self.store.replay(broker, None, state_end=end)
+            if 0 < end < broker.compacted_below(self.state_topic, queue):  # compacted while it replayed
+                self.store.close()
+                raise StateError(
+                    f"cannot re-execute {topic}/{queue} offsets {tag.start_offset}..{tag.end_offset}: "
+                    f"{self.state_topic} queue {queue} was compacted past the state that batch started from")
         info = json.loads(tag.info) if tag.info else {}
         batch = -1 if tag.batch_id is None else tag.batch_id
         self.log: list[tuple[str, int, int]] = []  # every output record, in the order it was made
@@ -234,9 +239,10 @@ class _Replay:
         """Whether the re-executed outputs are the committed ones (keys and bodies, in order)."""
         for name, (first, end) in self.tag.outputs.items():
             topic, _, q = name.rpartition("/")
+            stored = [(m.key, m.body) for m in self.broker.read(topic, int(q), first, end)]
+            # checked after the read: compaction only moves forward, and may run while this reads
             if topic == self.state_topic and self.broker.compacted_below(topic, int(q)) > first:
                 continue  # compaction removed superseded changelog records: nothing left to compare
-            stored = [(m.key, m.body) for m in self.broker.read(topic, int(q), first, end)]
             mine = [(r[0], r[1]) for r in records.get((topic, int(q)), [])]
             if stored != mine:
                 return False
