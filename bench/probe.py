@@ -81,25 +81,37 @@ class SinkWatch:
             time.sleep(poll_s)
 
 
-def proc_cpu() -> float:
-    """CPU seconds (user + system) of the JVM, every process under it and this process."""
+def proc_cpu() -> dict[int, float]:
+    """Per process, CPU seconds (user + system): the JVM, every process under it, and this one."""
     import psutil
     from pyspark import SparkContext
 
     procs = [psutil.Process()]
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None)
+    proc = getattr(SparkContext._gateway, "proc", None)
     if proc is not None:
         jvm = psutil.Process(proc.pid)
         procs += [jvm, *jvm.children(recursive=True)]
-    total = 0.0
+    out = {}
     for p in procs:
         try:
             t = p.cpu_times()
-            total += t.user + t.system
+            out[p.pid] = t.user + t.system
         except psutil.Error:
             pass
-    return total
+    return out
+
+
+def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two ``proc_cpu()`` readings (a process that ended in between is
+    not counted: its last times are gone; one that started is counted whole)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+def _iso_s(stamp: str) -> float:
+    """Epoch seconds of a progress event's ISO timestamp (``2026-11-23T01:02:03.456Z``)."""
+    import datetime
+
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def durations(query: Any) -> list[dict[str, int]]:
@@ -179,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             # a new job reads from the first offset: only the new record is new for its *result*,
             # but it recounts the earlier ones; so every job counts in a topic of its own keys
             broker.send(SOURCE, key, key=key)
-            t0 = time.perf_counter()
+            t0, wall0 = time.perf_counter(), time.time()
             job.start()
+            phases["start_returned_s"].append(time.perf_counter() - t0)
             try:
                 deadline = time.perf_counter() + 120
                 while True:
@@ -193,10 +206,17 @@ def main(argv: list[str] | None = None) -> int:
                 took = at - t0
                 if [(k, v) for k, v, _ in mine] != [(key, "1")]:
                     raise AssertionError(f"sink got {mine}, expected {key}:1")
+                progress = [p for p in job._query.recentProgress if p.get("numInputRows")]
+                if progress:
+                    first = progress[0]["timestamp"]
+                    phases["to_first_trigger_s"].append(_iso_s(first) - wall0)
+                    for p in progress[:2]:
+                        phases["batch_ms"].append(p["durationMs"])
             finally:
                 job.stop()
             return took
 
+        phases: dict[str, list[Any]] = {"start_returned_s": [], "to_first_trigger_s": [], "batch_ms": []}
         if "a" not in skip:
             # each job reads the whole source topic from its start: earlier keys give earlier results
             # too, so the sink is watched for this job's key only
@@ -204,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             warm = [start_to_first(f"probe-a{next(jobs)}") for _ in range(args.starts)]
             res["a_first_s"], res["a_warm_s"] = first, warm
             res["a_warm_median_s"] = statistics.median(warm) if warm else None
+            res["a_phases"] = phases
 
         job = make(f"probe-b{next(jobs)}", consume_from="last")  # only what is sent from now on
         if "b" not in skip or "d" not in skip:
@@ -237,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             c0, t0 = proc_cpu(), time.perf_counter()
             time.sleep(args.idle_seconds)
             c1, t1 = proc_cpu(), time.perf_counter()
-            res["d_idle_cpu_share"] = (c1 - c0) / (t1 - t0)
+            res["d_idle_cpu_share"] = cpu_between(c0, c1) / (t1 - t0)
+            res["d_processes"] = len(c1)
             idle_rows = [r for r in durations(job._query) if not r.get("inputRows")]
             res["d_idle_triggers"] = summarise(idle_rows)
         job.stop()
@@ -285,6 +307,12 @@ def report(res: dict[str, Any]) -> None:
         if res["a_warm_median_s"] is not None:
             warm = ", ".join(f"{x:.2f}" for x in res["a_warm_s"])
             print(f"  (a) start() -> first result, warm session  {res['a_warm_median_s']:7.2f} s   ({warm})")
+        ph = res["a_phases"]
+        print("      start() returns after " + ", ".join(f"{x:.2f}" for x in ph["start_returned_s"])
+              + " s; first trigger after " + ", ".join(f"{x:.2f}" for x in ph["to_first_trigger_s"]) + " s")
+        for i, d in enumerate(ph["batch_ms"]):
+            print(f"      {'first' if i % 2 == 0 else 'second'} batch ms: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(d.items()) if v))
     if "b_p50_ms" in res:
         print(f"  (b) send -> sink visible      p50 {res['b_p50_ms']:6.0f} ms   p95 {res['b_p95_ms']:6.0f} ms"
               f"   ({len(res['b_latency_ms'])} records)")
