@@ -27,18 +27,23 @@ if TYPE_CHECKING:
 POLLING_DELAY = "spark.sql.streaming.pollingDelay"
 
 
+_CONF_LOCK = threading.Lock()
+
+
 @contextmanager
 def _session_conf(spark: Any, key: str, value: str) -> Iterator[None]:
-    """``key`` set to ``value`` on the session while the block runs, then as it was."""
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
+    """``key`` set to ``value`` on the session while the block runs, then as it was (one block at
+    a time: two jobs starting at once on two threads must not restore each other's value)."""
+    with _CONF_LOCK:
+        before = spark.conf.get(key, None)
+        spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
 
 
 class QueryDriver(StateViews):
