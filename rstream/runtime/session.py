@@ -27,8 +27,9 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
     says otherwise; N = ``usable_cores()``: each task slot costs a Python worker's memory).
 
     A new session is quiet (warnings only, no progress bars, no UI), keeps Python workers alive
-    between batches, writes its streaming checkpoints without forking processes (``FAST_LOCAL_FILES``;
-    a session made elsewhere keeps its own settings), and keeps its temporary files under ``tmp_dir`` (default ``./rstream-data/spark-tmp``).
+    between batches, writes streaming checkpoints without forking processes (``FAST_LOCAL_FILES``;
+    a session made elsewhere keeps its own settings), and keeps its temporary files under
+    ``tmp_dir`` (default ``./rstream-data/spark-tmp``).
     The JVM's own output (its log, and warnings it prints at start-up such as "Using incubator
     modules") goes to ``<tmp_dir>/spark-driver.log``, not into a notebook's cells. Extra settings are
     Spark properties, with ``__`` for ``.`` (``spark__driver__memory="1g"``).
