@@ -28,8 +28,9 @@ class RocketMQStream(QueryDriver):
     ``broker`` defaults to an ``EmbeddedBroker`` in ``<data_dir>/broker``; ``spark`` to the active
     session or a new ``local[*]`` one. ``start()`` runs continuously (one micro-batch after the
     other while input comes, a look for new input every ``trigger_interval_ms`` while none does),
-    ``run_until_idle()`` returns once every source and shuffle queue is drained, ``stop()`` stops. A restart with the same job folder goes on after the last committed
-    batch: nothing is counted twice, nothing is lost.
+    ``run_until_idle()`` returns once every source and shuffle queue is drained, ``stop()`` stops.
+    A restart with the same job folder goes on after the last committed batch: nothing is counted
+    twice, nothing is lost.
     """
 
     def __init__(
