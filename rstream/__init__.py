@@ -14,11 +14,8 @@ from rstream.broker import (
     Message,
     UnknownTopicError,
 )
-from rstream.dsl import DslError, GroupedStream, JoinedStream, RStream, StreamBuilder, WindowStream
 from rstream.errors import RStreamError
-from rstream.graph import Topology
 from rstream.lazy import lazy_getattr
-from rstream.processors import Accumulator, ProcessingError, RecordError, UnhashableKeyError
 from rstream.runtime import RUNTIME_NAMES
 from rstream.serde import (
     JsonDeserializer,
@@ -30,16 +27,27 @@ from rstream.serde import (
     TextSerializer,
 )
 from rstream.settings import JobError, JobProperties
-from rstream.state import StateError, StateStore
 from rstream.time import SessionWindow, SlidingWindow, Time, TimeType, TumblingWindow, WindowError, WindowKey
 
 __version__ = "0.1.0"
 
-#: Names that need Spark to run, loaded on first use (``rstream.lazy``).
-_LAZY = {**RUNTIME_NAMES, "RecordTrace": "rstream.runtime.trace", "TraceError": "rstream.runtime.trace"}
+#: Names loaded on first use (``rstream.lazy``): those that need Spark to run, and the DSL, the
+#: topology, the processors and the state store, so a process that only needs the broker and the
+#: Spark source (the planner process Spark starts for every streaming query) does not load them.
+_LAZY = {
+    **RUNTIME_NAMES, "RecordTrace": "rstream.runtime.trace", "TraceError": "rstream.runtime.trace",
+    **dict.fromkeys(["DslError", "GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowStream"],
+                    "rstream.dsl"),
+    "Topology": "rstream.graph",
+    **dict.fromkeys(["Accumulator", "ProcessingError", "RecordError", "UnhashableKeyError"], "rstream.processors"),
+    **dict.fromkeys(["StateError", "StateStore"], "rstream.state"),
+}
 __getattr__ = lazy_getattr("rstream", _LAZY, globals())
 
 if TYPE_CHECKING:
+    from rstream.dsl import DslError, GroupedStream, JoinedStream, RStream, StreamBuilder, WindowStream
+    from rstream.graph import Topology
+    from rstream.processors import Accumulator, ProcessingError, RecordError, UnhashableKeyError
     from rstream.runtime import (
         BatchProgress,
         CheckpointMismatchError,
@@ -50,6 +58,7 @@ if TYPE_CHECKING:
         stop_spark,
     )
     from rstream.runtime.trace import RecordTrace, TraceError
+    from rstream.state import StateError, StateStore
 
 
 def __dir__() -> list[str]:

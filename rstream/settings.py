@@ -48,7 +48,8 @@ class JobProperties:
     - ``consume_from``: ``"first"`` (default: a notebook produces, then runs) or ``"last"`` offset.
     - ``skip_data_error``: report a record whose deserializer, function or serializer raises,
       and go on (default True); False stops the job with that error.
-    - ``trigger_interval_ms``: micro-batch interval of ``start()`` (200).
+    - ``trigger_interval_ms``: how often a job started with ``start()`` looks for new input while
+      it has none (100); a batch that had input is followed by the next one at once.
     - ``tasks``: Spark tasks per batch (default: Spark's default parallelism, one per core).
     - ``max_records_per_queue``: records per queue and batch at most (1 000 000).
     - ``sink_queues``: queues of a sink topic that does not exist yet (4).
@@ -66,7 +67,7 @@ class JobProperties:
     job_dir: str | None = None
     consume_from: ConsumeFrom = ConsumeFrom.FIRST
     skip_data_error: bool = True
-    trigger_interval_ms: int = 200
+    trigger_interval_ms: int = 100
     tasks: int | None = None
     max_records_per_queue: int = 1_000_000
     sink_queues: int = 4

@@ -26,10 +26,11 @@ class RocketMQStream(QueryDriver):
     """Run ``topology`` on Spark: ``RocketMQStream(builder.build()).run_until_idle()``.
 
     ``broker`` defaults to an ``EmbeddedBroker`` in ``<data_dir>/broker``; ``spark`` to the active
-    session or a new ``local[*]`` one. ``start()`` runs continuously (a micro-batch every
-    ``trigger_interval_ms``), ``run_until_idle()`` returns once every source and shuffle queue is
-    drained, ``stop()`` stops. A restart with the same job folder goes on after the last committed
-    batch: nothing is counted twice, nothing is lost.
+    session or a new ``local[*]`` one. ``start()`` runs continuously (one micro-batch after the
+    other while input comes, a look for new input every ``trigger_interval_ms`` while none does),
+    ``run_until_idle()`` returns once every source and shuffle queue is drained, ``stop()`` stops.
+    A restart with the same job folder goes on after the last committed batch: nothing is counted
+    twice, nothing is lost.
     """
 
     def __init__(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from rstream.processors.watermarks import send_ticks
@@ -31,6 +32,29 @@ _WORKER_START_FAILURES = (
 
 #: Restarts after such a failure, per job object, before the failure is raised.
 MAX_RESTARTS = 2
+
+
+#: Spark's pause after a trigger that found no new data (a SQL property read when a query is made).
+POLLING_DELAY = "spark.sql.streaming.pollingDelay"
+
+
+_CONF_LOCK = threading.Lock()
+
+
+@contextmanager
+def _session_conf(spark: Any, key: str, value: str) -> Iterator[None]:
+    """``key`` set to ``value`` on the session while the block runs, then as it was (one block at
+    a time: two jobs starting at once on two threads must not restore each other's value)."""
+    with _CONF_LOCK:
+        before = spark.conf.get(key, None)
+        spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
 
 
 class QueryDriver(StateViews):
@@ -76,10 +100,14 @@ class QueryDriver(StateViews):
             .queryName(f"rstream-{self.job_id}")
         )
         if available_now:
-            writer = writer.trigger(availableNow=True)
+            self._query = writer.trigger(availableNow=True).start()
         else:
-            writer = writer.trigger(processingTime=f"{self.properties.trigger_interval_ms} milliseconds")
-        self._query = writer.start()
+            # A batch right after a batch with data (a source batch writes the shuffle queues the next
+            # one reads: waiting for the next interval would add up to a whole interval per shuffle),
+            # and every trigger_interval_ms while there is none: Spark sleeps pollingDelay after a
+            # trigger that found no new data. The query reads pollingDelay when it is made.
+            with _session_conf(self.spark, POLLING_DELAY, f"{self.properties.trigger_interval_ms}ms"):
+                self._query = writer.trigger(processingTime="0 seconds").start()
         self._query_mode = (available_now, flush_at_end)
         return self._query
 
