@@ -139,17 +139,15 @@ class QueueRun:
         """Process records ``(offset, key, body, born, store time, headers)`` in offset order. A
         record user code raised on goes to the dead-letter topic (or stops the run when
         ``skip_data_error`` is off)."""
-        ctx, receivers, skip = self.ctx, self.receivers, self.cfg.settings.skip_data_error
-        if len(receivers) == 1:  # the common case: one pipeline reads this topic
+        ctx, receivers = self.ctx, self.receivers
+        if len(receivers) == 1:  # the common case, one pipeline reads this topic: no inner loop
             receive = receivers[0]
             for rec in records:
                 ctx.offset = rec[0]
                 try:
                     receive(*rec)
                 except RecordError as err:
-                    if not skip:
-                        raise
-                    ctx.dead_letter(err, rec[1], rec[2], rec[3])
+                    self._failed(err, rec)
             return
         for rec in records:
             ctx.offset = rec[0]
@@ -157,9 +155,13 @@ class QueueRun:
                 try:
                     receive(*rec)
                 except RecordError as err:
-                    if not skip:
-                        raise
-                    ctx.dead_letter(err, rec[1], rec[2], rec[3])
+                    self._failed(err, rec)
+
+    def _failed(self, err: RecordError, rec: tuple[int, Any, bytes, int, int, dict[str, str] | None]) -> None:
+        """User code raised on ``rec``: a dead letter, or the end of the run (``skip_data_error`` off)."""
+        if not self.cfg.settings.skip_data_error:
+            raise err
+        self.ctx.dead_letter(err, rec[1], rec[2], rec[3])
 
     def finish(self) -> tuple[dict[tuple[str, int], list[Any]], dict[str, Any]]:
         """End the batch: fire what is due, flush every processor, stage the state changes.
