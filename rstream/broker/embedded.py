@@ -682,11 +682,11 @@ class EmbeddedBroker:
         conn.execute("BEGIN")
         try:
             row = conn.execute(
-                "SELECT q.next_offset, q.compacted_below, t.created_ms, t.compact FROM queues q JOIN topics t "
-                "ON t.name=q.topic WHERE q.topic=? AND q.queue=?", (topic, queue)).fetchone()
-            if row is None or not row[3]:
+                "SELECT q.next_offset, q.compacted_below, q.clean_records, t.created_ms, t.compact FROM queues q "
+                "JOIN topics t ON t.name=q.topic WHERE q.topic=? AND q.queue=?", (topic, queue)).fetchone()
+            if row is None or not row[4]:
                 return 0  # gone, or replaced by a topic that is not compact
-            end, compacted, created, _compact = row
+            end, compacted, clean, created, _compact = row
             now = _now_ms()
             if auto and self._not_before.get((topic, queue), 0) > now:
                 return 0
@@ -694,15 +694,13 @@ class EmbeddedBroker:
             if auto:
                 point = min(point, end - self.compact_min_lag)
                 if self.compact_min_lag_ms > 0:
-                    young = conn.execute(
-                        "SELECT MIN(base_offset) FROM batches WHERE topic=? AND queue=? AND store_ms>?",
-                        (topic, queue, now - self.compact_min_lag_ms)).fetchone()[0]
-                    if young is not None and young < point:
-                        point = young
+                    first_young = conn.execute(
+                        "SELECT base_offset, store_ms FROM batches WHERE topic=? AND queue=? AND store_ms>? "
+                        "ORDER BY base_offset LIMIT 1", (topic, queue, now - self.compact_min_lag_ms)).fetchone()
+                    if first_young is not None and first_young[0] < point:
+                        point, born = first_young
                         # until that batch is old enough, the appends' checks need not look again
-                        born = conn.execute("SELECT store_ms FROM batches WHERE topic=? AND queue=? AND base_offset=?",
-                                            (topic, queue, young)).fetchone()[0]
-                        if not self._compaction_due(point + self.compact_min_lag, compacted, self._clean(conn, topic, queue)):
+                        if not self._compaction_due(point + self.compact_min_lag, compacted, clean):
                             self._not_before[(topic, queue)] = born + self.compact_min_lag_ms + 1
             # a stored batch is compacted whole or not at all: round down to the start of the batch
             # holding the point (rows that compaction rewrote have explicit offsets at or above base)
@@ -720,7 +718,7 @@ class EmbeddedBroker:
                         point = start_of
             if point < compacted or (point == compacted and (auto or point == 0)):
                 return 0  # never backwards; a manual call at the same point still drops expired deletes
-            if auto and not self._compaction_due(point + self.compact_min_lag, compacted, self._clean(conn, topic, queue)):
+            if auto and not self._compaction_due(point + self.compact_min_lag, compacted, clean):
                 return 0
             rows = conn.execute(
                 "SELECT base_offset, store_ms, payload FROM batches WHERE topic=? AND queue=? AND base_offset<? "
@@ -781,11 +779,6 @@ class EmbeddedBroker:
             conn.execute("UPDATE queues SET compacted_below=?, clean_records=? WHERE topic=? AND queue=?",
                          (point, kept_total, topic, queue))
         return removed
-
-    @staticmethod
-    def _clean(conn: sqlite3.Connection, topic: str, queue: int) -> int:
-        return int(conn.execute("SELECT clean_records FROM queues WHERE topic=? AND queue=?",
-                                (topic, queue)).fetchone()[0])
 
     def compacted_below(self, topic: str, queue: int) -> int:
         """Where the queue's last compaction stopped (0: never compacted). Below it, only the latest
