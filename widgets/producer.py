@@ -153,6 +153,7 @@ class ProducerPanel(LiveView):
         children: list[ipywidgets.Widget] = [self.records, row([self.format, self.key, self.queue, self.send_button]),
                                               self.result]
         self.producer: RateProducer | None = None
+        self._showing = False  # the button is being set to match the generator, not clicked
         self.generator = generator
         self._made = 0  # records the generators before the current one made: i goes on from there
         self.rate = ipywidgets.IntSlider(value=rate, min=1, max=500, description="records/s",
@@ -199,7 +200,7 @@ class ProducerPanel(LiveView):
             self.status_line.value = status(f"generator {state} at {producer.rate:g} records/s: sent {producer.sent}; "
                                             f"topic {self.topic!r} holds {sum(ends)} messages")
             if not producer.running and self.run_button.value:
-                self.run_button.value = False  # it finished its count
+                self._show_running(False)  # it finished its count
         return seen
 
     def send(self) -> list[Any]:
@@ -221,6 +222,8 @@ class ProducerPanel(LiveView):
         return list(results)
 
     def _toggle(self, change: Any) -> None:
+        if self._showing:
+            return  # the panel set the button to match the generator: nothing to start or stop
         if change["new"]:
             self.start_generator()
         else:
@@ -241,12 +244,23 @@ class ProducerPanel(LiveView):
             self.producer = RateProducer(self.broker, self.topic, self.generator, self.rate.value, count,
                                          self.queue.value, first)
         self.producer.start()
-        self.run_button.description, self.run_button.icon = "stop generator", "stop"
+        self._show_running(True)
         return self.producer
 
     def stop_generator(self) -> None:
         if self.producer is not None:
             self.producer.stop()
-        self.run_button.description, self.run_button.icon = "start generator", "play"
+        self._show_running(False)
         if not self.is_monitoring:
             self.refresh()
+
+    def _show_running(self, running: bool) -> None:
+        """The button as the generator is, also when code (``start_generator()``) or the end of its
+        count changed it rather than a click: pressed with "stop" while it runs, "start" when not."""
+        self._showing = True
+        try:
+            self.run_button.value = running
+        finally:
+            self._showing = False
+        self.run_button.description, self.run_button.icon = (
+            ("stop generator", "stop") if running else ("start generator", "play"))

@@ -75,6 +75,26 @@ def test_the_panel_sends_typed_records_and_runs_a_generator(broker: EmbeddedBrok
     assert "sent 5" in unescape(panel.status_line.value)
 
 
+def test_the_generator_button_shows_the_generator_as_it_is(broker: EmbeddedBroker) -> None:
+    """Started from code, or ended by its count, the generator's button says what a click would do."""
+    broker.create_topic("events", queues=1)
+    panel = ProducerPanel(broker, "events", generator=lambda i: f"gen {i}")
+    button = panel.run_button
+    panel.count.value, panel.rate.value = 3, 200
+    producer = panel.start_generator()  # from code, not a click
+    assert button.value and button.description == "stop generator"
+    assert producer.wait(timeout=60)
+    panel.refresh()  # the panel sees the count is done
+    assert "generator stopped" in unescape(panel.status_line.value)
+    assert not button.value and button.description == "start generator"
+    button.value = True  # a click on "start generator" starts it
+    assert panel.producer is not producer and panel.producer.wait(timeout=60)
+    assert button.description == "stop generator"
+    panel.refresh()
+    assert not button.value and button.description == "start generator"
+    assert sum(broker.end_offsets("events")) == 6
+
+
 def test_event_time_snapshot_matches_the_watermark_rule_and_the_late_topic(held_back_job: Any) -> None:
     job, _ = held_back_job
     snap = EventTimeSnapshot.of(job)
