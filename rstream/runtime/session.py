@@ -11,15 +11,24 @@ _LOG4J = Path(__file__).with_name("log4j2.properties")
 _REGISTERED: set[int] = set()
 
 
-def _worker_environment() -> None:
+def _worker_environment(local: bool) -> bool:
+    """Set the workers' interpreter and import path; True if they can start warm (a local master,
+    and workers running this interpreter, which has rstream: ``WARM_WORKERS``)."""
     # Workers must run this interpreter (with rstream and the user's packages) and see the same
     # import path as the driver, or they cannot unpickle the job's functions.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from rstream.runtime.zygote import spark_python, zygote
+
+    current, warm = os.environ.get("PYSPARK_PYTHON"), zygote()
+    real = warm.real_python if warm is not None and current == str(warm.script) else current or sys.executable
+    # a local session's per-query Python process starts warm (rstream.runtime.zygote)
+    local = local and os.environ.get("RSTREAM_ZYGOTE", "1") != "0"
+    os.environ["PYSPARK_PYTHON"] = spark_python(real) if local else real
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     known = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     merged = [p for p in known if p] + [p for p in paths if p not in known]
     os.environ["PYTHONPATH"] = os.pathsep.join(merged)
+    return local and os.path.realpath(real) == os.path.realpath(sys.executable)
 
 
 def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None = None, **conf: Any) -> Any:
@@ -40,14 +49,15 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
     if active is not None:
         register(active)
         return active
-    _worker_environment()
+    master = master or os.environ.get("RSTREAM_SPARK_MASTER", f"local[{usable_cores()}]")
+    warm = _worker_environment(master.startswith("local"))
     tmp = Path(tmp_dir or Path("rstream-data") / "spark-tmp").absolute()
     tmp.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("SPARK_LOCAL_DIRS", str(tmp))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, and no warning about it
     java_opts = f"-Dlog4j2.configurationFile={_LOG4J.as_uri()} -Djava.io.tmpdir={tmp}"
     options = {
-        "spark.master": master or os.environ.get("RSTREAM_SPARK_MASTER", f"local[{usable_cores()}]"),
+        "spark.master": master,
         "spark.app.name": "rstream",
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,
@@ -58,6 +68,7 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
         "spark.sql.streaming.noDataProgressEventInterval": "100",
         "spark.sql.warehouse.dir": str(tmp / "warehouse"),
         **FAST_LOCAL_FILES,
+        **(WARM_WORKERS if warm else {}),
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         **{key.replace("__", "."): str(value) for key, value in conf.items()},
@@ -85,6 +96,12 @@ FAST_LOCAL_FILES = {
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
     "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
 }
+
+
+#: Python workers forked warm: the daemon they are forked from has imported what an rstream task
+#: needs (``rstream.runtime.daemon``). Local sessions whose workers run this interpreter only: the
+#: daemon is a module of this environment, and executors elsewhere may run another.
+WARM_WORKERS = {"spark.python.daemon.module": "rstream.runtime.daemon"}
 
 
 #: Task slots of the default local master at most: a notebook machine (a laptop, a Binder box)

@@ -1,0 +1,249 @@
+"""A warm start for the Python process Spark starts for every streaming query.
+
+Spark runs a Python streaming source's ``initialOffset``/``latestOffset``/``partitions`` in a
+process of its own per query (``python -m pyspark.sql.streaming.python_streaming_source_runner``,
+started afresh, never from Spark's forking daemon). Most of ``start()`` -> first result, and of the
+fixed cost of every ``run_until_idle()``, was that process importing pyspark, pyarrow and numpy:
+0.7 to 1.7 s on a 2-core machine whose JVM is busy starting the query at the same moment.
+
+Sessions made by ``get_spark()`` with a local master therefore get a *zygote*: one process per
+driver that has imported all of it once and forks a copy of itself, already warm, for each query.
+Spark still starts what it believes is Python (``PYSPARK_PYTHON`` is a small script that runs the
+real interpreter for everything else): for the source runner that script runs ``launch.py``, which
+hands its standard streams, environment and working directory to the zygote over a Unix socket,
+forwards signals to the forked runner and exits with its exit code. Everything the runner reads
+from its environment (how to connect back to the JVM) is read after the fork, from the launcher's.
+
+Whenever the zygote cannot serve (not started, gone, refusing), ``launch.py`` runs the real
+interpreter in its place: the query starts as it would without it, only slower. The zygote exits
+when the driver process does (its stdin is a pipe from the driver). A cluster's executors never
+use it: only a local master's sessions get the script (executors elsewhere have no such file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+#: The module Spark runs per streaming query, the only one the zygote starts.
+RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+#: Modules the zygote imports before it forks: the runner's, and what rstream's reader loads in it.
+PRELOAD = (RUNNER, "rstream.runtime.source", "rstream.broker.embedded", "rstream.runtime.task")
+
+_LAUNCH = Path(__file__).with_name("launch.py")
+
+_SCRIPT = """#!/bin/sh
+# Made by rstream (rstream/runtime/zygote.py): Spark's Python for this session.
+if [ "$1" = "-m" ] && [ "$2" = "{runner}" ]; then
+  exec {real} -I -S {launch} {sock} {real} "$@"
+fi
+exec {real} "$@"
+"""
+
+
+class Zygote:
+    """The driver's handle on its zygote process: the script Spark should run as Python."""
+
+    def __init__(self, real_python: str) -> None:
+        self.real_python = real_python
+        self.dir = Path(tempfile.mkdtemp(prefix="rstream-zygote-"))
+        self.socket = self.dir / "zygote.sock"
+        self.script = self.dir / "python"
+        self.script.write_text(_SCRIPT.format(runner=RUNNER, real=_quote(real_python), launch=_quote(str(_LAUNCH)),
+                                              sock=_quote(str(self.socket))))
+        self.script.chmod(self.script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        env = dict(os.environ)
+        # no threads before the fork: OpenBLAS starts a pool when numpy is imported, and pyarrow's
+        # jemalloc a background thread (the runners get Spark's environment, not this one)
+        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                   JE_ARROW_MALLOC_CONF="background_thread:false")
+        self.proc = subprocess.Popen([real_python, "-m", __name__, str(self.socket)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                                     start_new_session=True)
+
+    def ready(self, timeout: float = 60.0) -> bool:
+        """Whether the zygote serves (it says so on its stderr once its imports are done)."""
+        assert self.proc.stderr is not None
+        ready, _, _ = select.select([self.proc.stderr], [], [], timeout)
+        line = self.proc.stderr.readline() if ready else b""
+        return line.strip() == b"ready"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for path in (self.socket, self.script):
+            path.unlink(missing_ok=True)
+        try:
+            self.dir.rmdir()
+        except OSError:
+            pass
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+_ZYGOTE: Zygote | None = None
+_LOCK = threading.Lock()
+
+
+def spark_python(real_python: str) -> str:
+    """What ``PYSPARK_PYTHON`` should be for a local session: the zygote's script, started now (it
+    imports while the JVM starts), or ``real_python`` itself where no zygote can run."""
+    global _ZYGOTE
+    with _LOCK:
+        if _ZYGOTE is not None and _ZYGOTE.proc.poll() is None and _ZYGOTE.real_python == real_python:
+            return str(_ZYGOTE.script)
+        if _ZYGOTE is not None:  # gone, or for another interpreter
+            _ZYGOTE.stop()
+            _ZYGOTE = None
+        if not hasattr(socket, "AF_UNIX") or not hasattr(os, "fork"):
+            return real_python
+        made = None
+        try:
+            made = Zygote(real_python)
+            # a temporary folder on a noexec mount would leave Spark with no Python at all
+            subprocess.run([str(made.script), "-c", "pass"], check=True, timeout=60, capture_output=True)
+        except (OSError, subprocess.SubprocessError):
+            if made is not None:
+                made.stop()
+            return real_python
+        import atexit
+
+        atexit.register(made.stop)
+        _ZYGOTE = made
+        return str(made.script)
+
+
+def zygote() -> Zygote | None:
+    return _ZYGOTE
+
+
+# ------------------------------------------------------------------ the zygote process itself
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+def _single_threaded() -> bool:
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return threading.active_count() == 1
+
+
+def _child(conn: socket.socket, fds: list[int], request: dict[str, Any], closing: list[Any]) -> None:
+    """In the forked process: become the runner Spark asked for, then exit with its code."""
+    code = 1
+    try:
+        for obj in closing:
+            obj.close()
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        conn.close()
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.argv = [RUNNER, *request["argv"][2:]]
+        import runpy
+
+        code = 0
+        runpy.run_module(RUNNER, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # what a runner that starts normally would print before it dies
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def serve(path: str) -> None:
+    import importlib
+
+    for module in PRELOAD:
+        importlib.import_module(module)
+    if not _single_threaded():
+        sys.stderr.write("threads\n")  # forking now could copy a lock some thread holds
+        sys.stderr.flush()
+        return
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(16)
+    sys.stderr.write("ready\n")
+    sys.stderr.flush()
+    waiting: dict[int, socket.socket] = {}  # runner pid -> its launcher's connection
+    control = sys.stdin.buffer
+    while True:
+        readable, _, _ = select.select([listener, control], [], [], 0.2)
+        if control in readable and not os.read(control.fileno(), 1024):
+            break  # the driver is gone
+        if listener in readable:
+            conn, _ = listener.accept()
+            try:
+                head, fds, _, _ = socket.recv_fds(conn, 4, 3)
+                if len(head) < 4 or len(fds) != 3:
+                    raise EOFError
+                request = json.loads(_recv_exact(conn, struct.unpack("!I", head)[0]))
+            except (OSError, EOFError, ValueError):
+                conn.close()
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _child(conn, fds, request, [listener, *waiting.values()])
+            for fd in fds:
+                os.close(fd)
+            try:
+                conn.sendall(struct.pack("!i", pid))
+                waiting[pid] = conn
+            except OSError:
+                conn.close()
+        while waiting:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            done = waiting.pop(pid, None)
+            if done is not None:
+                try:
+                    done.sendall(struct.pack("!i", os.waitstatus_to_exitcode(status)))
+                except OSError:
+                    pass
+                done.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

@@ -1,0 +1,172 @@
+"""The warm start of Spark's per-query Python process (``rstream.runtime.zygote``) and of its task
+workers (``rstream.runtime.daemon``).
+
+Without Spark, this file plays the JVM's part for Spark's real source runner module: it starts the
+zygote's script as Spark does (``<python> -m pyspark.sql.streaming.python_streaming_source_runner``,
+connect-back address in the environment) and reads what the runner says on the socket."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rstream.runtime.zygote import RUNNER, Zygote
+
+PYTHON_EXCEPTION_THROWN = -2
+
+
+@pytest.fixture()
+def zygote() -> Iterator[Zygote]:
+    z = Zygote(sys.executable)
+    try:
+        assert z.ready(timeout=120), "the zygote did not get ready"
+        yield z
+    finally:
+        z.stop()
+
+
+class FakeJvm:
+    """The JVM's end of a Python worker's connection (Spark's Unix-socket mode: no secret)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = str(folder / "jvm.sock")
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(1)
+        self.server.settimeout(60)
+
+    def start(self, python: str | Path) -> subprocess.Popen[bytes]:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHON_WORKER_FACTORY_SECRET"}
+        env["PYTHON_WORKER_FACTORY_SOCK_PATH"] = self.path
+        return subprocess.Popen([str(python), "-m", RUNNER], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+
+    def accept(self) -> tuple[socket.socket, int]:
+        conn, _ = self.server.accept()
+        conn.settimeout(60)
+        return conn, struct.unpack("!i", _recv(conn, 4))[0]
+
+
+def _recv(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        assert chunk, "the runner closed its connection"
+        data += chunk
+    return data
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _send_utf(conn: socket.socket, text: str) -> None:
+    data = text.encode()
+    conn.sendall(struct.pack("!i", len(data)) + data)
+
+
+def _runner_error(conn: socket.socket) -> str:
+    assert struct.unpack("!i", _recv(conn, 4))[0] == PYTHON_EXCEPTION_THROWN
+    return _recv(conn, struct.unpack("!i", _recv(conn, 4))[0]).decode()
+
+
+def test_the_runner_spark_starts_is_forked_from_the_zygote_and_speaks_sparks_protocol(
+        zygote: Zygote, tmp_path: Path) -> None:
+    jvm = FakeJvm(tmp_path)
+    launcher = jvm.start(zygote.script)
+    conn, pid = jvm.accept()
+    assert pid != launcher.pid and _parent(pid) == zygote.proc.pid  # a warm fork, not a new interpreter
+    _send_utf(conn, "2.7")  # the version check is the runner's first step
+    assert "PYTHON_VERSION_MISMATCH" in _runner_error(conn)
+    assert launcher.wait(timeout=60) == 255  # the runner's sys.exit(-1), passed on by the launcher
+    conn.close()
+
+
+def test_without_a_zygote_the_script_runs_the_interpreter_itself(zygote: Zygote, tmp_path: Path) -> None:
+    script = tmp_path / "python"
+    script.write_bytes(zygote.script.read_bytes())
+    script.chmod(0o755)
+    zygote.stop()  # its socket is gone: the script's launcher must start Python as Spark would
+    jvm = FakeJvm(tmp_path)
+    launcher = jvm.start(script)
+    conn, pid = jvm.accept()
+    assert pid == launcher.pid  # the launcher became the runner (exec keeps the pid)
+    _send_utf(conn, "2.7")
+    assert "PYTHON_VERSION_MISMATCH" in _runner_error(conn)
+    assert launcher.wait(timeout=60) == 255
+    conn.close()
+
+
+def test_the_runners_output_and_exit_code_are_the_launchers(zygote: Zygote, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_WORKER_FACTORY_SECRET"}
+    env["PYTHON_WORKER_FACTORY_SOCK_PATH"] = str(tmp_path / "nobody-listens.sock")
+    done = subprocess.run([str(zygote.script), "-m", RUNNER], env=env, capture_output=True, timeout=60)
+    assert done.returncode == 1
+    assert b"CANNOT_OPEN_SOCKET" in done.stderr  # the forked runner wrote to the launcher's stderr
+
+
+def test_spark_stopping_the_launcher_stops_the_runner(zygote: Zygote, tmp_path: Path) -> None:
+    jvm = FakeJvm(tmp_path)
+    launcher = jvm.start(zygote.script)
+    conn, pid = jvm.accept()
+    launcher.terminate()  # what Spark does to a query's Python process when the query stops
+    assert launcher.wait(timeout=60) == -signal.SIGTERM
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()  # killed, and reaped by the zygote
+    conn.close()
+
+
+def test_the_zygote_ends_with_the_driver(tmp_path: Path) -> None:
+    z = Zygote(sys.executable)
+    try:
+        assert z.ready(timeout=120)
+        assert z.proc.stdin is not None
+        z.proc.stdin.close()  # what the driver's exit does to the pipe
+        assert z.proc.wait(timeout=30) == 0
+    finally:
+        z.stop()
+
+
+def test_a_local_sessions_queries_and_workers_start_warm(spark: Any, broker: Any, make_job: Any) -> None:
+    from rstream.runtime.zygote import zygote as current
+    from tests.conftest import job_id
+    from tests.runtime.test_wordcount import assert_exact_counts, wordcount
+
+    z = current()
+    assert z is not None and os.environ["PYSPARK_PYTHON"] == str(z.script)
+    assert spark.conf.get("spark.python.daemon.module") == "rstream.runtime.daemon"
+    broker.create_topic("sentences", queues=2)
+    job = make_job(wordcount(job_id("zygote")))
+    job.start()
+    try:
+        sentences = ["a b a", "c a"]
+        broker.send_batch("sentences", sentences)
+        job.run_until_idle(timeout=120)
+        children = Path(f"/proc/{z.proc.pid}/task/{z.proc.pid}/children")  # the query runs: so does its runner
+        assert children.read_text().split(), "the query's source runner is not the zygote's child"
+        assert_exact_counts(broker, "counts", sentences)
+    finally:
+        job.stop()
+    daemons = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(
+        (sys.executable, "python")) and "rstream.runtime.daemon" in _cmdline(p)]
+    assert daemons, "Spark's Python workers were not forked from rstream's daemon"
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
