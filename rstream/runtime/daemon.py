@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 #: What a worker imports for an rstream task, before its first record.
 PRELOAD = ("pyspark.worker", "rstream.runtime.source", "rstream.runtime.task", "rstream.processors.catalog",
@@ -40,7 +41,8 @@ def preload() -> None:
 
 
 if __name__ == "__main__":
-    preload()
+    if sys.argv[1:2] == ["pyspark.worker"]:  # the tasks' daemon; Spark's planners have daemons too
+        preload()
     from pyspark.daemon import manager
 
     manager()

@@ -79,6 +79,9 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    from rstream.runtime.zygote import launch_zygote
+
+    launch_zygote()
     register(spark)
     return spark
 

@@ -54,7 +54,8 @@ exec {real} "$@"
 
 
 class Zygote:
-    """The driver's handle on its zygote process: the script Spark should run as Python."""
+    """The driver's handle on its zygote process: the script Spark should run as Python, and the
+    process, once ``launch()`` started it (until then the script runs the plain interpreter)."""
 
     def __init__(self, real_python: str) -> None:
         self.real_python = real_python
@@ -64,24 +65,36 @@ class Zygote:
         self.script.write_text(_SCRIPT.format(runner=RUNNER, real=_quote(real_python), launch=_quote(str(_LAUNCH)),
                                               sock=_quote(str(self.socket))))
         self.script.chmod(self.script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._ready = False
+
+    def launch(self) -> None:
+        """Start the zygote process (its imports take a core for about a second)."""
+        if self.proc is not None:
+            return
         env = dict(os.environ)
         # no threads before the fork: OpenBLAS starts a pool when numpy is imported, and pyarrow's
         # jemalloc a background thread (the runners get Spark's environment, not this one)
         env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                    JE_ARROW_MALLOC_CONF="background_thread:false")
-        self.proc = subprocess.Popen([real_python, "-m", __name__, str(self.socket)], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([self.real_python, "-m", __name__, str(self.socket)], stdin=subprocess.PIPE,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                                      start_new_session=True)
 
+    @property
+    def alive(self) -> bool:
+        return self.proc is None or self.proc.poll() is None
+
     def ready(self, timeout: float = 60.0) -> bool:
         """Whether the zygote serves (it says so on its stderr once its imports are done)."""
-        assert self.proc.stderr is not None
-        ready, _, _ = select.select([self.proc.stderr], [], [], timeout)
-        line = self.proc.stderr.readline() if ready else b""
-        return line.strip() == b"ready"
+        assert self.proc is not None and self.proc.stderr is not None
+        if not self._ready:
+            ready, _, _ = select.select([self.proc.stderr], [], [], timeout)
+            self._ready = ready != [] and self.proc.stderr.readline().strip() == b"ready"
+        return self._ready and self.proc.poll() is None
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         for path in (self.socket, self.script):
@@ -101,11 +114,11 @@ _LOCK = threading.Lock()
 
 
 def spark_python(real_python: str) -> str:
-    """What ``PYSPARK_PYTHON`` should be for a local session: the zygote's script, started now (it
-    imports while the JVM starts), or ``real_python`` itself where no zygote can run."""
+    """What ``PYSPARK_PYTHON`` should be for a local session: the zygote's script (``launch_zygote()``
+    starts the process it asks, once the JVM is up), or ``real_python`` where no zygote can run."""
     global _ZYGOTE
     with _LOCK:
-        if _ZYGOTE is not None and _ZYGOTE.proc.poll() is None and _ZYGOTE.real_python == real_python:
+        if _ZYGOTE is not None and _ZYGOTE.alive and _ZYGOTE.real_python == real_python:
             return str(_ZYGOTE.script)
         if _ZYGOTE is not None:  # gone, or for another interpreter
             _ZYGOTE.stop()
@@ -126,6 +139,14 @@ def spark_python(real_python: str) -> str:
         atexit.register(made.stop)
         _ZYGOTE = made
         return str(made.script)
+
+
+def launch_zygote() -> None:
+    """Start the zygote process ``spark_python()`` made the script for, if not yet: after the JVM's
+    start, which its imports would slow down (both want the cores of a small machine)."""
+    with _LOCK:
+        if _ZYGOTE is not None:
+            _ZYGOTE.launch()
 
 
 def zygote() -> Zygote | None:

@@ -28,6 +28,7 @@ PYTHON_EXCEPTION_THROWN = -2
 @pytest.fixture()
 def zygote() -> Iterator[Zygote]:
     z = Zygote(sys.executable)
+    z.launch()
     try:
         assert z.ready(timeout=120), "the zygote did not get ready"
         yield z
@@ -86,6 +87,7 @@ def test_the_runner_spark_starts_is_forked_from_the_zygote_and_speaks_sparks_pro
     jvm = FakeJvm(tmp_path)
     launcher = jvm.start(zygote.script)
     conn, pid = jvm.accept()
+    assert zygote.proc is not None
     assert pid != launcher.pid and _parent(pid) == zygote.proc.pid  # a warm fork, not a new interpreter
     _send_utf(conn, "2.7")  # the version check is the runner's first step
     assert "PYTHON_VERSION_MISMATCH" in _runner_error(conn)
@@ -131,9 +133,10 @@ def test_spark_stopping_the_launcher_stops_the_runner(zygote: Zygote, tmp_path: 
 
 def test_the_zygote_ends_with_the_driver(tmp_path: Path) -> None:
     z = Zygote(sys.executable)
+    z.launch()
     try:
         assert z.ready(timeout=120)
-        assert z.proc.stdin is not None
+        assert z.proc is not None and z.proc.stdin is not None
         z.proc.stdin.close()  # what the driver's exit does to the pipe
         assert z.proc.wait(timeout=30) == 0
     finally:
@@ -146,7 +149,8 @@ def test_a_local_sessions_queries_and_workers_start_warm(spark: Any, broker: Any
     from tests.runtime.test_wordcount import assert_exact_counts, wordcount
 
     z = current()
-    assert z is not None and os.environ["PYSPARK_PYTHON"] == str(z.script)
+    assert z is not None and z.proc is not None and os.environ["PYSPARK_PYTHON"] == str(z.script)
+    assert z.ready(timeout=120)  # launched when the session was made: a query made before falls back
     assert spark.conf.get("spark.python.daemon.module") == "rstream.runtime.daemon"
     broker.create_topic("sentences", queues=2)
     job = make_job(wordcount(job_id("zygote")))
