@@ -48,8 +48,9 @@ class JobProperties:
     - ``consume_from``: ``"first"`` (default: a notebook produces, then runs) or ``"last"`` offset.
     - ``skip_data_error``: report a record whose deserializer, function or serializer raises,
       and go on (default True); False stops the job with that error.
-    - ``trigger_interval_ms``: how often a job started with ``start()`` looks for new input while
-      it has none (100); a batch that had input is followed by the next one at once.
+    - ``trigger_interval_ms``: how often a job started with ``start()`` runs an empty trigger while
+      it has no input (100); meanwhile its source watches the broker and input is planned as soon
+      as it arrives. A batch that had input is followed by the next one at once.
     - ``tasks``: Spark tasks per batch (default: Spark's default parallelism, one per core).
     - ``max_records_per_queue``: records per queue and batch at most (1 000 000).
     - ``sink_queues``: queues of a sink topic that does not exist yet (4).

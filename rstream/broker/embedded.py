@@ -324,6 +324,12 @@ class EmbeddedBroker:
                 conn.execute(f"DELETE FROM {table} WHERE topic=?", (name,))
 
     # -- offsets ------------------------------------------------------------------------------
+    def data_version(self) -> int:
+        """A number that changes whenever another connection (another thread or process) has
+        committed to the broker since this thread last asked: SQLite's ``data_version``, cheaper
+        than reading any table. A started job's source watches it while it waits for input."""
+        return int(self._conn().execute("PRAGMA data_version").fetchone()[0])
+
     def end_offsets(self, topic: str) -> list[int]:
         """Per queue, the offset the next message will get (so also the number ever appended)."""
         info = self.topic(topic)

@@ -27,7 +27,8 @@ class RocketMQStream(QueryDriver):
 
     ``broker`` defaults to an ``EmbeddedBroker`` in ``<data_dir>/broker``; ``spark`` to the active
     session or a new ``local[*]`` one. ``start()`` runs continuously (one micro-batch after the
-    other while input comes, a look for new input every ``trigger_interval_ms`` while none does),
+    other while input comes; while none does, its source watches the broker and plans new input
+    as soon as it arrives),
     ``run_until_idle()`` returns once every source and shuffle queue is drained, ``stop()`` stops.
     A restart with the same job folder goes on after the last committed batch: nothing is counted
     twice, nothing is lost.

@@ -37,6 +37,9 @@ MAX_RESTARTS = 2
 #: Spark's pause after a trigger that found no new data (a SQL property read when a query is made).
 POLLING_DELAY = "spark.sql.streaming.pollingDelay"
 
+#: A started job's pollingDelay: the source itself waited trigger_interval_ms for input already.
+IDLE_PAUSE_MS = 10
+
 
 _CONF_LOCK = threading.Lock()
 
@@ -93,6 +96,8 @@ class QueryDriver(StateViews):
         options = self._source_options()
         if flush_at_end:
             options["flushAtEnd"] = "1"
+        if not available_now:
+            options["waitMs"] = str(self.properties.trigger_interval_ms)
         df = self.spark.readStream.format("rstream").options(**options).load()
         writer = (
             df.writeStream.foreachBatch(self._on_batch)
@@ -103,10 +108,11 @@ class QueryDriver(StateViews):
             self._query = writer.trigger(availableNow=True).start()
         else:
             # A batch right after a batch with data (a source batch writes the shuffle queues the next
-            # one reads: waiting for the next interval would add up to a whole interval per shuffle),
-            # and every trigger_interval_ms while there is none: Spark sleeps pollingDelay after a
-            # trigger that found no new data. The query reads pollingDelay when it is made.
-            with _session_conf(self.spark, POLLING_DELAY, f"{self.properties.trigger_interval_ms}ms"):
+            # one reads: waiting for the next interval would add up to a whole interval per shuffle).
+            # While there is none, the source's latestOffset watches the broker for up to
+            # trigger_interval_ms (waitMs) and returns as soon as input comes; after a trigger that
+            # found nothing, Spark pauses pollingDelay (read when the query is made) before the next.
+            with _session_conf(self.spark, POLLING_DELAY, f"{IDLE_PAUSE_MS}ms"):
                 self._query = writer.trigger(processingTime="0 seconds").start()
         self._query_mode = (available_now, flush_at_end)
         return self._query

@@ -1,13 +1,15 @@
 """How a started job triggers its batches: the next batch at once after one with input (the
-shuffle's data is already there), a look for input every ``trigger_interval_ms`` while idle; and
-the checkpoint logs of the session rstream makes."""
+shuffle's data is already there); while idle, the source waits up to ``trigger_interval_ms`` for
+input and returns as soon as it comes; and the checkpoint logs of the session rstream makes."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 from rstream import EmbeddedBroker
-from rstream.runtime.job_query import POLLING_DELAY, _session_conf
+from rstream.runtime.job_query import IDLE_PAUSE_MS, POLLING_DELAY, _session_conf
 from rstream.runtime.session import FAST_LOCAL_FILES
 from tests.conftest import job_id
 from tests.runtime.test_wordcount import assert_exact_counts, wordcount
@@ -45,7 +47,7 @@ def test_session_conf_is_set_inside_the_block_and_restored_after() -> None:
         assert session.conf.values == before
 
 
-def test_a_started_job_triggers_at_once_and_polls_every_trigger_interval(spark: Any, broker: EmbeddedBroker,
+def test_a_started_job_triggers_at_once_and_waits_for_input_in_its_source(spark: Any, broker: EmbeddedBroker,
                                                                          make_job: Any) -> None:
     broker.create_topic("sentences", queues=2)
     before = spark.conf.get(POLLING_DELAY, None)
@@ -54,13 +56,46 @@ def test_a_started_job_triggers_at_once_and_polls_every_trigger_interval(spark: 
     try:
         streaming = job._query._jsq.streamingQuery()
         assert streaming.trigger().intervalMs() == 0  # no wait for an interval after a batch
-        assert _private_long(streaming, "pollingDelayMs") == 150  # the idle pause is the job's interval
+        assert _private_long(streaming, "pollingDelayMs") == IDLE_PAUSE_MS  # the source waited already
         assert spark.conf.get(POLLING_DELAY, None) == before  # the session is left as it was
         broker.send_batch("sentences", ["a b", "b"])
         job.run_until_idle(timeout=120)
         assert_exact_counts(broker, "counts", ["a b", "b"])
+        time.sleep(0.5)  # idle: Spark's thread is in the source's wait for input most of the time
     finally:
         job.stop()
+    assert not job.is_running and job._query.exception() is None  # stopped in its wait: a clean stop
+
+
+def _reader(broker: EmbeddedBroker, wait_ms: int) -> Any:
+    from rstream.runtime.source import RStreamStreamReader
+    from rstream.runtime.task import dump_blob
+
+    return RStreamStreamReader({"config": "", "broker": dump_blob(broker), "sourcetopics": '["in"]',
+                                "shuffletopics": "[]", "initialoffsets": '{"in/0": 0}', "waitms": str(wait_ms)})
+
+
+def test_an_idle_sources_latest_offset_returns_when_input_comes(broker: EmbeddedBroker) -> None:
+    broker.create_topic("in", queues=1)
+    reader = _reader(broker, wait_ms=60_000)
+    start = reader.initialOffset()
+    threading.Timer(0.3, lambda: broker.send_batch("in", ["x", "y"])).start()
+    began = time.monotonic()
+    latest = reader.latestOffset(start)
+    assert latest == {"in/0": 2, "batch": 0}  # the new records, as the next batch
+    assert time.monotonic() - began < 30  # woken by the input, not by the end of its minute
+
+
+def test_an_idle_sources_latest_offset_says_nothing_new_after_its_wait(broker: EmbeddedBroker) -> None:
+    broker.create_topic("in", queues=1)
+    broker.send_batch("in", ["x"])
+    reader = _reader(broker, wait_ms=200)
+    start = {"in/0": 1, "batch": 4}
+    broker.create_topic("other", queues=1)
+    # the broker changes while the source waits, its input does not
+    threading.Timer(0.05, lambda: broker.send_batch("other", ["not this job's input"])).start()
+    assert reader.latestOffset(start) == start  # no new batch
+    assert _reader(broker, wait_ms=0).latestOffset({"in/0": 0, "batch": -1}) == {"in/0": 1, "batch": 0}
 
 
 def test_the_session_rstream_makes_writes_checkpoints_without_checksum_files(spark: Any, broker: EmbeddedBroker,
