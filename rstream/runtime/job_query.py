@@ -40,6 +40,9 @@ POLLING_DELAY = "spark.sql.streaming.pollingDelay"
 #: A started job's pollingDelay: the source itself waited trigger_interval_ms for input already.
 IDLE_PAUSE_MS = 10
 
+#: Spark's status message while a micro-batch runs (``StreamingQuery.status``).
+_PROCESSING = "Processing new data"
+
 
 _CONF_LOCK = threading.Lock()
 
@@ -263,7 +266,9 @@ class QueryDriver(StateViews):
             for q, broker_end in enumerate(self.broker.end_offsets(topic)):
                 if int(end.get(queue_key(topic, q), -1)) < broker_end:
                     return False
-        return not self._query.status.get("isTriggerActive", False)
+        # the last finished trigger read everything there is; a trigger still active may be the source
+        # waiting for input (a started job's latestOffset), which is idle, not a batch in flight
+        return self._query.status.get("message") != _PROCESSING
 
     def _check_failure(self) -> None:
         if self._failure is not None:

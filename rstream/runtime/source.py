@@ -2,9 +2,10 @@
 (source and shuffle topics alike), plus the job's batch counter; partitions are descriptors of
 queue ranges, never records.
 
-The batch counter (``BATCH_KEY``) goes up by one exactly when some queue's offset does, so it
-follows Spark's own batch id: Spark runs a batch only when the offsets changed, writes them to its
-offset log first, and reruns an unfinished batch with the logged offsets after a restart. Every
+The batch counter (``BATCH_KEY``) goes up by one exactly when some queue's offset does (and for
+the first batch, which Spark runs even without input), so it follows Spark's own batch id: Spark
+runs a batch only when the offsets changed, writes them to its offset log first, and reruns an
+unfinished batch with the logged offsets after a restart. Every
 range a task processes therefore knows its batch, and the batch is committed with its writes.
 
 ``initialOffset``, ``latestOffset`` and ``partitions`` run in a Python process of their own that the
@@ -101,8 +102,9 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
         start = start or {}
+        batch = int(start.get(BATCH_KEY, -1))
         out = self._latest(start)
-        if self.wait_ms > 0 and self._target is None and self._drained(start, out):
+        if batch >= 0 and self.wait_ms > 0 and self._target is None and self._drained(start, out):
             out = self._await_input(start, out)
         if self.flush_at_end and self._target is not None and self._drained(start, out):
             # an availableNow run that is done: the input is idle now, so let the windows still
@@ -112,8 +114,9 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             send_ticks(self.broker, self.framed_topics, flush=True)
             out = self._latest(start)
-        batch = int(start.get(BATCH_KEY, -1))
-        out[BATCH_KEY] = batch if self._drained(start, out) else batch + 1  # a batch only when offsets moved
+        # a batch only when offsets moved; but Spark runs its batch 0 as soon as the query starts, with
+        # input or without (nothing is committed yet), so the counter's first batch is 0 either way
+        out[BATCH_KEY] = batch if batch >= 0 and self._drained(start, out) else batch + 1
         return out
 
     def _await_input(self, start: dict[str, int], out: dict[str, int]) -> dict[str, int]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from rstream import BatchProgress, EmbeddedBroker
 from tests.conftest import job_id
-from tests.runtime.test_wordcount import wordcount
+from tests.runtime.test_wordcount import assert_exact_counts, wordcount
 
 
 def test_batch_ids_are_sparks_and_every_queue_knows_its_batch(broker: EmbeddedBroker, make_job: Any) -> None:
@@ -30,6 +30,35 @@ def test_batch_ids_are_sparks_and_every_queue_knows_its_batch(broker: EmbeddedBr
             tag = broker.find_commit(job.job_id, q.topic, q.queue, q.start)
             assert tag is not None and tag.batch_id == p.batch_id and tag.end_offset == q.end
             assert q.committed_ms == tag.committed_ms
+
+
+def test_a_job_started_before_any_input_keeps_sparks_batch_ids(broker: EmbeddedBroker, make_job: Any) -> None:
+    # Spark runs batch 0 at once, with no input; the job's own batch ids must not fall one behind
+    # (a window job's idle ticker reads the open windows from the progress of Spark's batch id)
+    broker.create_topic("sentences", queues=2)
+    job = make_job(wordcount(job_id("empty-start")))
+    seen: list[BatchProgress] = []
+    job.on_progress(seen.append)
+    job.start()
+    try:
+        job.wait_for(lambda j: j._query.lastProgress is not None, timeout=120, what="the first batch")
+        for _ in range(2):
+            broker.send_batch("sentences", ["a b", "b"])
+            job.run_until_idle(timeout=120)
+        job.wait_for(lambda j: _records_in(seen) == (4, 6), timeout=60, what="every batch's progress")
+    finally:
+        job.stop()
+    assert_exact_counts(broker, "counts", ["a b", "b"] * 2)
+    with_input = [p for p in seen if p.queues]
+    assert len(with_input) >= 4  # two rounds of a source batch and a shuffle batch
+    assert all(q.batch_id == p.batch_id for p in with_input for q in p.queues)
+    assert [p.batch_id for p in job.progress] == sorted({p.batch_id for p in with_input})
+
+
+def _records_in(seen: list[BatchProgress]) -> tuple[int, int]:
+    """(sentences, words) the progress the listener got reports read: from the source, from the shuffle."""
+    source = sum(q.records_in for p in seen for q in p.queues if q.topic == "sentences")
+    return source, sum(q.records_in for p in seen for q in p.queues if q.topic != "sentences")
 
 
 def test_history_survives_a_new_job_object_and_batch_ids_go_on(broker: EmbeddedBroker, make_job: Any) -> None:

@@ -78,11 +78,11 @@ def _reader(broker: EmbeddedBroker, wait_ms: int) -> Any:
 def test_an_idle_sources_latest_offset_returns_when_input_comes(broker: EmbeddedBroker) -> None:
     broker.create_topic("in", queues=1)
     reader = _reader(broker, wait_ms=60_000)
-    start = reader.initialOffset()
+    assert reader.latestOffset(reader.initialOffset()) == {"in/0": 0, "batch": 0}  # Spark's batch 0: no wait
     threading.Timer(0.3, lambda: broker.send_batch("in", ["x", "y"])).start()
     began = time.monotonic()
-    latest = reader.latestOffset(start)
-    assert latest == {"in/0": 2, "batch": 0}  # the new records, as the next batch
+    latest = reader.latestOffset({"in/0": 0, "batch": 0})
+    assert latest == {"in/0": 2, "batch": 1}  # the new records, as the next batch
     assert time.monotonic() - began < 30  # woken by the input, not by the end of its minute
 
 
@@ -95,7 +95,7 @@ def test_an_idle_sources_latest_offset_says_nothing_new_after_its_wait(broker: E
     # the broker changes while the source waits, its input does not
     threading.Timer(0.05, lambda: broker.send_batch("other", ["not this job's input"])).start()
     assert reader.latestOffset(start) == start  # no new batch
-    assert _reader(broker, wait_ms=0).latestOffset({"in/0": 0, "batch": -1}) == {"in/0": 1, "batch": 0}
+    assert _reader(broker, wait_ms=0).latestOffset({"in/0": 0, "batch": 3}) == {"in/0": 1, "batch": 4}
 
 
 def test_the_session_rstream_makes_writes_checkpoints_without_checksum_files(spark: Any, broker: EmbeddedBroker,
