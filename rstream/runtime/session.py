@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,8 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
     from rstream.runtime.zygote import launch_zygote
 
     launch_zygote()
+    if warm:
+        _start_warm_up(spark)
     register(spark)
     return spark
 
@@ -139,6 +142,30 @@ def _launch_jvm(options: dict[str, str], log: Path) -> None:
     SparkContext._ensure_initialized(gateway=gateway)
 
 
+_WARM_UP: threading.Thread | None = None
+
+
+def _start_warm_up(spark: Any) -> None:
+    """Fork the Python workers the first query will need, in the background while the notebook is
+    read, instead of during that query (a new session's first batch waited seconds for them)."""
+    global _WARM_UP
+
+    def run() -> None:
+        try:
+            sc = spark.sparkContext
+            slots = sc.defaultParallelism
+            sc.parallelize(range(slots), slots).map(_identity).count()
+        except Exception:  # the session stopped meanwhile: nothing to warm
+            pass
+
+    _WARM_UP = threading.Thread(target=run, name="rstream-warm-up", daemon=True)
+    _WARM_UP.start()
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
 def register(spark: Any) -> None:
     """Make ``format("rstream")`` known to ``spark`` (once per session)."""
     if id(spark) in _REGISTERED:
@@ -158,6 +185,8 @@ def stop_spark() -> None:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    if _WARM_UP is not None:
+        _WARM_UP.join(timeout=60)  # a session stopped under its warm-up job would log the cancel
     active = SparkSession.getActiveSession()
     if active is not None:
         for query in active.streams.active:
