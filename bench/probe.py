@@ -18,6 +18,8 @@ Measured, in one process with one SparkSession (``local[2]`` unless ``--master``
     cost of one ``availableNow`` query, ``--runs`` times (median), with its batches' durations.
 (d) CPU used by the started job while idle: user + system time of the JVM, its Python children
     (workers, the planner) and this process over ``--idle-seconds``, as a share of one core.
+(e) Spark's own floor in the same session: median time of a JVM-only job (``range(1).collect()``)
+    and of a job through a Python worker over Arrow, what a micro-batch costs before any work.
 
 Every result is checked: each record's sink value must be the key's running count.
 Spark's per-batch ``durationMs`` of the started job are summarised (medians) as the profile.
@@ -33,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a job property for every job here, e.g. trigger_interval_ms=100 (repeatable)")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a Spark property for the session, e.g. spark.sql.streaming.pollingDelay=20ms (repeatable)")
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c,d")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c,d,e")
     ap.add_argument("--tmp", default=None, help="parent folder of the temporary data (system temp)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--json", default=None, help="also write the results as JSON here")
@@ -283,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             res["c_median_s"] = statistics.median(runs)
             res["c_batches_per_run"] = statistics.median(len(b) for b in batches)
             res["c_batches"] = summarise([r for b in batches for r in b])
+        if "e" not in skip:
+            res["e_floor_ms"] = spark_floor(spark, args.runs * 3)
     finally:
         res["loadavg_end"] = os.getloadavg()
         from rstream import stop_spark
@@ -294,6 +299,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2, default=str))
     return 0
+
+
+def _same_batches(batches: Iterator[Any]) -> Iterator[Any]:
+    return batches
+
+
+def spark_floor(spark: Any, runs: int) -> dict[str, float]:
+    """Median ms of Spark jobs that do next to nothing, in the same session: one JVM-only job
+    (``range(1).collect()``), and one through a Python worker over Arrow (as a streaming source's
+    partitions are read): what any micro-batch costs before its work."""
+    jobs = {"jvm_job": lambda: spark.range(1).collect(),
+            "python_arrow_job": lambda: spark.range(0, 1, 1, 1).mapInArrow(_same_batches, "id long").collect()}
+    out = {}
+    for name, job in jobs.items():
+        for _ in range(3):
+            job()
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            job()
+            times.append((time.perf_counter() - t0) * 1000)
+        out[name] = statistics.median(times)
+    return out
 
 
 def report(res: dict[str, Any]) -> None:
@@ -327,6 +355,10 @@ def report(res: dict[str, Any]) -> None:
         print(f"  (c) run_until_idle(), 1 record              {res['c_median_s']:7.2f} s   ({runs}); "
               f"{res['c_batches_per_run']:.0f} batches per run")
         print("      batch median ms: " + ", ".join(f"{k} {v:.0f}" for k, v in res["c_batches"].items()))
+    if "e_floor_ms" in res:
+        f = res["e_floor_ms"]
+        print(f"  (e) Spark's floor, same session: a JVM-only job {f['jvm_job']:.0f} ms, "
+              f"a job through a Python worker over Arrow {f['python_arrow_job']:.0f} ms (medians)")
 
 
 if __name__ == "__main__":
