@@ -163,6 +163,7 @@ class QueryDriver(StateViews):
         flush = fire_idle and bool(self.topology.framed_topics)
         with progress_bar(None, f"{self.job_id}: run until idle", enabled=progress) as bar:
             watch = _BacklogBar(self._job(), bar)
+            watch.update(final=True)  # what is left before the first batch: a run may end within 0.25 s
             if self.is_running:
                 self._drain(deadline, timeout, watch=watch)
                 if flush:
