@@ -16,7 +16,8 @@ import struct
 import sys
 
 
-def _recv_exact(conn, n):
+def recv_exact(conn, n):
+    """Exactly ``n`` bytes from ``conn`` (EOFError if it closes first); the zygote's too."""
     data = b""
     while len(data) < n:
         chunk = conn.recv(n - len(data))
@@ -34,7 +35,7 @@ def main():
         payload = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
         socket.send_fds(conn, [struct.pack("!I", len(payload))], [0, 1, 2])
         conn.sendall(payload)
-        pid = struct.unpack("!i", _recv_exact(conn, 4))[0]
+        pid = struct.unpack("!i", recv_exact(conn, 4))[0]
     except (OSError, EOFError):
         pid = -1
     if pid <= 0:
@@ -49,7 +50,7 @@ def main():
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     try:
-        code = struct.unpack("!i", _recv_exact(conn, 4))[0]
+        code = struct.unpack("!i", recv_exact(conn, 4))[0]
     except (OSError, EOFError):  # the zygote is gone: its runner must not outlive this process
         forward(signal.SIGTERM, None)
         code = 1

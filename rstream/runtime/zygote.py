@@ -156,16 +156,6 @@ def zygote() -> Zygote | None:
 # ------------------------------------------------------------------ the zygote process itself
 
 
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = conn.recv(n - len(data))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return data
-
-
 def _single_threaded() -> bool:
     try:
         return len(os.listdir("/proc/self/task")) == 1
@@ -212,6 +202,8 @@ def _child(conn: socket.socket, fds: list[int], request: dict[str, Any], closing
 def serve(path: str) -> None:
     import importlib
 
+    from rstream.runtime.launch import recv_exact
+
     for module in PRELOAD:
         importlib.import_module(module)
     if not _single_threaded():
@@ -236,7 +228,7 @@ def serve(path: str) -> None:
                 head, fds, _, _ = socket.recv_fds(conn, 4, 3)
                 if len(head) < 4 or len(fds) != 3:
                     raise EOFError
-                request = json.loads(_recv_exact(conn, struct.unpack("!I", head)[0]))
+                request = json.loads(recv_exact(conn, struct.unpack("!I", head)[0]))
             except (OSError, EOFError, ValueError):
                 conn.close()
                 continue
