@@ -79,6 +79,7 @@ class RocketMQStream(QueryDriver):
         self._open_windows: dict[tuple[str, int], int] = {}
         self._last_input_ms = 0
         self._ticker: threading.Thread | None = None
+        self._ticker_stop = threading.Event()
         self._restarts = 0  # queries restarted after Spark's Python process failed to start
         self._query_mode = (False, False)  # the last query's (available_now, flush_at_end)
 

@@ -49,6 +49,7 @@ class JobCore:
     _open_windows: dict[tuple[str, int], int]
     _last_input_ms: int
     _ticker: threading.Thread | None
+    _ticker_stop: threading.Event
     _restarts: int
     _query_mode: tuple[bool, bool]
 

@@ -126,17 +126,23 @@ class QueryDriver(StateViews):
             return self._job()
         query = self._start_query(available_now=False)
         if self.topology.framed_topics:
-            self._ticker = threading.Thread(target=self._tick_while_running, args=(query,),
+            self._ticker_stop = threading.Event()
+            self._ticker = threading.Thread(target=self._tick_while_running, args=(query, self._ticker_stop),
                                             name=f"rstream-ticker-{self.job_id}", daemon=True)
             self._ticker.start()
         return self._job()
 
-    def _tick_while_running(self, query: Any) -> None:
+    def _tick_while_running(self, query: Any, stop: threading.Event) -> None:
         """While windows are open and no input came for half the idle timeout, send idle ticks, so
-        the operators notice idleness and a quiet stream's last windows fire."""
+        the operators notice idleness and a quiet stream's last windows fire. Ends when ``stop()``
+        says so, or when the query ended otherwise (``stop_spark()`` stops queries itself)."""
         period = max(self.properties.idle_timeout_ms / 2, 100) / 1000
-        while query.isActive:
-            time.sleep(period)
+        while not stop.wait(period):
+            try:
+                if not query.isActive:
+                    return
+            except Exception:  # the session and its JVM are gone: nothing left to tick
+                return
             with self._lock:  # the batch callback updates both on another thread
                 open_now = sum(self._open_windows.values())
                 quiet_ms = time.time_ns() // 1_000_000 - self._last_input_ms
@@ -250,6 +256,10 @@ class QueryDriver(StateViews):
 
     def stop(self) -> None:
         """Stop the query; a later start or run goes on from the last committed batch."""
+        if self._ticker is not None:  # first, so it never asks a JVM that a notebook stops next
+            self._ticker_stop.set()
+            self._ticker.join(timeout=30)
+            self._ticker = None
         if self._query is not None:
             self._query.stop()
         self._flush_printed()

@@ -59,6 +59,21 @@ def test_quiet_stream_fires_its_last_windows_and_later_records_are_late(broker: 
     assert results(broker) == {("a", 0, 5000): 2, ("b", 0, 5000): 1, ("b", 5000, 10000): 1}
 
 
+def test_stop_ends_the_idle_ticker_before_it_returns(broker: EmbeddedBroker, make_job: Any) -> None:
+    # A notebook may stop Spark right after the job: a ticker still asleep would wake up to ask a
+    # JVM that is gone whether the query runs, and print a Py4J traceback into the cell.
+    broker.create_topic("clicks", queues=1)
+    job = make_job(windowed(job_id("ticker"), TumblingWindow(5000), "count"), idle_timeout_ms=60_000)
+    job.start()  # the ticker looks every 30 s
+    ticker = job._ticker
+    try:
+        job.wait_for(lambda j: j._query.lastProgress is not None, timeout=120, what="the first batch")
+        assert ticker is not None and ticker.is_alive()
+    finally:
+        job.stop()
+    assert not ticker.is_alive()
+
+
 def test_a_consumer_catching_up_never_takes_its_backlog_for_silence(broker: EmbeddedBroker, make_job: Any) -> None:
     """One key gets nearly every record, so its shuffle queue falls further behind with every batch (12
     records per batch), many seconds by the end; the watermark markers it reads are then that old.
