@@ -23,12 +23,16 @@ import sys
 PRELOAD = ("pyspark.worker", "rstream.runtime.source", "rstream.runtime.task", "rstream.processors.catalog",
            "rocksdict")
 
-_NO_THREADS = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
+#: Environment under which numpy and pyarrow import without starting threads (OpenBLAS's pool,
+#: pyarrow's jemalloc background thread): for a process that forks after importing them (this
+#: daemon, and the zygote of ``rstream.runtime.zygote``).
+NO_THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "JE_ARROW_MALLOC_CONF": "background_thread:false"}
 
 
 def preload() -> None:
-    added = [key for key in _NO_THREADS if key not in os.environ]
-    os.environ.update({key: _NO_THREADS[key] for key in added})
+    added = [key for key in NO_THREADS if key not in os.environ]
+    os.environ.update({key: NO_THREADS[key] for key in added})
     try:
         for module in PRELOAD:
             try:

@@ -72,11 +72,10 @@ class Zygote:
         """Start the zygote process (its imports take a core for about a second)."""
         if self.proc is not None:
             return
-        env = dict(os.environ)
-        # no threads before the fork: OpenBLAS starts a pool when numpy is imported, and pyarrow's
-        # jemalloc a background thread (the runners get Spark's environment, not this one)
-        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   JE_ARROW_MALLOC_CONF="background_thread:false")
+        from rstream.runtime.daemon import NO_THREADS
+
+        # no threads before the fork (the runners get Spark's environment, not this one)
+        env = {**os.environ, **NO_THREADS}
         self.proc = subprocess.Popen([self.real_python, "-m", __name__, str(self.socket)], stdin=subprocess.PIPE,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                                      start_new_session=True)
