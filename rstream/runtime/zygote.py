@@ -223,12 +223,15 @@ def serve(path: str) -> None:
             break  # the driver is gone
         if listener in readable:
             conn, _ = listener.accept()
+            fds: list[int] = []
             try:
                 head, fds, _, _ = socket.recv_fds(conn, 4, 3)
                 if len(head) < 4 or len(fds) != 3:
                     raise EOFError
                 request = json.loads(recv_exact(conn, struct.unpack("!I", head)[0]))
-            except (OSError, EOFError, ValueError):
+            except (OSError, EOFError, ValueError):  # a broken request: its launcher starts Python itself
+                for fd in fds:
+                    os.close(fd)
                 conn.close()
                 continue
             pid = os.fork()
