@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rstream.processors.base import Partial, Processor, StreamContext
+from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.fold import (
     Accumulator,
     AccumulatorFold,
@@ -75,6 +76,27 @@ class AggregateProcessor(Processor):
         except Exception as exc:
             raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
         self.forward(key, result, ts)
+
+    def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
+        # a count that emits every update (it cannot raise): the counts in one loop, handed on as
+        # a chunk; anything else (user folds, partials, per-batch emission) record by record
+        if self.per_batch or type(self.fold) is not CountFold or Partial in set(map(type, chunk.values)):
+            plan.each(chunk, self.process)
+            return
+        cache, get, name = self.cache, self.store.get, self.name
+        counts: list[int] = []
+        append = counts.append
+        for key in chunk.keys:
+            n = cache.get(key, MISSING)
+            if n is MISSING:
+                n = get(name, key)
+                if n is MISSING:
+                    n = 0
+            n += 1
+            cache[key] = n
+            append(n)
+        self.records_in += len(counts)
+        plan.send(self, chunk._replace(values=counts))
 
     def flush(self) -> None:
         if self.per_batch:

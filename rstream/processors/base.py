@@ -20,6 +20,7 @@ from rstream.settings import DEFAULTS, JobProperties
 from rstream.time.watermark import NO_WATERMARK
 
 if TYPE_CHECKING:
+    from rstream.processors.chunk import Chunk, ChunkedPipeline
     from rstream.processors.watermarks import OperatorWatermark
     from rstream.state.store import StateStore
 
@@ -257,7 +258,17 @@ def _drop(key: Any, value: Any, ts: int) -> None:
 class Processor:
     """A real node's processor for one queue. Subclasses implement ``process``; stateful ones
     also ``flush`` (stage their changed keys in the store at the end of the batch). Each kind of
-    processor is made by its ``OperatorSpec`` (``rstream.processors.spec``), declared beside it."""
+    processor is made by its ``OperatorSpec`` (``rstream.processors.spec``), declared beside it.
+
+    Chunked execution (``rstream.processors.chunk``): a ``pure`` processor also implements
+    ``chunk`` (the same work over a whole chunk, changing nothing, raising where ``process`` would);
+    a root that can read a chunk of records (``chunked_root``) implements ``chunk_of``; any
+    processor may override ``take_chunk`` to take a chunk's items faster than one by one."""
+
+    #: Whether ``chunk`` may run this processor over many records at once: no state, no side effect.
+    pure = False
+    #: Whether this root's ``chunk_of`` turns a list of records into a ``Chunk``.
+    chunked_root = False
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -287,6 +298,17 @@ class Processor:
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
         self.forward(key, value, ts)
+
+    def chunk(self, chunk: Chunk) -> Chunk:
+        """``process`` over every item of ``chunk`` at once, for a ``pure`` processor: the items it
+        would forward. It must change nothing (counters included) and may raise anything."""
+        raise NotImplementedError(f"{type(self).__name__} is not pure")
+
+    def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
+        """Take the items the pure stages before this processor made of a chunk of records; by
+        default ``process`` on each item, in order (``plan.each`` sets the offset and reports
+        errors). A faster one must leave the same results, errors and metrics."""
+        plan.each(chunk, self.process)
 
     def flush(self) -> None:
         """Called after the batch's last record."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import marshal
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from rstream.processors.base import Processor
-from rstream.processors.fold import Fold
+from rstream.processors.chunk import Chunk, ChunkedPipeline
+from rstream.processors.fold import CountFold, Fold
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import SHUFFLE_STYLE, SINK_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import ACTIVE_HEADER, BEHIND_HEADER, PRODUCER_HEADER, WM_HEADER, finite
@@ -69,6 +71,33 @@ class ShuffleSinkProcessor(Processor):
             offset = ctx.frame.source_offset  # type: ignore[union-attr]
         out.append((kb, encode((value, wm, self.producer, offset, self.side)), ts, None, None))
 
+    def _route(self, key: Any) -> tuple[list[Any], bytes]:
+        kb = encode(key)
+        route = self._routes[key] = (self._outs[stable_queue(kb, self.queues)], kb)
+        return route
+
+    def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
+        if self.framed and not self.from_source:
+            plan.each(chunk, self.process)
+            return
+        self.records_in += len(chunk.offsets)
+        routes, find = self._routes, self._route
+        if not self.framed:
+            for key, value, ts in zip(chunk.keys, chunk.values, chunk.times):
+                route = routes.get(key) or find(key)
+                try:
+                    route[0].append((route[1], _dumps(value, MARSHAL_VERSION), ts, None, None))
+                except ValueError:
+                    route[0].append((route[1], encode(value), ts, None, None))
+            return
+        wm, lateness, producer, side = self.watermark, self.lateness, self.producer, self.side
+        for offset, key, value, ts in zip(*chunk):
+            route = routes.get(key) or find(key)
+            if ts - lateness > wm:
+                wm = ts - lateness
+            route[0].append((route[1], encode((value, wm, producer, offset, side)), ts, None, None))
+        self.watermark = wm
+
     def flush(self) -> None:
         if not self.framed:
             return
@@ -120,6 +149,30 @@ class CombiningShuffleSinkProcessor(ShuffleSinkProcessor):
         if ts > partial[1]:
             partial[1] = ts
 
+    def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
+        if type(self.fold) is not CountFold:
+            plan.each(chunk, self.process)
+            return
+        keys, times = chunk.keys, chunk.times
+        self.records_in += len(keys)
+        if times == sorted(times):  # the common case: the last time of a key is its latest
+            latest = dict(zip(keys, times))
+        else:
+            latest = {}
+            for key, ts in zip(keys, times):
+                if ts > latest.get(key, ts - 1):
+                    latest[key] = ts
+        partials = self.partials
+        for key, n in Counter(keys).items():
+            partial = partials.get(key)
+            ts = latest[key]
+            if partial is None:
+                partials[key] = [n, ts]
+                continue
+            partial[0] += n
+            if ts > partial[1]:
+                partial[1] = ts
+
     def flush(self) -> None:
         for key, (acc, ts) in self.partials.items():
             kb = encode(key)
@@ -163,6 +216,30 @@ class SinkProcessor(Processor):
         if route is None:
             route = self._routes[key] = self._route(key)
         route[0].append((route[1], body, ts, None, None))
+
+    def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
+        serialize = self.serialize
+        try:
+            bodies = list(map(serialize, chunk.keys, chunk.values))
+            if set(map(type, bodies)) != {bytes}:
+                raise TypeError("not all bytes")
+        except Exception:  # record by record: process says which record, and converts str bodies
+            plan.each(chunk, self.process)
+            return
+        self.records_in += len(bodies)
+        routes, keyless = self._routes, self._keyless
+        for key, body, ts in zip(chunk.keys, bodies, chunk.times):
+            if key is None:
+                keyless.append((None, body, ts, None, None))
+                continue
+            try:
+                route = routes.get(key)
+            except TypeError:  # an unhashable key from a deserializer: route it without the cache
+                route = self._route(key)
+            else:
+                if route is None:
+                    route = routes[key] = self._route(key)
+            route[0].append((route[1], body, ts, None, None))
 
     def _route(self, key: Any) -> tuple[list[Any], Any]:
         """The output list of the key's queue, and the message key (str or bytes)."""

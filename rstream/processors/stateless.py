@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import marshal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from itertools import chain, compress, repeat
 from typing import Any
 
 from rstream.processors.base import Frame, Partial, Processor, UnhashableKeyError
+from rstream.processors.chunk import Chunk, Record
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.sink import PARTIAL_HEADER
 from rstream.processors.spec import (
@@ -36,6 +38,7 @@ class SourceProcessor(Processor):
     data time follows the job's ``time_type``: the born timestamp (also for event time, until
     ``select_timestamp`` says otherwise), the broker's append time, or the wall clock."""
 
+    chunked_root = True
 
     def __init__(self, name: str, deserialize: Callable[[bytes], Any]) -> None:
         super().__init__(name)
@@ -65,6 +68,20 @@ class SourceProcessor(Processor):
             ts = self.ctx.now_ms()  # type: ignore[union-attr]
         self.forward(result[0], result[1], ts)
 
+    def chunk_of(self, records: Sequence[Record]) -> Chunk:
+        deserialize = self.deserialize
+        results = [deserialize(r[2]) for r in records]
+        if set(map(type, results)) != {tuple} or set(map(len, results)) != {2}:
+            raise ValueError("a deserializer result is not a (key, value) pair")  # receive says which
+        time_type = self.time_type
+        if time_type is TimeType.EVENT_TIME or time_type is TimeType.BORN_TIME:
+            times = [r[3] for r in records]
+        elif time_type is TimeType.BROKER_TIME:
+            times = [r[4] for r in records]
+        else:
+            times = [self.ctx.now_ms()] * len(records)  # type: ignore[union-attr]
+        return Chunk([r[0] for r in records], [r[0] for r in results], [r[1] for r in results], times)
+
 
 class ShuffleSourceProcessor(Processor):
     """Root of a shuffle topic's chain: decodes the key and value the shuffle sink wrote.
@@ -77,6 +94,7 @@ class ShuffleSourceProcessor(Processor):
     def __init__(self, name: str, framed: bool = False) -> None:
         super().__init__(name)
         self.framed = framed
+        self.chunked_root = not framed  # a framed topic's markers and frames go record by record
         self.markers = 0
 
     def open(self, ctx: Any) -> None:
@@ -105,6 +123,18 @@ class ShuffleSourceProcessor(Processor):
         ctx.frame = Frame(watermark, producer, source_offset, side)  # type: ignore[union-attr]
         self.forward(k, value, born)
 
+    def chunk_of(self, records: Sequence[Record]) -> Chunk:
+        keys = self._keys
+        for r in records:
+            if r[1] not in keys:
+                keys[r[1]] = decode(r[1]) if r[1] is not None else None  # a cache: changes no result
+        values = [
+            (_loads(r[2]) if r[2][0] != PICKLE_MARK else decode(r[2])) if r[5] is None or PARTIAL_HEADER not in r[5]
+            else Partial(decode(r[2]))
+            for r in records
+        ]
+        return Chunk([r[0] for r in records], [keys[r[1]] for r in records], values, [r[3] for r in records])
+
     def _control(self, headers: dict[str, str], stored_ms: int) -> None:
         ctx = self.ctx
         assert ctx is not None and ctx.watermarks is not None
@@ -126,6 +156,10 @@ class _FnProcessor(Processor):
 
 
 class MapProcessor(_FnProcessor):
+    pure = True
+
+    def chunk(self, chunk: Chunk) -> Chunk:
+        return chunk._replace(values=list(map(self.fn, chunk.values)))
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -137,6 +171,14 @@ class MapProcessor(_FnProcessor):
 
 
 class FlatMapProcessor(_FnProcessor):
+    pure = True
+
+    def chunk(self, chunk: Chunk) -> Chunk:
+        made = [x if type(x) is list or type(x) is tuple else list(x) for x in map(self.fn, chunk.values)]
+        counts = list(map(len, made))
+        def spread(column: list[Any]) -> list[Any]:
+            return list(chain.from_iterable(map(repeat, column, counts)))
+        return Chunk(spread(chunk.offsets), spread(chunk.keys), list(chain.from_iterable(made)), spread(chunk.times))
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -152,6 +194,11 @@ class FlatMapProcessor(_FnProcessor):
 
 
 class FilterProcessor(_FnProcessor):
+    pure = True
+
+    def chunk(self, chunk: Chunk) -> Chunk:
+        keep = list(map(self.fn, chunk.values))
+        return Chunk(*(list(compress(column, keep)) for column in chunk))
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -194,6 +241,12 @@ class SelectTimestampProcessor(_FnProcessor):
     """Sets the record's data time from its value; only with ``time_type`` event_time (other time
     types decide the time at the source, and records pass through unchanged)."""
 
+    pure = True
+
+    def chunk(self, chunk: Chunk) -> Chunk:
+        if not self.active:
+            return chunk
+        return chunk._replace(times=[int(t) for t in map(self.fn, chunk.values)])
 
     def open(self, ctx: Any) -> None:
         super().open(ctx)
@@ -212,6 +265,14 @@ class SelectTimestampProcessor(_FnProcessor):
 
 
 class KeyByProcessor(_FnProcessor):
+    pure = True
+
+    def chunk(self, chunk: Chunk) -> Chunk:
+        keys = list(map(self.fn, chunk.values))
+        if set(map(type, keys)) != {str}:  # str keys are hashable; anything else is checked
+            for key in keys:
+                hash(key)
+        return chunk._replace(keys=keys)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -251,8 +312,17 @@ def _make_print(name: str, params: Mapping[str, Any], settings: JobProperties, s
     return PrintProcessor(name, params.get("prefix", ""))
 
 
+class PassProcessor(Processor):
+    """Forwards every record unchanged (``to_rstream()``)."""
+
+    pure = True
+
+    def chunk(self, chunk: Chunk) -> Chunk:
+        return chunk
+
+
 def _make_pass(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
-    return Processor(name)
+    return PassProcessor(name)
 
 
 #: ``builder.source(topic, deserializer)``: the root of a source topic's pipeline.

@@ -131,7 +131,7 @@ class _Replay:
         self.log: list[tuple[str, int, int]] = []  # every output record, in the order it was made
         self.run = run = QueueRun(cfg, topic, queue, tag.start_offset, tag.end_offset, batch, self.store,
                                   previous, now_ms=info.get("now_ms"), make_output=self._logged,
-                                  caught_up=bool(info.get("caught_up", True)))
+                                  caught_up=bool(info.get("caught_up", True)), chunked=False)
         self.current: int | None = None
         self.control: set[int] = set()
         self.emits: list[_Emit] = []

@@ -1,0 +1,198 @@
+"""Chunked execution (``rstream.processors.chunk``) against the per-record path, in this process.
+
+The same job runs twice over the same records, once in chunks and once record by record (the plan
+switched off): every topic it writes (sink, dead letters, late records, shuffle and state topics),
+its state and its operators' metrics must be the same, also when user code raises in the middle of
+a chunk, and for chunk sizes down to one record."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rstream import (
+    EmbeddedBroker,
+    JsonSerializer,
+    StreamBuilder,
+    TextDeserializer,
+    TextSerializer,
+    TumblingWindow,
+)
+from rstream.processors.base import UnhashableKeyError
+from rstream.processors.chunk import ChunkedPipeline
+from rstream.processors.watermarks import ACTIVE_HEADER, TICK_HEADER
+from rstream.runtime import task
+from rstream.runtime.inprocess import InProcessJob
+
+#: Words, numbers and the few bodies the functions below raise on ("x" in map, "boom" in flat_map,
+#: "bad" in the serializer, "ouch" in a sum's function).
+WORD = st.sampled_from(["a", "b", "c", "ab", "1", "22", "x", "boom", "bad", "ouch", ""])
+BODIES = st.lists(st.lists(WORD, max_size=6).map(" ".join), min_size=1, max_size=60)
+
+
+def _words(text: str) -> list[str]:
+    if "boom" in text:
+        raise ValueError("boom in the sentence")
+    return text.split()
+
+
+def _checked(word: str) -> str:
+    if word == "x":
+        raise ValueError("x is not a word")
+    return word
+
+
+def _serialize(key: Any, value: Any) -> bytes:
+    if key == "bad":
+        raise RuntimeError("cannot write bad")
+    return f"{key}={value}".encode()
+
+
+def _length(word: str) -> int:
+    if word == "ouch":
+        raise KeyError(word)
+    return len(word)
+
+
+def _by_word(job: str) -> StreamBuilder:
+    b = StreamBuilder(job)
+    (b.source("in", TextDeserializer()).flat_map(_words).map(_checked).filter(lambda w: w != "c")
+     .key_by(lambda w: w).count().to_rstream().sink(f"{job}-out", _serialize))
+    return b
+
+
+def _summed(job: str) -> StreamBuilder:
+    b = StreamBuilder(job)
+    (b.source("in", TextDeserializer()).flat_map(str.split).key_by(lambda w: w[:1])
+     .sum(_length).to_rstream().sink(f"{job}-out", TextSerializer(with_key=True)))
+    return b
+
+
+def _stateless(job: str) -> StreamBuilder:
+    b = StreamBuilder(job)
+    b.source("in", TextDeserializer()).map(str.upper).flat_map(_words).key_by(str.lower).sink(f"{job}-out", _serialize)
+    return b
+
+
+def _windowed(job: str) -> StreamBuilder:
+    b = StreamBuilder(job)
+    (b.source("in", TextDeserializer()).flat_map(str.split).select_timestamp(lambda w: 1_000 * len(w))
+     .key_by(lambda w: w[:1]).window(TumblingWindow(2_000)).count().to_rstream()
+     .sink(f"{job}-out", JsonSerializer()))
+    return b
+
+
+PIPELINES: dict[str, Callable[[str], StreamBuilder]] = {
+    "by_word": _by_word, "summed": _summed, "stateless": _stateless, "windowed": _windowed}
+
+
+@contextmanager
+def _record_by_record() -> Iterator[None]:
+    with mock.patch.object(ChunkedPipeline, "of", staticmethod(lambda *args: None)):
+        yield
+
+
+def _written(broker: EmbeddedBroker, job: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every topic of ``job`` (the job's name taken out of names and bodies), record by record, without what
+    the wall clock wrote: the broker's append time, the state topic's born time (its commit's), when
+    a watermark marker's producer was last active, an idle tick's time, and the operator
+    watermark's stored activity."""
+    out = {}
+    for info in broker.topics():
+        if info.name.startswith(job):
+            state = info.name.endswith("stateTopic")
+            out[info.name[len(job):]] = [
+                (m.queue_id, m.offset, m.key, m.body.replace(job.encode(), b""), None if state or TICK_HEADER in m.headers else m.born_timestamp,
+                 {k: v.replace(job, "") for k, v in m.headers.items() if k not in (ACTIVE_HEADER, TICK_HEADER)})
+                for m in broker.read(info.name) if not (state and b"__watermarks__" in m.body)]
+    return out
+
+
+def _metrics(job: InProcessJob) -> list[tuple[Any, ...]]:
+    return [(i["topic"].replace(job.topology.job_id, ""), i["queue"], i["records_in"], i["error_count"],
+             i.get("late"), json.dumps(i["operators"], sort_keys=True)) for i in job.infos]
+
+
+def _run(tmp: Path, broker: EmbeddedBroker, make: Callable[[str], StreamBuilder], job: str, chunked: bool,
+         **props: Any) -> InProcessJob:
+    run = InProcessJob(make(job).build(), broker, tmp / job, {"max_records_per_queue": 7, **props})
+    if chunked:
+        run.run_until_idle()
+    else:
+        with _record_by_record():
+            run.run_until_idle()
+    return run
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bodies=BODIES, pipeline=st.sampled_from(sorted(PIPELINES)), size=st.sampled_from([1, 2, 3, 64]),
+       emit=st.sampled_from(["record", "batch"]), queues=st.integers(1, 2))
+def test_chunks_write_what_record_by_record_writes(tmp_path: Path, bodies: list[str], pipeline: str, size: int,
+                                                    emit: str, queues: int) -> None:
+    if emit == "batch":  # a sink raising on a result emitted at the end of a batch fails the batch (noted)
+        bodies = [b.replace("bad", "bd") for b in bodies]
+    root = tmp_path / f"{pipeline}-{size}-{emit}-{queues}-{abs(hash(tuple(bodies)))}"
+    broker = EmbeddedBroker(root / "broker")
+    broker.create_topic("in", queues=queues)
+    broker.send_batch("in", bodies, born_timestamps=[1_000 * i for i in range(len(bodies))])
+    make = PIPELINES[pipeline]
+    props = {"aggregate_emit": emit, "time_type": "event_time", "allowed_lateness_ms": 1_000}
+    reference = _run(root, broker, make, "ref", chunked=False, **props)
+    runs = []
+    real_run = ChunkedPipeline.run
+
+    def counted(plan: ChunkedPipeline, records: Any) -> bool:
+        runs.append(len(records))
+        return real_run(plan, records)
+
+    with (mock.patch.object(task, "CHUNK_RECORDS", size), mock.patch.object(task, "MIN_CHUNK_RECORDS", 1),
+          mock.patch.object(ChunkedPipeline, "run", counted)):
+        chunked = _run(root, broker, make, "chk", chunked=True, **props)
+    assert runs and max(runs) <= size and sum(runs) >= len(bodies)  # every source record went through a chunk
+    assert _written(broker, "chk") == _written(broker, "ref")
+    assert _metrics(chunked) == _metrics(reference)
+
+
+def test_a_word_count_in_chunks_equals_a_python_loop(tmp_path: Path) -> None:
+    sentences = [" ".join(f"w{(i * 7 + j) % 13}" for j in range(i % 9)) for i in range(5_000)]
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("in", queues=2)
+    broker.send_batch("in", sentences)
+    b = StreamBuilder("wc")
+    b.source("in", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count().to_rstream().sink(
+        "wc-out", TextSerializer(with_key=True))
+    job = InProcessJob(b.build(), broker, tmp_path / "wc", {"aggregate_emit": "batch"})
+    job.run_until_idle()
+    expected: dict[str, int] = {}
+    for s in sentences:
+        for w in s.split():
+            expected[w] = expected.get(w, 0) + 1
+    last = {m.key: int(m.body.decode().rpartition(":")[2]) for m in sorted(broker.read("wc-out"), key=lambda m: m.offset)}
+    assert last == expected
+    source_infos = [i for i in job.infos if i["topic"] == "in"]
+    assert sum(i["records_in"] for i in source_infos) == len(sentences)
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_an_unhashable_key_names_its_record_either_way(tmp_path: Path, chunked: bool) -> None:
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("in", queues=1)
+    broker.send_batch("in", ["a", "b", "list", "c"])
+    b = StreamBuilder("keys")
+    b.source("in", TextDeserializer()).key_by(lambda w: [w] if w == "list" else w).count().to_rstream().sink("keys-out")
+    job = InProcessJob(b.build(), broker, tmp_path / "job")
+    with pytest.raises(UnhashableKeyError, match=r"unhashable list: \['list'\] \(record at topic 'in' queue 0 offset 2\)"):
+        if chunked:
+            job.run_until_idle()
+        else:
+            with _record_by_record():
+                job.run_until_idle()
+    assert broker.end_offsets("keys-out") == [0] * len(broker.end_offsets("keys-out"))  # nothing committed
