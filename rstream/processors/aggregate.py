@@ -86,15 +86,22 @@ class AggregateProcessor(Processor):
         cache, get, name = self.cache, self.store.get, self.name
         counts: list[int] = []
         append = counts.append
-        for key in chunk.keys:
-            n = cache.get(key, MISSING)
-            if n is MISSING:
-                n = get(name, key)
+        try:
+            for key in chunk.keys:
+                n = cache.get(key, MISSING)
                 if n is MISSING:
-                    n = 0
-            n += 1
-            cache[key] = n
-            append(n)
+                    n = get(name, key)
+                    if n is MISSING:
+                        n = 0
+                n += 1
+                cache[key] = n
+                append(n)
+        except Exception:  # a stored value that is no count: the rest record by record, which reports it
+            done = len(counts)
+            self.records_in += done
+            plan.send(self, Chunk(chunk.offsets[:done], chunk.keys[:done], counts, chunk.times[:done]))
+            plan.each(Chunk(*(column[done:] for column in chunk)), self.process)
+            return
         self.records_in += len(counts)
         plan.send(self, chunk._replace(values=counts))
 

@@ -56,6 +56,7 @@ class ChunkedPipeline:
         self.ctx = ctx
         self.failed = failed
         self.records: Sequence[Record] = ()
+        self._by_offset: dict[int, Record] | None = None
         #: What ``_send`` is handing on: the processor, its pure stages and the chunk each was given.
         self._sending: tuple[list[Processor], list[Chunk]] | None = None
         self._after: dict[int, tuple[list[Processor], Callable[[Chunk, ChunkedPipeline], None] | None]] = {}
@@ -86,7 +87,7 @@ class ChunkedPipeline:
             chunk = self.root.chunk_of(records)  # type: ignore[attr-defined]
         except Exception:
             return False
-        self.records = records
+        self.records, self._by_offset = records, None
         if not self._send(self.root, chunk, len(records)):
             return False
         self.ctx.offset = records[-1][0]
@@ -142,7 +143,9 @@ class ChunkedPipeline:
             except RecordError as err:
                 skip = offset
                 self._recount(offset, nth)
-                self.failed(err, next(r for r in self.records if r[0] == offset))
+                if self._by_offset is None:
+                    self._by_offset = {r[0]: r for r in self.records}
+                self.failed(err, self._by_offset[offset])
 
     def _recount(self, offset: int, made: int) -> None:
         """The pure stages counted every item of the record at ``offset``; record by record they would

@@ -221,8 +221,11 @@ class SinkProcessor(Processor):
         serialize = self.serialize
         try:
             bodies = list(map(serialize, chunk.keys, chunk.values))
-            if set(map(type, bodies)) != {bytes}:
-                raise TypeError("not all bytes")
+            types = set(map(type, bodies))
+            if types == {str, bytes} or types == {str}:
+                bodies = [b.encode() if type(b) is str else b for b in bodies]
+            elif types != {bytes}:
+                raise TypeError("a body that is neither bytes nor str")
         except Exception:  # record by record: process says which record, and converts str bodies
             plan.each(chunk, self.process)
             return

@@ -50,10 +50,11 @@ def _checked(word: str) -> str:
     return word
 
 
-def _serialize(key: Any, value: Any) -> bytes:
+def _serialize(key: Any, value: Any) -> bytes | str:
     if key == "bad":
         raise RuntimeError("cannot write bad")
-    return f"{key}={value}".encode()
+    text = f"{key}={value}"
+    return text if str(key).startswith("a") else text.encode()  # str bodies are written as utf-8
 
 
 def _length(word: str) -> int:
