@@ -48,10 +48,7 @@ class ShuffleSinkProcessor(Processor):
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        route = self._routes.get(key)  # keys are hashable here: key_by checked them
-        if route is None:
-            kb = encode(key)
-            route = self._routes[key] = (self._outs[stable_queue(kb, self.queues)], kb)
+        route = self._routes.get(key) or self._route(key)  # keys are hashable here: key_by checked them
         out, kb = route
         if not self.framed:
             try:  # encode() inlined: one call less per record
@@ -72,6 +69,7 @@ class ShuffleSinkProcessor(Processor):
         out.append((kb, encode((value, wm, self.producer, offset, self.side)), ts, None, None))
 
     def _route(self, key: Any) -> tuple[list[Any], bytes]:
+        """The key's queue's output and serialized key, cached for the batch."""
         kb = encode(key)
         route = self._routes[key] = (self._outs[stable_queue(kb, self.queues)], kb)
         return route
