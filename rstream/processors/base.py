@@ -29,6 +29,12 @@ class ProcessingError(RStreamError):
     """Processing a record failed in a way that must stop the job."""
 
 
+#: The offset of a ``RecordError`` (and its dead letter) raised on a result emitted at the end of a
+#: batch (a per-batch aggregation's result, a window fired when the batch ends): no input record
+#: made it alone.
+END_OF_BATCH = -1
+
+
 class RecordError(ProcessingError):
     """User code (a deserializer, a function, a serializer) raised on one record. With
     ``skip_data_error`` on (the default) the record is reported and processing goes on."""
@@ -40,10 +46,9 @@ class RecordError(ProcessingError):
         self.offset = offset
         self.cause = cause
         self.value_repr = _short_repr(value)
-        super().__init__(
-            f"{operator} failed on the record at topic {topic!r} queue {queue} offset {offset}: "
-            f"{type(cause).__name__}: {cause} (value {self.value_repr})"
-        )
+        where = (f"the record at topic {topic!r} queue {queue} offset {offset}" if offset != END_OF_BATCH else
+                 f"a result emitted at the end of a batch of topic {topic!r} queue {queue}")
+        super().__init__(f"{operator} failed on {where}: {type(cause).__name__}: {cause} (value {self.value_repr})")
 
     def __reduce__(self) -> Any:
         return (_rebuild_record_error, (self.operator, self.topic, self.queue, self.offset,

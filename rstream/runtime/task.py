@@ -16,7 +16,8 @@ import os
 import re
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 from rstream.broker.base import Broker, CommitTag
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
-from rstream.processors.base import RecordError, StreamContext
+from rstream.processors.base import END_OF_BATCH, RecordError, StreamContext
 from rstream.processors.chunk import CHUNK_RECORDS, MIN_CHUNK_RECORDS, ChunkedPipeline
 from rstream.processors.sink import ShuffleSinkProcessor
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
@@ -183,14 +184,41 @@ class QueueRun:
             raise err
         self.ctx.dead_letter(err, rec[1], rec[2], rec[3])
 
+    @contextmanager
+    def _results_at_end(self) -> Iterator[None]:
+        """While the batch ends, user code that raises on one result (a serializer on a per-batch
+        count, a function after a window fired now) sends that result to the dead-letter topic and
+        the others go on, as a record does during the batch; its error's offset is ``END_OF_BATCH``."""
+        ctx, saved = self.ctx, [(proc, proc.forward) for proc in self.procs]
+
+        def guarded(forward: Callable[[Any, Any, int], None]) -> Callable[[Any, Any, int], None]:
+            def emit(key: Any, value: Any, ts: int) -> None:
+                try:
+                    forward(key, value, ts)
+                except RecordError as err:
+                    if not self.cfg.settings.skip_data_error:
+                        raise
+                    ctx.dead_letter(err, None, b"", ts)
+            return emit
+
+        ctx.offset = END_OF_BATCH
+        for proc, forward in saved:
+            proc.forward = guarded(forward)
+        try:
+            yield
+        finally:
+            for proc, forward in saved:
+                proc.forward = forward
+
     def finish(self) -> tuple[dict[tuple[str, int], list[Any]], dict[str, Any]]:
         """End the batch: fire what is due, flush every processor, stage the state changes.
         Returns the records to append (per topic and queue, changelog included) and the metrics."""
         cfg, ctx, store = self.cfg, self.ctx, self.store
-        if ctx.watermarks is not None:
-            ctx.advance(at_end=True)  # idle producers may have stopped holding the watermark back
-        for proc in self.procs:
-            proc.flush()
+        with self._results_at_end():
+            if ctx.watermarks is not None:
+                ctx.advance(at_end=True)  # idle producers may have stopped holding the watermark back
+            for proc in self.procs:
+                proc.flush()
         info: dict[str, Any] = {
             "topic": self.topic, "queue": self.queue, "start": self.start, "end": self.end, "batch": self.batch,
             "now_ms": self.now_ms, "caught_up": ctx.caught_up, "replayed_keys": 0, "state_keys": None,
