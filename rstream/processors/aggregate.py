@@ -9,6 +9,7 @@ end of the batch. Every input record emits the key's updated result, as RocketMQ
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -78,30 +79,21 @@ class AggregateProcessor(Processor):
         self.forward(key, result, ts)
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
-        # a count that emits every update (it cannot raise): the counts in one loop, handed on as
-        # a chunk; anything else (user folds, partials, per-batch emission) record by record
+        # a count that emits every update (it cannot raise): the counts at once, handed on as a
+        # chunk; anything else (user folds, partials, per-batch emission) record by record
         if self.per_batch or type(self.fold) is not CountFold or Partial in set(map(type, chunk.values)):
             plan.each(chunk, self.process)
             return
-        cache, get, name = self.cache, self.store.get, self.name
-        counts: list[int] = []
-        append = counts.append
-        try:
-            for key in chunk.keys:
-                n = cache.get(key, MISSING)
-                if n is MISSING:
-                    n = get(name, key)
-                    if n is MISSING:
-                        n = 0
-                n += 1
-                cache[key] = n
-                append(n)
-        except Exception:  # a stored value that is no count: the rest record by record, which reports it
-            done = len(counts)
-            self.records_in += done
-            plan.send(self, Chunk(chunk.offsets[:done], chunk.keys[:done], counts, chunk.times[:done]))
-            plan.each(Chunk(*(column[done:] for column in chunk)), self.process)
+        cache, get, name, keys = self.cache, self.store.get, self.name, chunk.keys
+        try:  # each key's running count as an iterator: the chunk's counts in one C-level pass
+            running = {key: itertools.count((cache[key] if key in cache else _stored_count(get(name, key))) + 1)
+                       for key in dict.fromkeys(keys)}  # in order of first appearance, as cache's keys
+        except Exception:  # a stored value that is no count: record by record, which reports it
+            plan.each(chunk, self.process)
             return
+        counts = list(map(next, map(running.__getitem__, keys)))
+        for key, it in running.items():
+            cache[key] = next(it) - 1
         self.records_in += len(counts)
         plan.send(self, chunk._replace(values=counts))
 
@@ -121,6 +113,10 @@ class AggregateProcessor(Processor):
 
     def metrics(self) -> OperatorMetrics:
         return OperatorMetrics.of(records_in=self.records_in, keys_changed=self.keys_changed)
+
+
+def _stored_count(n: Any) -> Any:
+    return 0 if n is MISSING else n
 
 
 def aggregation(kind: str, fold: Callable[[Mapping[str, Any]], Fold], combines: bool = False) -> OperatorSpec:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any, Protocol, runtime_checkable
 
 from rstream.errors import RStreamError
@@ -52,6 +53,10 @@ class TextDeserializer:
     def deserialize(self, body: bytes) -> tuple[Any, str]:
         return None, body.decode(self.encoding)
 
+    def deserialize_many(self, bodies: Sequence[bytes]) -> tuple[list[Any], list[Any]]:
+        """``deserialize`` over a chunk of bodies, as (keys, values), without a call per record."""
+        return [None] * len(bodies), list(map(bytes.decode, bodies, repeat(self.encoding)))
+
     def __repr__(self) -> str:
         return f"TextDeserializer({self.encoding!r})"
 
@@ -68,6 +73,13 @@ class TextSerializer:
         if self.with_key:
             return f"{key}{self.separator}{value}".encode(self.encoding)
         return str(value).encode(self.encoding)
+
+    def serialize_many(self, keys: Sequence[Any], values: Sequence[Any]) -> list[bytes]:
+        """``serialize`` over parallel lists (a sink's chunk), without a call per record."""
+        encoding, separator = self.encoding, self.separator
+        if self.with_key:
+            return [f"{key}{separator}{value}".encode(encoding) for key, value in zip(keys, values)]
+        return [str(value).encode(encoding) for value in values]
 
     def __repr__(self) -> str:
         return f"TextSerializer(with_key={self.with_key})"
@@ -96,6 +108,17 @@ class JsonDeserializer:
                 pass
         return None, json.loads(body.decode())  # str is faster to parse than bytes (no encoding sniffing)
 
+    def deserialize_many(self, bodies: Sequence[bytes]) -> tuple[list[Any], list[Any]]:
+        """``deserialize`` over a chunk of bodies, as (keys, values): one scan for long numbers over
+        them all (a space between two bodies ends any run of digits), then orjson on each."""
+        if _LONG_NUMBER(b" ".join(bodies)) is None:
+            try:
+                return [None] * len(bodies), list(map(self._loads, bodies))
+            except self._error:
+                pass
+        pairs = list(map(self.deserialize, bodies))
+        return [None] * len(bodies), [pair[1] for pair in pairs]
+
     def __getstate__(self) -> dict[str, Any]:
         return {}  # orjson's functions are found again where the deserializer is unpickled
 
@@ -117,6 +140,13 @@ class JsonSerializer:
         doc = {"key": key, "value": value} if self.with_key else value
         return self._encode(doc).encode()
 
+    def serialize_many(self, keys: Sequence[Any], values: Sequence[Any]) -> list[bytes]:
+        """``serialize`` over parallel lists (a sink's chunk), without a call per record."""
+        encode = self._encode
+        if self.with_key:
+            return [encode({"key": key, "value": value}).encode() for key, value in zip(keys, values)]
+        return [encode(value).encode() for value in values]
+
     def __repr__(self) -> str:
         return f"JsonSerializer(with_key={self.with_key})"
 
@@ -126,6 +156,10 @@ class RawDeserializer:
 
     def deserialize(self, body: bytes) -> tuple[Any, bytes]:
         return None, body
+
+    def deserialize_many(self, bodies: Sequence[bytes]) -> tuple[list[Any], list[Any]]:
+        """``deserialize`` over a chunk of bodies, as (keys, values)."""
+        return [None] * len(bodies), list(bodies)
 
     def __repr__(self) -> str:
         return "RawDeserializer()"

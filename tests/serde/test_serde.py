@@ -109,3 +109,34 @@ def test_json_deserializer_raises_what_json_raises(body: bytes) -> None:
         json.loads(body.decode())
     assert str(ours.value) == str(theirs.value)
     assert pickle.loads(pickle.dumps(JsonDeserializer())).deserialize(b"[1]") == (None, [1])
+
+
+EDGE_BODIES = [b'{"n": 123456789012345678901234567890}', b"[-9223372036854775809]", b'"\\ud800"', b"[NaN, -Infinity]",
+               b"[1e400]", b'{"id": "12345678901234567890"}', b"1234567890", b"123456789"]
+
+
+@given(st.lists(st.one_of(JSON_VALUES.map(lambda v: __import__("json").dumps(v).encode()),
+                          st.sampled_from(EDGE_BODIES)), max_size=8))
+def test_deserializers_read_a_chunk_as_they_read_each_body(bodies: list[bytes]) -> None:
+    """``deserialize_many`` (a chunk's bodies at once) gives what ``deserialize`` gives body by body,
+    also where a long number spans the join of two bodies ("1234567890" then "123456789")."""
+    json_de = JsonDeserializer()
+    keys, values = json_de.deserialize_many(bodies)
+    assert keys == [None] * len(bodies)
+    assert len(values) == len(bodies) and all(_same(v, json_de.deserialize(b)[1]) for v, b in zip(values, bodies))
+    text = TextDeserializer()
+    assert text.deserialize_many(bodies) == ([None] * len(bodies), [text.deserialize(b)[1] for b in bodies])
+
+
+def test_a_chunk_with_a_body_that_is_not_json_raises_as_that_body_does() -> None:
+    import json
+
+    with pytest.raises(json.JSONDecodeError, match="Expecting property name"):
+        JsonDeserializer().deserialize_many([b"[1]", b"{not json", b"[2]"])
+
+
+def test_serializers_write_a_chunk_as_they_write_each_record() -> None:
+    keys, values = ["a", 1, None, ("t", 2)], [1, "x", [1.5, None], {"k": "v"}]
+    for ser in (TextSerializer(), TextSerializer(with_key=True, separator="\t"), JsonSerializer(),
+                JsonSerializer(with_key=True)):
+        assert ser.serialize_many(keys, values) == [ser.serialize(k, v) for k, v in zip(keys, values)]
