@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -308,6 +308,10 @@ class Processor:
         """``process`` over every item of ``chunk`` at once, for a ``pure`` processor: the items it
         would forward. It must change nothing (counters included) and may raise anything."""
         raise NotImplementedError(f"{type(self).__name__} is not pure")
+
+    def chunk_done(self, records: Sequence[Any]) -> None:
+        """For a root: after ``records`` went through as a chunk, leave the context as the last
+        record's ``receive`` would have."""
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
         """Take the items the pure stages before this processor made of a chunk of records; by

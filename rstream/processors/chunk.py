@@ -91,6 +91,7 @@ class ChunkedPipeline:
         if not self._send(self.root, chunk, len(records)):
             return False
         self.ctx.offset = records[-1][0]
+        self.root.chunk_done(records)
         return True
 
     def send(self, proc: Processor, chunk: Chunk) -> None:

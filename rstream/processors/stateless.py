@@ -103,8 +103,16 @@ class ShuffleSourceProcessor(Processor):
     def __init__(self, name: str, framed: bool = False) -> None:
         super().__init__(name)
         self.framed = framed
-        self.chunked_root = not framed  # a framed topic's markers and frames go record by record
         self.markers = 0
+        #: A framed chunk's frames: per record, its decoded ``(value, watermark, producer, source
+        #: offset, side)``, for the processor after this one (``frame_at``).
+        self.frames: list[tuple[Any, ...]] = []
+
+    @property
+    def chunked_root(self) -> bool:  # type: ignore[override]
+        # a framed topic's data records go in chunks only to an operator that reads their frames
+        # (a windowed count); markers always go record by record (QueueRun.feed splits them out)
+        return not self.framed or (len(self.children) == 1 and getattr(self.children[0], "takes_frames", False))
 
     def open(self, ctx: Any) -> None:
         super().open(ctx)
@@ -133,6 +141,8 @@ class ShuffleSourceProcessor(Processor):
         self.forward(k, value, born)
 
     def chunk_of(self, records: Sequence[Record]) -> Chunk:
+        if self.framed:
+            return self._framed_chunk_of(records)
         keys = self._keys
         serialized = list(map(_KEY, records))
         for kb in set(serialized).difference(keys):  # a cache: changes no result
@@ -152,6 +162,32 @@ class ShuffleSourceProcessor(Processor):
             ]
         return Chunk(list(map(_OFFSET, records)), list(map(keys.__getitem__, serialized)), values,
                      list(map(_BORN, records)))
+
+    def _framed_chunk_of(self, records: Sequence[Record]) -> Chunk:
+        """Data records of a framed topic (no marker among them): their frames are kept in ``frames``."""
+        if any(map(_HEADERS, records)):
+            raise ValueError("a control record in a framed chunk")  # QueueRun.feed splits them out
+        keys = self._keys
+        serialized = list(map(_KEY, records))
+        for kb in set(serialized).difference(keys):  # a cache: changes no result
+            keys[kb] = decode(kb) if kb is not None else None
+        frames = list(map(decode, map(_BODY, records)))
+        chunk = Chunk(list(map(_OFFSET, records)), list(map(keys.__getitem__, serialized)), list(map(_PAIR_KEY, frames)),
+                      list(map(_BORN, records)))
+        self.frames = frames
+        return chunk
+
+    def frame_at(self, i: int) -> Frame:
+        """The frame of the ``i``-th record of the last framed chunk."""
+        _value, watermark, producer, source_offset, side = self.frames[i]
+        return Frame(watermark, producer, source_offset, side)
+
+    def chunk_done(self, records: Sequence[Record]) -> None:
+        """After a chunk went through: the context as ``receive`` leaves it after the last record."""
+        if self.framed:
+            ctx = self.ctx
+            ctx.position_ms = records[-1][4]  # type: ignore[union-attr]
+            ctx.frame = self.frame_at(len(records) - 1)  # type: ignore[union-attr]
 
     def _control(self, headers: dict[str, str], stored_ms: int) -> None:
         ctx = self.ctx

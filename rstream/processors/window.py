@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from rstream.processors.base import LateCause, Processor, StreamContext, _short_repr
-from rstream.processors.fold import Fold
+from rstream.processors.chunk import Chunk, ChunkedPipeline
+from rstream.processors.fold import CountFold, Fold
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import WINDOW_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import FIRE_ALL, finite
@@ -121,6 +122,46 @@ class WindowAggregateProcessor(WindowedOperator):
                 cache[wk] = fold.add(acc, x)
             except Exception as exc:
                 raise ctx.record_error(name, exc, value) from exc  # type: ignore[union-attr]
+
+    @property
+    def takes_frames(self) -> bool:
+        """Whether ``take_chunk`` takes a framed chunk: a count over fixed windows (it cannot raise)."""
+        return not self.session and type(self.fold) is CountFold
+
+    def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
+        """A framed chunk's records, straight from the shuffle source (``takes_frames``): what
+        ``process`` does record by record, with each window's count added up once per chunk. Late
+        records are reported in their order, each with its own offset and frame."""
+        root = plan.root
+        frames = root.frames  # type: ignore[attr-defined]
+        ctx, horizon, assign = self.ctx, self.horizon, self.window.assign  # type: ignore[union-attr]
+        added: dict[tuple[Any, int, int], int] = {}  # window key -> records, in order of first appearance
+        get = added.get
+        for i, (offset, key, ts) in enumerate(zip(chunk.offsets, chunk.keys, chunk.times)):
+            carried = frames[i][1]
+            if ts < carried:
+                ctx.offset, ctx.frame = offset, root.frame_at(i)  # type: ignore[union-attr,attr-defined]
+                self._late(key, chunk.values[i], ts, carried, LateCause.BEHIND_WATERMARK,
+                           f"data time {ts} is behind its source queue's watermark {carried}")
+                continue
+            for start, end in assign(ts):
+                if end <= horizon:
+                    ctx.offset, ctx.frame = offset, root.frame_at(i)  # type: ignore[union-attr,attr-defined]
+                    self._late(key, chunk.values[i], ts, horizon, LateCause.WINDOW_FIRED,
+                               f"its window [{start},{end}) already fired: its source queue was idle")
+                    continue
+                wk = (key, start, end)
+                added[wk] = get(wk, 0) + 1
+        self.records_in += len(chunk.offsets)
+        store, name, cache = self.store, self.name, self.cache
+        for wk, n in added.items():
+            acc = cache.get(wk, MISSING)
+            if acc is MISSING:
+                acc = store.get(name, wk)
+                if acc is MISSING:
+                    acc = 0
+                    store.set_timer(name, wk[2], (wk[0], wk[1]))
+            cache[wk] = acc + n
 
     def _add_to_session(self, key: Any, value: Any, x: Any, ts: int) -> None:
         gap = self.window.gap  # type: ignore[union-attr]

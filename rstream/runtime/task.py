@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import groupby, islice
 from pathlib import Path
 from typing import Any
 
@@ -151,13 +151,18 @@ class QueueRun:
         if plan is None:
             self._feed_each(records)
             return
+        framed = getattr(self.roots[0], "framed", False)
         it, size = iter(records), CHUNK_RECORDS
         while part := list(islice(it, size)):
-            if plan.run(part):
-                size = min(CHUNK_RECORDS, size * 2)
-            else:  # something in the chunk raised: record by record, and smaller chunks for a while
-                self._feed_each(part)
-                size = max(MIN_CHUNK_RECORDS, size // 4)
+            ran = True
+            # a framed topic's control records (watermark markers, idle ticks) go record by record
+            for data, run in groupby(part, key=_is_data) if framed else ((True, part),):
+                if not data:
+                    self._feed_each(run)
+                elif not plan.run(run := list(run)):  # something raised: record by record
+                    self._feed_each(run)
+                    ran = False
+            size = min(CHUNK_RECORDS, size * 2) if ran else max(MIN_CHUNK_RECORDS, size // 4)
 
     def _feed_each(self, records: Iterable[tuple[int, Any, bytes, int, int, dict[str, str] | None]]) -> None:
         ctx, receivers = self.ctx, self.receivers
@@ -250,6 +255,10 @@ class QueueRun:
         """What the next batch of this queue needs back: each framed shuffle sink's source watermark."""
         return json.dumps({"wm": {p.name: p.watermark for p in self.procs
                                   if isinstance(p, ShuffleSinkProcessor) and p.framed}})
+
+
+def _is_data(record: tuple[int, Any, bytes, int, int, dict[str, str] | None]) -> bool:
+    return not record[5]  # control records of a framed topic carry headers, its data records none
 
 
 def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, batch: int = -1) -> dict[str, Any]:

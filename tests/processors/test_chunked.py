@@ -29,6 +29,7 @@ from rstream import (
 from rstream.processors.base import UnhashableKeyError
 from rstream.processors.chunk import ChunkedPipeline
 from rstream.processors.watermarks import ACTIVE_HEADER, TICK_HEADER
+from rstream.processors.window import WindowAggregateProcessor
 from rstream.runtime import task
 from rstream.runtime.inprocess import InProcessJob
 
@@ -195,3 +196,53 @@ def test_an_unhashable_key_names_its_record_either_way(tmp_path: Path, chunked: 
             with _record_by_record():
                 job.run_until_idle()
     assert broker.end_offsets("keys-out") == [0] * len(broker.end_offsets("keys-out"))  # nothing committed
+
+
+def _windowed_by_word(job: str) -> StreamBuilder:
+    b = StreamBuilder(job)
+    (b.source("in", TextDeserializer()).flat_map(str.split).select_timestamp(lambda w: int(w.split("@")[1]))
+     .key_by(lambda w: w.split("@")[0]).window(TumblingWindow(2_000)).count().to_rstream()
+     .sink(f"{job}-out", JsonSerializer(with_key=True)))
+    return b
+
+
+@pytest.mark.parametrize("size", [5, 64])
+def test_a_windowed_count_in_chunks_writes_what_record_by_record_writes(tmp_path: Path, size: int) -> None:
+    """Many keys and windows per chunk, records behind their queue's watermark and records whose
+    window already fired: the framed chunk path (``WindowAggregateProcessor.take_chunk``) against
+    the per-record path, topic by topic (state changelog order included)."""
+    import random
+
+    rng = random.Random(size)
+    bodies = [" ".join(f"k{rng.randrange(40)}@{max(0, 300 * i + rng.randrange(-4_000, 1_000))}"
+                       for _ in range(rng.randrange(1, 8))) for i in range(120)]
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("in", queues=2)
+    broker.send_batch("in", bodies)
+    props = {"time_type": "event_time", "allowed_lateness_ms": 500, "max_records_per_queue": 25}
+    reference = _run(tmp_path, broker, _windowed_by_word, "ref", chunked=False, **props)
+    taken = []
+    real_take = WindowAggregateProcessor.take_chunk
+
+    def counted(proc: WindowAggregateProcessor, chunk: Any, plan: ChunkedPipeline) -> None:
+        taken.append(len(chunk.offsets))
+        real_take(proc, chunk, plan)
+
+    with (mock.patch.object(task, "CHUNK_RECORDS", size),
+          mock.patch.object(WindowAggregateProcessor, "take_chunk", counted)):
+        chunked = _run(tmp_path, broker, _windowed_by_word, "chk", chunked=True, **props)
+    # the end of each run fired every window (idle flush): records within the allowed lateness of
+    # the newest now find their window fired
+    newest = max(int(w.split("@")[1]) for body in bodies for w in body.split())
+    broker.send_batch("in", [" ".join(f"k{rng.randrange(40)}@{newest - rng.randrange(400)}" for _ in range(5))
+                             for _ in range(20)])
+    reference.infos.extend(_run(tmp_path, broker, _windowed_by_word, "ref", chunked=False, **props).infos)
+    with (mock.patch.object(task, "CHUNK_RECORDS", size),
+          mock.patch.object(WindowAggregateProcessor, "take_chunk", counted)):
+        chunked.infos.extend(_run(tmp_path, broker, _windowed_by_word, "chk", chunked=True, **props).infos)
+    assert taken and max(taken) > 1  # the window count took chunks
+    written = _written(broker, "chk")
+    late = [json.loads(row[3]) for name, rows in written.items() if name.endswith("-late") for row in rows]
+    assert {"behind watermark", "window fired"} <= {row["cause"] for row in late}, late[:3]
+    assert written == _written(broker, "ref")
+    assert _metrics(chunked) == _metrics(reference)
