@@ -5,6 +5,8 @@ from __future__ import annotations
 import marshal
 from collections import Counter
 from collections.abc import Callable, Mapping
+from itertools import accumulate, repeat
+from operator import sub
 from typing import Any
 
 from rstream.processors.base import Processor
@@ -88,13 +90,18 @@ class ShuffleSinkProcessor(Processor):
                 except ValueError:
                     route[0].append((route[1], encode(value), ts, None, None))
             return
-        wm, lateness, producer, side = self.watermark, self.lateness, self.producer, self.side
-        for offset, key, value, ts in zip(*chunk):
+        # each record carries its queue's watermark so far: a running max of time - lateness
+        marks = list(accumulate(map(sub, chunk.times, repeat(self.lateness)), max, initial=self.watermark))
+        frames = zip(chunk.values, marks[1:], repeat(self.producer), chunk.offsets, repeat(self.side))
+        try:
+            bodies = list(map(_dumps, frames, repeat(MARSHAL_VERSION)))
+        except ValueError:  # a value marshal cannot write: pickled, as encode() does
+            bodies = list(map(encode, zip(chunk.values, marks[1:], repeat(self.producer), chunk.offsets,
+                                          repeat(self.side))))
+        for key, body, ts in zip(chunk.keys, bodies, chunk.times):
             route = routes.get(key) or find(key)
-            if ts - lateness > wm:
-                wm = ts - lateness
-            route[0].append((route[1], encode((value, wm, producer, offset, side)), ts, None, None))
-        self.watermark = wm
+            route[0].append((route[1], body, ts, None, None))
+        self.watermark = marks[-1]
 
     def flush(self) -> None:
         if not self.framed:
