@@ -171,7 +171,11 @@ class ShuffleSourceProcessor(Processor):
         serialized = list(map(_KEY, records))
         for kb in set(serialized).difference(keys):  # a cache: changes no result
             keys[kb] = decode(kb) if kb is not None else None
-        frames = list(map(decode, map(_BODY, records)))
+        bodies = list(map(_BODY, records))
+        try:
+            frames = list(map(_loads, bodies))
+        except (ValueError, EOFError):  # a pickled frame (a value marshal cannot write)
+            frames = list(map(decode, bodies))
         chunk = Chunk(list(map(_OFFSET, records)), list(map(keys.__getitem__, serialized)), list(map(_PAIR_KEY, frames)),
                       list(map(_BORN, records)))
         self.frames = frames

@@ -7,6 +7,7 @@ a chunk, and for chunk sizes down to one record."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -144,7 +145,10 @@ def test_chunks_write_what_record_by_record_writes(tmp_path: Path, bodies: list[
     broker.create_topic("in", queues=queues)
     broker.send_batch("in", bodies, born_timestamps=[1_000 * i for i in range(len(bodies))])
     make = PIPELINES[pipeline]
-    props = {"aggregate_emit": emit, "time_type": "event_time", "allowed_lateness_ms": 1_000}
+    # no source goes idle by the wall clock between runs (a slow machine would fire windows early in one
+    # of them); the flush at the end of each run fires what is left
+    props = {"aggregate_emit": emit, "time_type": "event_time", "allowed_lateness_ms": 1_000,
+             "idle_timeout_ms": 600_000}
     reference = _run(root, broker, make, "ref", chunked=False, **props)
     runs = []
     real_run = ChunkedPipeline.run
@@ -206,8 +210,18 @@ def _windowed_by_word(job: str) -> StreamBuilder:
     return b
 
 
+def _windowed_pickled(job: str) -> StreamBuilder:  # values marshal cannot write: shuffled pickled
+    b = StreamBuilder(job)
+    (b.source("in", TextDeserializer()).flat_map(str.split).select_timestamp(lambda w: int(w.split("@")[1]))
+     .map(lambda w: (w, datetime.date(2026, 1, 1))).key_by(lambda v: v[0].split("@")[0])
+     .window(TumblingWindow(2_000)).count().to_rstream().sink(f"{job}-out", JsonSerializer(with_key=True)))
+    return b
+
+
 @pytest.mark.parametrize("size", [5, 64])
-def test_a_windowed_count_in_chunks_writes_what_record_by_record_writes(tmp_path: Path, size: int) -> None:
+@pytest.mark.parametrize("make", [_windowed_by_word, _windowed_pickled])
+def test_a_windowed_count_in_chunks_writes_what_record_by_record_writes(tmp_path: Path, size: int,
+                                                                         make: Callable[[str], StreamBuilder]) -> None:
     """Many keys and windows per chunk, records behind their queue's watermark and records whose
     window already fired: the framed chunk path (``WindowAggregateProcessor.take_chunk``) against
     the per-record path, topic by topic (state changelog order included)."""
@@ -219,8 +233,9 @@ def test_a_windowed_count_in_chunks_writes_what_record_by_record_writes(tmp_path
     broker = EmbeddedBroker(tmp_path / "broker")
     broker.create_topic("in", queues=2)
     broker.send_batch("in", bodies)
-    props = {"time_type": "event_time", "allowed_lateness_ms": 500, "max_records_per_queue": 25}
-    reference = _run(tmp_path, broker, _windowed_by_word, "ref", chunked=False, **props)
+    props = {"time_type": "event_time", "allowed_lateness_ms": 500, "max_records_per_queue": 25,
+             "idle_timeout_ms": 600_000}  # windows fire on data and on the final flush, never by the wall clock
+    reference = _run(tmp_path, broker, make, "ref", chunked=False, **props)
     taken = []
     real_take = WindowAggregateProcessor.take_chunk
 
@@ -230,16 +245,16 @@ def test_a_windowed_count_in_chunks_writes_what_record_by_record_writes(tmp_path
 
     with (mock.patch.object(task, "CHUNK_RECORDS", size),
           mock.patch.object(WindowAggregateProcessor, "take_chunk", counted)):
-        chunked = _run(tmp_path, broker, _windowed_by_word, "chk", chunked=True, **props)
+        chunked = _run(tmp_path, broker, make, "chk", chunked=True, **props)
     # the end of each run fired every window (idle flush): records within the allowed lateness of
     # the newest now find their window fired
     newest = max(int(w.split("@")[1]) for body in bodies for w in body.split())
     broker.send_batch("in", [" ".join(f"k{rng.randrange(40)}@{newest - rng.randrange(400)}" for _ in range(5))
                              for _ in range(20)])
-    reference.infos.extend(_run(tmp_path, broker, _windowed_by_word, "ref", chunked=False, **props).infos)
+    reference.infos.extend(_run(tmp_path, broker, make, "ref", chunked=False, **props).infos)
     with (mock.patch.object(task, "CHUNK_RECORDS", size),
           mock.patch.object(WindowAggregateProcessor, "take_chunk", counted)):
-        chunked.infos.extend(_run(tmp_path, broker, _windowed_by_word, "chk", chunked=True, **props).infos)
+        chunked.infos.extend(_run(tmp_path, broker, make, "chk", chunked=True, **props).infos)
     assert taken and max(taken) > 1  # the window count took chunks
     written = _written(broker, "chk")
     late = [json.loads(row[3]) for name, rows in written.items() if name.endswith("-late") for row in rows]
