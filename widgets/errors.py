@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rstream import RocketMQStream
+from rstream.processors.base import END_OF_BATCH
 
 from .html import ALERT, box, status, table
 from .live import LiveView
@@ -59,9 +60,10 @@ class ErrorSnapshot:
         if self.records.empty:
             return f"job {self.job_id!r}: {state}, no record was skipped"
         newest = self.records.iloc[-1]
+        where = (f"offset {newest['offset']}" if newest["offset"] != END_OF_BATCH else
+                 f"a result at the end of batch {newest['batch_id']}")
         return (f"job {self.job_id!r}: {state}, {self.total} records skipped (dead-letter topic); newest: "
-                f"{newest['operator']} on {newest['topic']}/{newest['queue']} offset {newest['offset']}: "
-                f"{newest['error']}")
+                f"{newest['operator']} on {newest['topic']}/{newest['queue']} {where}: {newest['error']}")
 
     def tables_html(self) -> str:
         """The summary and the newest records as HTML (empty when nothing was skipped)."""

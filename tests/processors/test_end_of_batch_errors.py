@@ -74,3 +74,17 @@ def test_with_skipping_off_it_stops_the_run_and_commits_nothing_of_the_batch(tmp
                                           r"'strict-.*' queue \d+: ValueError: cannot write bad"):
         job.run_until_idle()
     assert broker.end_offsets("strict-out") == [0] * len(broker.end_offsets("strict-out"))
+
+
+def test_the_error_table_says_a_dead_letter_came_from_the_end_of_a_batch(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from widgets.errors import ErrorSnapshot
+
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("in", queues=1)
+    broker.send_batch("in", WORDS)
+    _job(broker, tmp_path, "shown").run_until_idle()
+    rows = pd.DataFrame([dead_letter_row(m) for m in broker.read(dlq_topic_name("shown"))])
+    snap = ErrorSnapshot("shown", False, rows, 5, 0.0)
+    assert "a result at the end of batch 1: ValueError: cannot write bad" in snap.status, snap.status
