@@ -47,14 +47,21 @@ PROSE = frozenset({"reason", "error", "note", "why"})
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-          highlight: dict[str, str] | None = None, row_colours: Sequence[str | None] | None = None) -> str:
+          highlight: dict[str, str] | None = None, row_colours: Sequence[str | None] | None = None,
+          wrap: bool = False) -> str:
     """An HTML table inside a box that scrolls sideways when the table is wider than the notebook.
     ``highlight`` colours a column's non-zero numbers; ``row_colours`` colours whole rows. Values are
-    cut at ``MAX_CELL`` characters, except in ``PROSE`` columns, which wrap."""
+    cut at ``MAX_CELL`` characters, except in ``PROSE`` columns, which wrap.
+
+    ``wrap``: a table that would be wider than the notebook wraps instead, as far as it can: its
+    headers after an underscore, its text cells at spaces and after ``BREAK_AFTER`` (numbers never);
+    only what is still too wide then scrolls. A table that fits looks the same either way."""
     highlight = highlight or {}
     cell = "padding:1px 8px;border-bottom:1px solid #e9ecef;white-space:nowrap"
+    text = "padding:1px 8px;border-bottom:1px solid #e9ecef;white-space:normal" if wrap else cell
     prose = "padding:1px 8px;border-bottom:1px solid #e9ecef;white-space:normal;min-width:16em;max-width:32em"
-    head = "".join(f'<th style="{cell};text-align:left">{escape(c)}</th>' for c in columns)
+    name = _breakable if wrap else escape
+    head = "".join(f'<th style="{text};text-align:left">{name(c)}</th>' for c in columns)
     body = []
     for i, values in enumerate(rows):
         tds = []
@@ -62,9 +69,10 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             bg = highlight.get(column) if number and value else None
             words = column in PROSE and isinstance(value, str)
-            style = f"{prose if words else cell};text-align:{'right' if number else 'left'}" + (
+            style = f"{prose if words else cell if number else text};text-align:{'right' if number else 'left'}" + (
                 f";background:{bg}" if bg else "")
-            tds.append(f'<td style="{style}">{escape(value if words else cell_text(value))}</td>')
+            shown = escape(value) if words else escape(cell_text(value)) if number else name(cell_text(value))
+            tds.append(f'<td style="{style}">{shown}</td>')
         colour = row_colours[i] if row_colours is not None and i < len(row_colours) else None
         body.append(f'<tr style="background:{colour}">' if colour else "<tr>")
         body[-1] += "".join(tds) + "</tr>"
@@ -74,6 +82,20 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
         f'<caption style="text-align:left;font-weight:bold;white-space:nowrap">{escape(title)}</caption>'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
+
+
+#: Where a name may break in a ``table(wrap=True)`` that must wrap: after these (``clicks/1/SHUFFLE_SINK-5``,
+#: ``held_back_watermark``, ``Time.seconds(10)``), and at spaces.
+BREAK_AFTER = ("/", "_", ".")
+
+
+def _breakable(text: str) -> str:
+    """``text`` as HTML with a line-break opportunity (``<wbr>``, nothing visible, nothing copied)
+    after each character of ``BREAK_AFTER``."""
+    html = escape(text)
+    for mark in BREAK_AFTER:
+        html = html.replace(mark, mark + "<wbr>")
+    return html
 
 
 def status(text: str, colour: str = GREY) -> str:

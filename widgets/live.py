@@ -24,7 +24,8 @@ class LiveView(ipywidgets.VBox):
     runs, so cell output is never written from a thread, and the kernel is never blocked.
     """
 
-    #: Names the renderer thread ``rstream-<kind>-<job id>``.
+    #: Names the renderer thread ``rstream-<kind>-<job id>``, and the view's CSS class ``rstream-view-<kind>``
+    #: (what a browser test finds it by).
     kind = "view"
     #: The job shown (views over a broker or a topic have none: ``needs_job`` False).
     job: RocketMQStream
@@ -38,6 +39,7 @@ class LiveView(ipywidgets.VBox):
         kwargs.setdefault("layout", ipywidgets.Layout(max_width="100%"))
         super().__init__(children, **kwargs)
         self.add_class("rstream-view")
+        self.add_class(f"rstream-view-{self.kind}")
         self.status_line = status_line
         self.job = job  # type: ignore[assignment]  # None only where needs_job is False
         self.interval = float(interval)

@@ -249,14 +249,16 @@ class WatermarkSnapshot:
     def queues_html(self) -> str:
         if not self.queues:
             return "<i>no window or join queue has run yet</i>"
+        # wrap: its 11 columns are wider than a notebook; they wrap rather than run past its edge
         return _table("shuffle queues (operator watermark = min over producers that are not idle)", QUEUE_COLUMNS,
-                      self._shown(self.to_pandas()), highlight={"windows_open": "#fff3bf", "late": "#ffe3e3"})
+                      self._shown(self.to_pandas()), highlight={"windows_open": "#fff3bf", "late": "#ffe3e3"},
+                      wrap=True)
 
     def producers_html(self) -> str:
         if not self.queues:
             return ""
         return _table("producers of each shuffle queue", PRODUCER_COLUMNS, self._shown(self.producers_to_pandas()),
-                      highlight={"holding_back": "#fff3bf", "idle": "#e7f5ff"})
+                      highlight={"holding_back": "#fff3bf", "idle": "#e7f5ff"}, wrap=True)
 
     def pending_html(self) -> str:
         title = "open windows: why they have not fired yet"
@@ -264,7 +266,8 @@ class WatermarkSnapshot:
         unlisted = [f"{op.name} on {q.topic}/{q.queue}: {op.windows_open - len(op.pending)} more open windows "
                     f"not listed; {q.waiting_for()}"
                     for q in self.queues for op in q.operators if op.windows_open > len(op.pending)]
-        html = _table(title, PENDING_COLUMNS, rows) if rows else f"<div><b>{escape(title)}</b>: <i>none listed</i></div>"
+        html = (_table(title, PENDING_COLUMNS, rows, wrap=True) if rows
+                else f"<div><b>{escape(title)}</b>: <i>none listed</i></div>")
         if unlisted:
             html += "".join(f'<div style="font-family:monospace;font-size:12px">{escape(u)}</div>' for u in unlisted)
         return html
@@ -273,7 +276,7 @@ class WatermarkSnapshot:
         if not self.sources:
             return ""
         return _table("source queues (watermark = max(data time - allowed lateness))", SOURCE_COLUMNS,
-                      self._shown(self.sources_to_pandas()))
+                      self._shown(self.sources_to_pandas()), wrap=True)
 
     def _shown(self, frame: Any) -> list[list[Any]]:
         """Rows for an HTML table: rstream's long shuffle topic names shortened (``to_pandas()`` keeps them)."""

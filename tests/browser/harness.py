@@ -24,6 +24,10 @@ What a user of this module must know:
   person would see as wrong (errors, tracebacks, stderr boxes, widget errors, too-wide or blank outputs),
   takes screenshots, and (by default) shuts the notebook's kernel down and checks that its whole process
   tree (the JVM, Spark's Python workers) exits.
+* ``run_notebook(fit_tables=selector)`` also measures every table inside the elements ``selector`` matches
+  (``.rstream-view-watermarks``: a ``WatermarkMonitor``): at 1280 px each must show whole, none of it past the
+  edge of its output area or scrolled out of sight; in a 900 px window (``NARROW_VIEWPORT``) each must show
+  whole or scroll inside a box that itself fits.
 * Never rely on wall-clock timing for correctness: timeouts here are generous ceilings only.
 """
 
@@ -59,6 +63,8 @@ CHROMIUM_ARGS = [
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
 ]
 VIEWPORT = {"width": 1280, "height": 900}
+#: A narrower window, where ``run_notebook(fit_tables=...)`` checks tables again: outputs are ~470 px wide.
+NARROW_VIEWPORT = {"width": 900, "height": 900}
 LIVE_CLASS = "rstream-live"
 NOTEBOOK_TIMEOUT = 600.0  # seconds for one Restart and Run All
 SAMPLE_EVERY = 0.25  # seconds between two samples of live widgets and RSS
@@ -552,6 +558,46 @@ _PAGE_HELPERS = r"""
               output_width: Math.round(Math.max(0, ...Array.from(p.node.querySelectorAll(".jp-OutputArea-output"))
                                                   .map(o => o.getBoundingClientRect().width)))};
     },
+    outputWidth(name) {
+      const p = panel(name);
+      return Math.round(Math.max(0, ...Array.from(p.node.querySelectorAll(".jp-OutputArea-output"))
+                                      .map(o => o.getBoundingClientRect().width)));
+    },
+    // Every table inside an element `selector` matches: how much of it is out of sight on the right, past
+    // its output area's edge or past the edge of a box around it that clips (scrolls or hides) it, and
+    // whether the innermost such box scrolls and itself fits in the output area (the rest is reachable).
+    tables(name, selector) {
+      const p = panel(name);
+      const found = [];
+      for (const view of p.node.querySelectorAll(selector)) {
+        const out = view.closest(".jp-OutputArea-output");
+        if (!out) continue;
+        const outBox = out.getBoundingClientRect();
+        const outRight = outBox.left + out.clientLeft + out.clientWidth;
+        for (const t of view.querySelectorAll("table")) {
+          const r = t.getBoundingClientRect();
+          if (r.width < 1 && r.height < 1) continue;
+          let right = outRight, clip = null;
+          for (let a = t.parentElement; a && a !== out; a = a.parentElement) {
+            if (getComputedStyle(a).overflowX === "visible") continue;
+            const b = a.getBoundingClientRect();
+            const edge = b.left + a.clientLeft + a.clientWidth;
+            if (edge < r.right - 1 && !clip) clip = a;  // the innermost box that cuts the table
+            right = Math.min(right, edge);
+          }
+          const ox = clip ? getComputedStyle(clip).overflowX : "";
+          const cell = p.content.widgets.findIndex(c => c.node === t.closest(".jp-Cell"));
+          found.push({
+            cell, caption: t.caption ? t.caption.innerText.trim().slice(0, 80) : "",
+            width: Math.round(r.width), output_width: Math.round(outRight - outBox.left),
+            hidden: Math.max(0, Math.round(r.right - right)),
+            reachable: r.right <= right + 1 || (!!clip && (ox === "auto" || ox === "scroll")
+                                                 && clip.getBoundingClientRect().right <= outRight + 1),
+          });
+        }
+      }
+      return found;
+    },
   };
 })();
 """.replace("%LIVE%", LIVE_CLASS)
@@ -677,6 +723,10 @@ class NotebookRun:
     #: its Spark): what an open kernel keeps while a learner goes on to the next notebook.
     peak_pss_mb: float = 0.0
     residual_pss_mb: float = 0.0
+    #: With ``fit_tables``: per table of the views it selects, as measured in the 1280 px window
+    #: (``"window": "normal"``) and in the 900 px one (``"narrow"``): ``cell``, ``caption``, ``width``,
+    #: ``output_width``, ``hidden`` (px of it out of sight on the right) and ``reachable`` (by scrolling).
+    tables: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def problems(self) -> list[str]:
         """Every failed check, one line each (empty when the run is clean)."""
@@ -697,6 +747,12 @@ class NotebookRun:
                          f"({len(not_run)} of {len(self.cells)} code cells)")
         for cell in self.cells:
             found += cell.problems(check_ran=len(not_run) < 2)
+        for t in self.tables:
+            what = f"cell {t['cell']}: table {t['caption']!r} ({t['width']} px wide, output area {t['output_width']} px)"
+            if t["window"] == "normal" and t["hidden"] > 1:
+                found.append(f"{what}: {t['hidden']} px of it cut off at the right edge")
+            elif t["window"] == "narrow" and not t["reachable"]:
+                found.append(f"{what}, narrow window: {t['hidden']} px of it cut off, not even by scrolling")
         for key, texts in self.live.items():
             if len(texts) < 2:
                 found.append(f"{key}: the live widget showed {len(texts)} distinct text(s) while cells ran, "
@@ -738,8 +794,8 @@ def open_notebook(page: Any, lab: JupyterLab, name: str, timeout: float = 180.0)
     # The file browser stays open, as a learner has it: the output area is then about 970 px wide.
 
 
-def screenshot_cell(page: Any, cell: Any, path: Path) -> None:
-    """Save ``cell`` (a locator) whole as a PNG at ``path``.
+def screenshot_cell(page: Any, cell: Any, path: Path, viewport: dict[str, int] = VIEWPORT) -> None:
+    """Save ``cell`` (a locator) whole as a PNG at ``path``; the page's viewport is ``viewport``.
 
     The notebook scrolls inside its own panel, so a cell taller than that panel would come out cut, with
     JupyterLab's bars over it: for such a cell the viewport is made taller for the shot, then restored.
@@ -751,18 +807,49 @@ def screenshot_cell(page: Any, cell: Any, path: Path) -> None:
     }""")
     grown = need > 0
     if grown:
-        page.set_viewport_size({"width": VIEWPORT["width"], "height": min(16_000, VIEWPORT["height"] + int(need))})
+        page.set_viewport_size({"width": viewport["width"], "height": min(16_000, viewport["height"] + int(need))})
     try:
         cell.scroll_into_view_if_needed()
         cell.screenshot(path=str(path), animations="disabled")
     finally:
         if grown:
-            page.set_viewport_size(VIEWPORT)
+            page.set_viewport_size(viewport)
+
+
+def measure_tables(page: Any, name: str, selector: str,
+                   shots: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every table inside the elements of notebook ``name`` that ``selector`` matches, measured as the page
+    is (``"window": "normal"``) and again in ``NARROW_VIEWPORT`` (``"narrow"``); see ``NotebookRun.tables``.
+    With ``shots``, saves each such element as the narrow window shows it, ``cell-NN-narrow[-i].png``.
+    Returns the tables and the screenshots' paths. The page's viewport is ``VIEWPORT`` again on return;
+    where no table is found, it was never changed."""
+    tables = "([name, selector]) => window.__rstream.tables(name, selector)"
+    found = [dict(t, window="normal") for t in page.evaluate(tables, [name, selector])]
+    saved: list[str] = []
+    if not found:
+        return found, saved
+    width = page.evaluate("(name) => window.__rstream.outputWidth(name)", name)
+    resized = "([name, width, narrower]) => (window.__rstream.outputWidth(name) < width) === narrower"
+    page.set_viewport_size(NARROW_VIEWPORT)
+    try:
+        page.wait_for_function(resized, arg=[name, width, True], polling="raf", timeout=30_000)
+        found += [dict(t, window="narrow") for t in page.evaluate(tables, [name, selector])]
+        if shots is not None:
+            for cell in sorted({t["cell"] for t in found}):
+                views = page.locator(f'[data-rstream-cell="{cell}"] {selector}')
+                for i in range(views.count()):
+                    path = shots / f"cell-{cell:02d}-narrow{f'-{i}' if i else ''}.png"
+                    screenshot_cell(page, views.nth(i), path, NARROW_VIEWPORT)
+                    saved.append(str(path))
+    finally:
+        page.set_viewport_size(VIEWPORT)
+    page.wait_for_function(resized, arg=[name, width, False], polling="raf", timeout=30_000)
+    return found, saved
 
 
 def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None = None,
                  timeout: float = NOTEBOOK_TIMEOUT, screenshots: str = "all",
-                 shutdown_kernel: bool = True) -> NotebookRun:
+                 shutdown_kernel: bool = True, fit_tables: str | None = None) -> NotebookRun:
     """Open ``name``, Restart Kernel and Run All Cells, and report what a person would see.
 
     ``name`` is a path relative to the server's root (``01_wordcount.ipynb``). While cells run, samples
@@ -771,7 +858,9 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
     than the output area (unless they scroll inside a fitting ``overflow-x: auto|scroll`` box) and blank
     outputs. With ``artifacts``, writes the executed ``<artifacts>/<stem>/executed.ipynb`` and, as
     ``screenshots`` says ("all", "failures": only for a run with problems, "none"), ``cell-NN.png`` per code
-    cell with output (NN its index in the notebook) and ``window.png``. With ``shutdown_kernel``, shuts the
+    cell with output (NN its index in the notebook) and ``window.png``. With ``fit_tables`` (a CSS selector),
+    measures the tables inside what it matches (``measure_tables``; in artifact mode also screenshots them in
+    the narrow window): a table cut off is a problem of the run. With ``shutdown_kernel``, shuts the
     notebook's kernel down and reports what of its tree did not exit.
     """
     log = page_log(page)
@@ -831,8 +920,13 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
         output_width=collected["output_width"], artifacts=None, notebook=collected["notebook"],
     )
     if artifacts is not None:
-        run.artifacts = out = Path(artifacts) / Path(name).stem
-        out.mkdir(parents=True, exist_ok=True)
+        run.artifacts = Path(artifacts) / Path(name).stem
+        run.artifacts.mkdir(parents=True, exist_ok=True)
+    if fit_tables:  # before the kernel goes, while the widget views are drawn
+        run.tables, saved = measure_tables(page, name, fit_tables, run.artifacts if screenshots == "all" else None)
+        run.screenshots += saved
+    if run.artifacts is not None:
+        out = run.artifacts
         (out / "executed.ipynb").write_text(json.dumps(collected["notebook"], indent=1))
         if screenshots == "all" or (screenshots == "failures" and run.problems()):
             for cell in run.cells:

@@ -3,10 +3,13 @@
 One JupyterLab (over a temporary copy of ``notebooks/``) and one headless Chromium for the module. Per
 top-level notebook: JupyterLab's own "Restart Kernel and Run All Cells", then what a person would see is
 checked cell by cell: every code cell ran, no error output or traceback, no stderr box, no widget error,
-no blank output, no output wider than the notebook, and every ``.rstream-live`` widget changed while
-cells ran. Nothing may leave loopback, and the kernel's whole process tree must exit on shutdown.
+no blank output, no output wider than the notebook, every ``.rstream-live`` widget changed while
+cells ran, and every table of a ``WatermarkMonitor`` shows whole (none of it cut off at the output area's
+right edge, nor scrolled out of sight) in the 1280 px window, and whole or in a box that scrolls in a
+900 px one. Nothing may leave loopback, and the kernel's whole process tree must exit on shutdown.
 
-Screenshots per cell (``<stem>/cell-NN.png``, NN = the cell's index in the notebook) and
+Screenshots per cell (``<stem>/cell-NN.png``, NN = the cell's index in the notebook; a
+``WatermarkMonitor`` also in the narrow window, ``cell-NN-narrow.png``) and
 ``results.json`` (duration and peak kernel-tree RSS per notebook) go to ``$RSTREAM_BROWSER_ARTIFACTS``,
 else to a temporary folder whose path is printed. The module is skipped, with the reason, where
 ``/usr/bin/chromium`` or playwright is missing. A notebook takes one to a few minutes (Spark starts).
@@ -47,6 +50,8 @@ from playwright.sync_api import sync_playwright  # noqa: E402  (only once we kno
 # Top level only: the solutions in notebooks/solutions/ are run headless elsewhere.
 NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
 TEST_TIMEOUT = int(NOTEBOOK_TIMEOUT) + 600  # the run's own ceiling, plus opening, screenshots, shutdown
+#: Views whose tables must show whole (``run_notebook(fit_tables=...)``): the ``WatermarkMonitor``'s.
+FIT_TABLES = ".rstream-view-watermarks"
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +119,14 @@ SELF_CHECK = [
                  "{'model_id': 'deadbeef', 'version_major': 2, 'version_minor': 0}}, raw=True)"),
     ("blank", "w.Box()"),
     ("offsite", "HTML('<img alt=\"offsite\" src=\"http://offsite.invalid/pixel.png\">')"),
+    ("fits", "fits = w.HTML('<table><caption>fits</caption><tr><td>a</td><td>1</td></tr></table>')\n"
+             "fits.add_class('fit-check')\nfits"),
+    ("cut", "cut = w.HTML('<table><caption>cut</caption><tr><td style=\"white-space:nowrap\">' + 'x' * 600\n"
+            "             + '</td></tr></table>', layout=w.Layout(overflow='auto'))  # scrolls: reachable\n"
+            "cut.add_class('fit-check')\ncut"),
+    ("hidden", "hidden = w.HTML('<table><caption>hidden</caption><tr><td style=\"white-space:nowrap\">' + 'y' * 600\n"
+               "                + '</td></tr></table>', layout=w.Layout(overflow='hidden'))  # not even that\n"
+               "hidden.add_class('fit-check')\nhidden"),
     ("raises", "1 / 0"),
     ("skipped", "print('never runs')"),
 ]
@@ -134,7 +147,8 @@ def test_harness_reports_what_is_wrong(lab: JupyterLab, page: Any, artifacts: Pa
     nbformat.write(nb, folder / "self_check.ipynb")
     cell = {kind: i for i, (kind, _) in enumerate(SELF_CHECK)}
 
-    run = run_notebook(page, "harness-self-check/self_check.ipynb", lab, artifacts=artifacts / "harness-self-check")
+    run = run_notebook(page, "harness-self-check/self_check.ipynb", lab, artifacts=artifacts / "harness-self-check",
+                       fit_tables=".fit-check")
     problems = run.problems()
     report = run.report()
 
@@ -142,7 +156,7 @@ def test_harness_reports_what_is_wrong(lab: JupyterLab, page: Any, artifacts: Pa
         return [p for p in problems if p.startswith((f"cell {cell[kind]} ", f"cell {cell[kind]}:"))]
 
     assert run.finished, report
-    for kind in ("clean", "scrolls", "progress", "wait"):
+    for kind in ("clean", "scrolls", "progress", "wait", "fits"):
         assert about(kind) == [], f"{kind}: a clean cell was reported\n{report}"
     assert any("stderr box: 'something went wrong'" in p for p in about("stderr")), report
     assert any("output wider than the notebook: <div" in p for p in about("wide")), report
@@ -153,6 +167,11 @@ def test_harness_reports_what_is_wrong(lab: JupyterLab, page: Any, artifacts: Pa
     assert any("error output: ZeroDivisionError" in p for p in about("raises")), report
     assert not any("stderr box" in p for p in about("raises")), f"an error output counted twice\n{report}"
     assert any("did not run" in p for p in about("skipped")), report
+    assert any("table 'cut'" in p and "cut off at the right edge" in p for p in about("cut")), report
+    assert not any("not even by scrolling" in p for p in about("cut")), report
+    assert any("table 'hidden'" in p and "not even by scrolling" in p for p in about("hidden")), report
+    assert {(t["caption"], t["window"]) for t in run.tables} == {(c, w) for c in ("fits", "cut", "hidden")
+                                                                  for w in ("normal", "narrow")}, run.tables
     live = [p for p in problems if "live widget" in p]
     assert len(live) == 1 and live[0].startswith(f"cell {cell['live']} "), f"only the frozen widget\n{report}"
     assert len(run.live) == 2 and max(len(t) for t in run.live.values()) >= 2, run.live
@@ -170,9 +189,12 @@ def test_harness_reports_what_is_wrong(lab: JupyterLab, page: Any, artifacts: Pa
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_clean_in_jupyterlab(name: str, lab: JupyterLab, page: Any, artifacts: Path,
                                            results: dict[str, Any]) -> None:
-    run = run_notebook(page, name, lab, artifacts=artifacts)
+    run = run_notebook(page, name, lab, artifacts=artifacts, fit_tables=FIT_TABLES)
     record(results, artifacts, name, run.summary())
     assert run.passed, run.report()
+    if "WatermarkMonitor(" in (NOTEBOOKS / name).read_text():
+        # its tables were measured in both windows (a view that lost its class would pass unmeasured)
+        assert {t["window"] for t in run.tables} == {"normal", "narrow"}, run.tables
     # what the lesson says it shows, read from the notebook's outputs (its teaching cells assert nothing)
     assert problems(Path(name).stem, run.notebook, solved=False) == [], run.report()
     # its last cell, release(), ended its kernel through the server: nothing of it keeps memory
