@@ -9,6 +9,9 @@ job's late-data topic with the reason.
 
 from __future__ import annotations
 
+from collections import Counter
+from itertools import compress, repeat
+from operator import itemgetter, le, lt, not_, or_
 from typing import Any
 
 from rstream.processors.base import LateCause, Processor, StreamContext, _short_repr
@@ -19,10 +22,12 @@ from rstream.processors.spec import WINDOW_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.state.store import MISSING
 from rstream.time.watermark import NO_WATERMARK
-from rstream.time.windows import SessionWindow, Window, WindowError, WindowKey
+from rstream.time.windows import SessionWindow, TumblingWindow, Window, WindowError, WindowKey
 
 #: Pending windows listed per operator and queue in the progress (for "why has it not fired?").
 MAX_PENDING = 20
+#: The carried watermark of a decoded frame ``(value, watermark, producer, source offset, side)``.
+_WATERMARK = itemgetter(1)
 
 
 class WindowedOperator(Processor):
@@ -132,26 +137,10 @@ class WindowAggregateProcessor(WindowedOperator):
         """A framed chunk's records, straight from the shuffle source (``takes_frames``): what
         ``process`` does record by record, with each window's count added up once per chunk. Late
         records are reported in their order, each with its own offset and frame."""
-        root = plan.root
-        frames = root.frames  # type: ignore[attr-defined]
-        ctx, horizon, assign = self.ctx, self.horizon, self.window.assign  # type: ignore[union-attr]
-        added: dict[tuple[Any, int, int], int] = {}  # window key -> records, in order of first appearance
-        get = added.get
-        for i, (offset, key, ts) in enumerate(zip(chunk.offsets, chunk.keys, chunk.times)):
-            carried = frames[i][1]
-            if ts < carried:
-                ctx.offset, ctx.frame = offset, root.frame_at(i)  # type: ignore[union-attr,attr-defined]
-                self._late(key, chunk.values[i], ts, carried, LateCause.BEHIND_WATERMARK,
-                           f"data time {ts} is behind its source queue's watermark {carried}")
-                continue
-            for start, end in assign(ts):
-                if end <= horizon:
-                    ctx.offset, ctx.frame = offset, root.frame_at(i)  # type: ignore[union-attr,attr-defined]
-                    self._late(key, chunk.values[i], ts, horizon, LateCause.WINDOW_FIRED,
-                               f"its window [{start},{end}) already fired: its source queue was idle")
-                    continue
-                wk = (key, start, end)
-                added[wk] = get(wk, 0) + 1
+        if isinstance(self.window, TumblingWindow):
+            added = self._tumbling_counts(chunk, plan.root)
+        else:
+            added = self._window_counts(chunk, plan.root)
         self.records_in += len(chunk.offsets)
         store, name, cache = self.store, self.name, self.cache
         for wk, n in added.items():
@@ -162,6 +151,52 @@ class WindowAggregateProcessor(WindowedOperator):
                     acc = 0
                     store.set_timer(name, wk[2], (wk[0], wk[1]))
             cache[wk] = acc + n
+
+    def _late_at(self, root: Any, chunk: Chunk, i: int, watermark: int, cause: LateCause, reason: str) -> None:
+        self.ctx.offset, self.ctx.frame = chunk.offsets[i], root.frame_at(i)  # type: ignore[union-attr]
+        self._late(chunk.keys[i], chunk.values[i], chunk.times[i], watermark, cause, reason)
+
+    def _window_counts(self, chunk: Chunk, root: Any) -> dict[tuple[Any, int, int], int]:
+        """Per window key, the chunk's records in it (in order of first appearance); late ones reported."""
+        frames, horizon, assign = root.frames, self.horizon, self.window.assign  # type: ignore[union-attr]
+        added: dict[tuple[Any, int, int], int] = {}
+        get = added.get
+        for i, (key, ts) in enumerate(zip(chunk.keys, chunk.times)):
+            carried = frames[i][1]
+            if ts < carried:
+                self._late_at(root, chunk, i, carried, LateCause.BEHIND_WATERMARK,
+                              f"data time {ts} is behind its source queue's watermark {carried}")
+                continue
+            for start, end in assign(ts):
+                if end <= horizon:
+                    self._late_at(root, chunk, i, horizon, LateCause.WINDOW_FIRED,
+                                  f"its window [{start},{end}) already fired: its source queue was idle")
+                    continue
+                wk = (key, start, end)
+                added[wk] = get(wk, 0) + 1
+        return added
+
+    def _tumbling_counts(self, chunk: Chunk, root: Any) -> dict[tuple[Any, int, int], int]:
+        """``_window_counts`` for tumbling windows (one per record), over whole lists: which records
+        are late, then one ``Counter`` of (key, window start) over the others."""
+        keys, times, size, horizon = chunk.keys, chunk.times, self.window.size, self.horizon  # type: ignore[union-attr]
+        starts = [t - t % size for t in times]
+        carried = list(map(_WATERMARK, root.frames))
+        behind = list(map(lt, times, carried))
+        late = behind
+        if min(starts) <= horizon - size:  # some window already fired (its end is at or before the horizon)
+            late = list(map(or_, behind, map(le, starts, repeat(horizon - size))))
+        if any(late):
+            for i in compress(range(len(late)), late):
+                if behind[i]:
+                    self._late_at(root, chunk, i, carried[i], LateCause.BEHIND_WATERMARK,
+                                  f"data time {times[i]} is behind its source queue's watermark {carried[i]}")
+                else:
+                    self._late_at(root, chunk, i, horizon, LateCause.WINDOW_FIRED,
+                                  f"its window [{starts[i]},{starts[i] + size}) already fired: its source queue was idle")
+            on_time = list(map(not_, late))
+            keys, starts = list(compress(keys, on_time)), list(compress(starts, on_time))
+        return {(key, start, start + size): n for (key, start), n in Counter(zip(keys, starts)).items()}
 
     def _add_to_session(self, key: Any, value: Any, x: Any, ts: int) -> None:
         gap = self.window.gap  # type: ignore[union-attr]

@@ -19,7 +19,8 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import groupby, islice
+from itertools import compress, islice
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
 from rstream.settings import DEFAULTS, JobProperties
 from rstream.state.store import StateStore
 from rstream.time.watermark import NO_WATERMARK
+
+_HEADERS = itemgetter(5)
 
 
 class CheckpointMismatchError(RStreamError):
@@ -156,10 +159,10 @@ class QueueRun:
         while part := list(islice(it, size)):
             ran = True
             # a framed topic's control records (watermark markers, idle ticks) go record by record
-            for data, run in groupby(part, key=_is_data) if framed else ((True, part),):
+            for data, run in _split_controls(part) if framed else ((True, part),):
                 if not data:
                     self._feed_each(run)
-                elif not plan.run(run := list(run)):  # something raised: record by record
+                elif not plan.run(run):  # something raised: record by record
                     self._feed_each(run)
                     ran = False
             size = min(CHUNK_RECORDS, size * 2) if ran else max(MIN_CHUNK_RECORDS, size // 4)
@@ -257,8 +260,17 @@ class QueueRun:
                                   if isinstance(p, ShuffleSinkProcessor) and p.framed}})
 
 
-def _is_data(record: tuple[int, Any, bytes, int, int, dict[str, str] | None]) -> bool:
-    return not record[5]  # control records of a framed topic carry headers, its data records none
+def _split_controls(part: list[Any]) -> Iterator[tuple[bool, list[Any]]]:
+    """``(True, data records)`` and ``(False, [control record])`` of a framed topic's records, in
+    order: control records (markers, ticks) carry headers, data records none."""
+    done = 0
+    for i in compress(range(len(part)), map(_HEADERS, part)):
+        if i > done:
+            yield True, part[done:i]
+        yield False, part[i:i + 1]
+        done = i + 1
+    if done < len(part):
+        yield True, part[done:] if done else part
 
 
 def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, batch: int = -1) -> dict[str, Any]:

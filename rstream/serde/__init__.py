@@ -109,9 +109,9 @@ class JsonDeserializer:
         return None, json.loads(body.decode())  # str is faster to parse than bytes (no encoding sniffing)
 
     def deserialize_many(self, bodies: Sequence[bytes]) -> tuple[list[Any], list[Any]]:
-        """``deserialize`` over a chunk of bodies, as (keys, values): one scan for long numbers over
-        them all (a space between two bodies ends any run of digits), then orjson on each."""
-        if _LONG_NUMBER(b" ".join(bodies)) is None:
+        """``deserialize`` over a chunk of bodies, as (keys, values): orjson on each, unless one of
+        them holds a long number. (One scan over the bodies joined is slower than one per body.)"""
+        if not any(map(_LONG_NUMBER, bodies)):
             try:
                 return [None] * len(bodies), list(map(self._loads, bodies))
             except self._error:

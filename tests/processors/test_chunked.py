@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from rstream import (
     EmbeddedBroker,
     JsonSerializer,
+    SlidingWindow,
     StreamBuilder,
     TextDeserializer,
     TextSerializer,
@@ -218,8 +219,16 @@ def _windowed_pickled(job: str) -> StreamBuilder:  # values marshal cannot write
     return b
 
 
+def _windowed_sliding(job: str) -> StreamBuilder:  # two windows per record: late for one, counted in the other
+    b = StreamBuilder(job)
+    (b.source("in", TextDeserializer()).flat_map(str.split).select_timestamp(lambda w: int(w.split("@")[1]))
+     .key_by(lambda w: w.split("@")[0]).window(SlidingWindow(2_000, 1_000)).count().to_rstream()
+     .sink(f"{job}-out", JsonSerializer(with_key=True)))
+    return b
+
+
 @pytest.mark.parametrize("size", [5, 64])
-@pytest.mark.parametrize("make", [_windowed_by_word, _windowed_pickled])
+@pytest.mark.parametrize("make", [_windowed_by_word, _windowed_pickled, _windowed_sliding])
 def test_a_windowed_count_in_chunks_writes_what_record_by_record_writes(tmp_path: Path, size: int,
                                                                          make: Callable[[str], StreamBuilder]) -> None:
     """Many keys and windows per chunk, records behind their queue's watermark and records whose

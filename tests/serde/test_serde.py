@@ -119,7 +119,8 @@ EDGE_BODIES = [b'{"n": 123456789012345678901234567890}', b"[-9223372036854775809
                           st.sampled_from(EDGE_BODIES)), max_size=8))
 def test_deserializers_read_a_chunk_as_they_read_each_body(bodies: list[bytes]) -> None:
     """``deserialize_many`` (a chunk's bodies at once) gives what ``deserialize`` gives body by body,
-    also where a long number spans the join of two bodies ("1234567890" then "123456789")."""
+    also next to bodies with long numbers, and with digits at the end of one body and the start of
+    the next ("1234567890" then "123456789": no long number)."""
     json_de = JsonDeserializer()
     keys, values = json_de.deserialize_many(bodies)
     assert keys == [None] * len(bodies)
