@@ -143,10 +143,7 @@ class ShuffleSourceProcessor(Processor):
     def chunk_of(self, records: Sequence[Record]) -> Chunk:
         if self.framed:
             return self._framed_chunk_of(records)
-        keys = self._keys
-        serialized = list(map(_KEY, records))
-        for kb in set(serialized).difference(keys):  # a cache: changes no result
-            keys[kb] = decode(kb) if kb is not None else None
+        keys = self._chunk_keys(records)
         bodies = list(map(_BODY, records))
         values: list[Any] | None = None
         if list(map(_HEADERS, records)).count(None) == len(records):  # no partials: marshal all at once
@@ -160,24 +157,26 @@ class ShuffleSourceProcessor(Processor):
                 else Partial(decode(r[2]))
                 for r in records
             ]
-        return Chunk(list(map(_OFFSET, records)), list(map(keys.__getitem__, serialized)), values,
-                     list(map(_BORN, records)))
+        return Chunk(list(map(_OFFSET, records)), keys, values, list(map(_BORN, records)))
+
+    def _chunk_keys(self, records: Sequence[Record]) -> list[Any]:
+        """The decoded keys of a chunk's records (each distinct serialized key decoded once, cached)."""
+        keys, serialized = self._keys, list(map(_KEY, records))
+        for kb in set(serialized).difference(keys):  # a cache: changes no result
+            keys[kb] = decode(kb) if kb is not None else None
+        return list(map(keys.__getitem__, serialized))
 
     def _framed_chunk_of(self, records: Sequence[Record]) -> Chunk:
         """Data records of a framed topic (no marker among them): their frames are kept in ``frames``."""
         if any(map(_HEADERS, records)):
             raise ValueError("a control record in a framed chunk")  # QueueRun.feed splits them out
-        keys = self._keys
-        serialized = list(map(_KEY, records))
-        for kb in set(serialized).difference(keys):  # a cache: changes no result
-            keys[kb] = decode(kb) if kb is not None else None
+        keys = self._chunk_keys(records)
         bodies = list(map(_BODY, records))
         try:
             frames = list(map(_loads, bodies))
         except (ValueError, EOFError):  # a pickled frame (a value marshal cannot write)
             frames = list(map(decode, bodies))
-        chunk = Chunk(list(map(_OFFSET, records)), list(map(keys.__getitem__, serialized)), list(map(_PAIR_KEY, frames)),
-                      list(map(_BORN, records)))
+        chunk = Chunk(list(map(_OFFSET, records)), keys, list(map(_PAIR_KEY, frames)), list(map(_BORN, records)))
         self.frames = frames
         return chunk
 

@@ -100,8 +100,7 @@ class WindowAggregateProcessor(WindowedOperator):
         ctx = self.ctx
         carried = ctx.frame.watermark  # type: ignore[union-attr]
         if ts < carried:
-            self._late(key, value, ts, carried, LateCause.BEHIND_WATERMARK,
-                       f"data time {ts} is behind its source queue's watermark {carried}")
+            self._late_behind(key, value, ts, carried)
             return
         try:
             x = self.fold.extract(value)
@@ -113,8 +112,7 @@ class WindowAggregateProcessor(WindowedOperator):
         store, name, fold, cache = self.store, self.name, self.fold, self.cache
         for start, end in self.window.assign(ts):  # type: ignore[union-attr]
             if end <= self.horizon:
-                self._late(key, value, ts, self.horizon, LateCause.WINDOW_FIRED,
-                           f"its window [{start},{end}) already fired: its source queue was idle")
+                self._late_fired(key, value, ts, start, end)
                 continue
             wk = (key, start, end)
             acc = cache.get(wk, MISSING)
@@ -152,9 +150,18 @@ class WindowAggregateProcessor(WindowedOperator):
                     store.set_timer(name, wk[2], (wk[0], wk[1]))
             cache[wk] = acc + n
 
-    def _late_at(self, root: Any, chunk: Chunk, i: int, watermark: int, cause: LateCause, reason: str) -> None:
+    def _late_behind(self, key: Any, value: Any, ts: int, carried: int) -> None:
+        self._late(key, value, ts, carried, LateCause.BEHIND_WATERMARK,
+                   f"data time {ts} is behind its source queue's watermark {carried}")
+
+    def _late_fired(self, key: Any, value: Any, ts: int, start: int, end: int) -> None:
+        self._late(key, value, ts, self.horizon, LateCause.WINDOW_FIRED,
+                   f"its window [{start},{end}) already fired: its source queue was idle")
+
+    def _at(self, root: Any, chunk: Chunk, i: int) -> tuple[Any, Any, int]:
+        """The ``i``-th record of a framed chunk, with the context's offset and frame set to it."""
         self.ctx.offset, self.ctx.frame = chunk.offsets[i], root.frame_at(i)  # type: ignore[union-attr]
-        self._late(chunk.keys[i], chunk.values[i], chunk.times[i], watermark, cause, reason)
+        return chunk.keys[i], chunk.values[i], chunk.times[i]
 
     def _window_counts(self, chunk: Chunk, root: Any) -> dict[tuple[Any, int, int], int]:
         """Per window key, the chunk's records in it (in order of first appearance); late ones reported."""
@@ -164,13 +171,11 @@ class WindowAggregateProcessor(WindowedOperator):
         for i, (key, ts) in enumerate(zip(chunk.keys, chunk.times)):
             carried = frames[i][1]
             if ts < carried:
-                self._late_at(root, chunk, i, carried, LateCause.BEHIND_WATERMARK,
-                              f"data time {ts} is behind its source queue's watermark {carried}")
+                self._late_behind(*self._at(root, chunk, i), carried)
                 continue
             for start, end in assign(ts):
                 if end <= horizon:
-                    self._late_at(root, chunk, i, horizon, LateCause.WINDOW_FIRED,
-                                  f"its window [{start},{end}) already fired: its source queue was idle")
+                    self._late_fired(*self._at(root, chunk, i), start, end)
                     continue
                 wk = (key, start, end)
                 added[wk] = get(wk, 0) + 1
@@ -189,11 +194,9 @@ class WindowAggregateProcessor(WindowedOperator):
         if any(late):
             for i in compress(range(len(late)), late):
                 if behind[i]:
-                    self._late_at(root, chunk, i, carried[i], LateCause.BEHIND_WATERMARK,
-                                  f"data time {times[i]} is behind its source queue's watermark {carried[i]}")
+                    self._late_behind(*self._at(root, chunk, i), carried[i])
                 else:
-                    self._late_at(root, chunk, i, horizon, LateCause.WINDOW_FIRED,
-                                  f"its window [{starts[i]},{starts[i] + size}) already fired: its source queue was idle")
+                    self._late_fired(*self._at(root, chunk, i), starts[i], starts[i] + size)
             on_time = list(map(not_, late))
             keys, starts = list(compress(keys, on_time)), list(compress(starts, on_time))
         return {(key, start, start + size): n for (key, start), n in Counter(zip(keys, starts)).items()}
