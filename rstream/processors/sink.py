@@ -92,12 +92,11 @@ class ShuffleSinkProcessor(Processor):
             return
         # each record carries its queue's watermark so far: a running max of time - lateness
         marks = list(accumulate(map(sub, chunk.times, repeat(self.lateness)), max, initial=self.watermark))
-        frames = zip(chunk.values, marks[1:], repeat(self.producer), chunk.offsets, repeat(self.side))
+        frames = list(zip(chunk.values, marks[1:], repeat(self.producer), chunk.offsets, repeat(self.side)))
         try:
             bodies = list(map(_dumps, frames, repeat(MARSHAL_VERSION)))
         except ValueError:  # a value marshal cannot write: pickled, as encode() does
-            bodies = list(map(encode, zip(chunk.values, marks[1:], repeat(self.producer), chunk.offsets,
-                                          repeat(self.side))))
+            bodies = list(map(encode, frames))
         for key, body, ts in zip(chunk.keys, bodies, chunk.times):
             route = routes.get(key) or find(key)
             route[0].append((route[1], body, ts, None, None))
