@@ -5,8 +5,9 @@ operators after it (``map``, ``flat_map``, ``filter``, ``key_by``, ``select_time
 ``to_rstream``) each run once per chunk, over lists: one list comprehension or C builtin per
 operator instead of a Python call per record and per operator. The first processor that is not
 pure (stateful, a side effect, a fan-out) then takes the chunk's items in order, exactly as the
-per-record path would have given them, or the whole chunk when it is a terminal that can take one
-(a shuffle sink).
+per-record path would have given them, or the whole chunk where it can take one (shuffle sinks,
+counts, sinks, a windowed count reading a framed shuffle topic's data records; that topic's
+markers and ticks still go record by record, split out by ``QueueRun.feed``).
 
 When anything raises in the pure front (user code, a deserializer that returns no pair, a key
 that cannot be hashed), the chunk's results are dropped and its records go through the
@@ -64,7 +65,8 @@ class ChunkedPipeline:
     @staticmethod
     def of(root: Processor, ctx: StreamContext, failed: Callable[[RecordError, Record], None]) -> ChunkedPipeline | None:
         """The plan for ``root``'s pipeline, or None when its root cannot read chunks (a framed
-        shuffle topic's records carry watermarks and markers the per-record path handles)."""
+        shuffle topic whose records go to a join, a session window or a fold other than a count
+        over fixed windows: their frames are read record by record)."""
         if not root.chunked_root:
             return None
         return ChunkedPipeline(root, ctx, failed)
