@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, NamedTuple, Protocol, Union, runtime_checkable
 
 from rstream.errors import RStreamError
@@ -82,6 +83,57 @@ class SendResult(NamedTuple):
 
 #: One record to append: (key, body, born_timestamp, headers or None, tags or None).
 RecordTuple = tuple[MessageKey, bytes, int, "dict[str, str] | None", "str | None"]
+
+
+#: One record as a task reads it: (offset, key, body, born_timestamp, store_timestamp, headers or None).
+ReadRecord = tuple[int, MessageKey, bytes, int, int, "dict[str, str] | None"]
+
+
+class RecordBlock:
+    """Consecutive records of one queue as parallel columns, what a task reads (``read_blocks``):
+    a chunk of records with no tuple per record. ``rows()`` gives them as ``ReadRecord`` tuples, and
+    ``block[lo:hi]`` is a block of some of them."""
+
+    __slots__ = ("offsets", "keys", "bodies", "borns", "stores", "headers")
+
+    def __init__(self, offsets: Sequence[int], keys: Sequence[MessageKey], bodies: Sequence[bytes],
+                 borns: Sequence[int], stores: Sequence[int], headers: Sequence[dict[str, str] | None]) -> None:
+        self.offsets, self.keys, self.bodies = offsets, keys, bodies
+        self.borns, self.stores, self.headers = borns, stores, headers
+
+    @classmethod
+    def of(cls, records: Sequence[ReadRecord]) -> RecordBlock:
+        """The block of some ``ReadRecord`` tuples."""
+        if not records:
+            return cls((), (), (), (), (), ())
+        return cls(*zip(*records, strict=True))
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def __getitem__(self, at: slice) -> RecordBlock:
+        return RecordBlock(self.offsets[at], self.keys[at], self.bodies[at], self.borns[at], self.stores[at],
+                           self.headers[at])
+
+    def rows(self) -> Iterator[ReadRecord]:
+        return zip(self.offsets, self.keys, self.bodies, self.borns, self.stores, self.headers)
+
+    def __repr__(self) -> str:
+        return f"RecordBlock({len(self)} records from offset {self.offsets[0]})" if len(self) else "RecordBlock(empty)"
+
+
+def read_blocks(broker: Broker, topic: str, queue: int, start: int, end: int,
+                size: int = 4096) -> Iterator[RecordBlock]:
+    """The records ``[start, end)`` of a queue in blocks: the broker's own ``read_blocks`` if it has
+    one (the embedded broker reads its stored batches as columns), else ``read_records`` in blocks
+    of ``size``."""
+    own = getattr(broker, "read_blocks", None)
+    if own is not None:
+        yield from own(topic, queue, start, end)
+        return
+    it = iter(broker.read_records(topic, queue, start, end))
+    while part := list(islice(it, size)):
+        yield RecordBlock.of(part)
 
 
 @dataclass(frozen=True)

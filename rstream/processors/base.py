@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -20,6 +20,7 @@ from rstream.settings import DEFAULTS, JobProperties
 from rstream.time.watermark import NO_WATERMARK
 
 if TYPE_CHECKING:
+    from rstream.broker.base import RecordBlock
     from rstream.processors.chunk import Chunk, ChunkedPipeline
     from rstream.processors.watermarks import OperatorWatermark
     from rstream.state.store import StateStore
@@ -309,7 +310,7 @@ class Processor:
         would forward. It must change nothing (counters included) and may raise anything."""
         raise NotImplementedError(f"{type(self).__name__} is not pure")
 
-    def chunk_done(self, records: Sequence[Any]) -> None:
+    def chunk_done(self, records: RecordBlock) -> None:
         """For a root: after ``records`` went through as a chunk, leave the context as the last
         record's ``receive`` would have."""
 

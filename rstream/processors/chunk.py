@@ -20,8 +20,10 @@ for those).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from rstream.broker.base import ReadRecord, RecordBlock
 
 if TYPE_CHECKING:
     from rstream.processors.base import Processor, RecordError, StreamContext
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 CHUNK_RECORDS = 4096
 MIN_CHUNK_RECORDS = 16
 
-Record = tuple[int, Any, bytes, int, int, "dict[str, str] | None"]
+Record = ReadRecord
 
 
 class Chunk(NamedTuple):
@@ -56,7 +58,7 @@ class ChunkedPipeline:
         self.root = root
         self.ctx = ctx
         self.failed = failed
-        self.records: Sequence[Record] = ()
+        self.records: RecordBlock = RecordBlock.of(())
         self._by_offset: dict[int, Record] | None = None
         #: What ``_send`` is handing on: the processor, its pure stages and the chunk each was given.
         self._sending: tuple[list[Processor], list[Chunk]] | None = None
@@ -84,7 +86,7 @@ class ChunkedPipeline:
             plan = self._after[id(proc)] = (stages, last.children[0].take_chunk if len(last.children) == 1 else None)
         return plan
 
-    def run(self, records: Sequence[Record]) -> bool:
+    def run(self, records: RecordBlock) -> bool:
         try:
             chunk = self.root.chunk_of(records)  # type: ignore[attr-defined]
         except Exception:
@@ -92,7 +94,7 @@ class ChunkedPipeline:
         self.records, self._by_offset = records, None
         if not self._send(self.root, chunk, len(records)):
             return False
-        self.ctx.offset = records[-1][0]
+        self.ctx.offset = records.offsets[-1]
         self.root.chunk_done(records)
         return True
 
@@ -147,7 +149,7 @@ class ChunkedPipeline:
                 skip = offset
                 self._recount(offset, nth)
                 if self._by_offset is None:
-                    self._by_offset = {r[0]: r for r in self.records}
+                    self._by_offset = {r[0]: r for r in self.records.rows()}
                 self.failed(err, self._by_offset[offset])
 
     def _recount(self, offset: int, made: int) -> None:

@@ -83,12 +83,13 @@ class ShuffleSinkProcessor(Processor):
         self.records_in += len(chunk.offsets)
         routes, find = self._routes, self._route
         if not self.framed:
-            for key, value, ts in zip(chunk.keys, chunk.values, chunk.times):
+            try:  # every value at once; one that marshal cannot write: each pickled or not, as encode() does
+                bodies = list(map(_dumps, chunk.values, repeat(MARSHAL_VERSION)))
+            except ValueError:
+                bodies = list(map(encode, chunk.values))
+            for key, body, ts in zip(chunk.keys, bodies, chunk.times):
                 route = routes.get(key) or find(key)
-                try:
-                    route[0].append((route[1], _dumps(value, MARSHAL_VERSION), ts, None, None))
-                except ValueError:
-                    route[0].append((route[1], encode(value), ts, None, None))
+                route[0].append((route[1], body, ts, None, None))
             return
         # each record carries its queue's watermark so far: a running max of time - lateness
         marks = list(accumulate(map(sub, chunk.times, repeat(self.lateness)), max, initial=self.watermark))

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import marshal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from itertools import chain, compress, repeat
 from operator import itemgetter
 from typing import Any
 
+from rstream.broker.base import RecordBlock
 from rstream.processors.base import Frame, Partial, Processor, UnhashableKeyError
-from rstream.processors.chunk import Chunk, Record
+from rstream.processors.chunk import Chunk
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.sink import PARTIAL_HEADER
 from rstream.processors.spec import (
@@ -29,8 +30,6 @@ from rstream.time.watermark import TimeType
 
 _UNSEEN: Any = object()
 _loads = marshal.loads
-#: The fields of a ``Record``, for C-level maps over a chunk's records.
-_OFFSET, _KEY, _BODY, _BORN, _STORE, _HEADERS = map(itemgetter, range(6))
 _PAIR_KEY, _PAIR_VALUE = itemgetter(0), itemgetter(1)
 
 #: Printed lines kept per queue and batch, so a chatty ``print()`` cannot flood the driver.
@@ -74,22 +73,22 @@ class SourceProcessor(Processor):
             ts = self.ctx.now_ms()  # type: ignore[union-attr]
         self.forward(result[0], result[1], ts)
 
-    def chunk_of(self, records: Sequence[Record]) -> Chunk:
+    def chunk_of(self, records: RecordBlock) -> Chunk:
         if self.deserialize_many is not None:
-            keys, values = self.deserialize_many(list(map(_BODY, records)))
+            keys, values = self.deserialize_many(records.bodies)
         else:
-            results = list(map(self.deserialize, map(_BODY, records)))
+            results = list(map(self.deserialize, records.bodies))
             if set(map(type, results)) != {tuple} or set(map(len, results)) != {2}:
                 raise ValueError("a deserializer result is not a (key, value) pair")  # receive says which
             keys, values = list(map(_PAIR_KEY, results)), list(map(_PAIR_VALUE, results))
         time_type = self.time_type
         if time_type is TimeType.EVENT_TIME or time_type is TimeType.BORN_TIME:
-            times = list(map(_BORN, records))
+            times = list(records.borns)
         elif time_type is TimeType.BROKER_TIME:
-            times = list(map(_STORE, records))
+            times = list(records.stores)
         else:
             times = [self.ctx.now_ms()] * len(records)  # type: ignore[union-attr]
-        return Chunk(list(map(_OFFSET, records)), keys, values, times)
+        return Chunk(list(records.offsets), keys, values, times)
 
 
 class ShuffleSourceProcessor(Processor):
@@ -116,7 +115,7 @@ class ShuffleSourceProcessor(Processor):
 
     def open(self, ctx: Any) -> None:
         super().open(ctx)
-        self._keys: dict[bytes, Any] = {}  # serialized key -> key: keys repeat, decoding them once is enough
+        self._keys: dict[Any, Any] = {}  # serialized key -> key: keys repeat, decoding them once is enough
 
     def receive(self, offset: int, key: Any, body: bytes, born: int, store: int, headers: Any) -> None:
         k = self._keys.get(key, _UNSEEN)
@@ -140,43 +139,43 @@ class ShuffleSourceProcessor(Processor):
         ctx.frame = Frame(watermark, producer, source_offset, side)  # type: ignore[union-attr]
         self.forward(k, value, born)
 
-    def chunk_of(self, records: Sequence[Record]) -> Chunk:
+    def chunk_of(self, records: RecordBlock) -> Chunk:
         if self.framed:
             return self._framed_chunk_of(records)
         keys = self._chunk_keys(records)
-        bodies = list(map(_BODY, records))
+        bodies = records.bodies
         values: list[Any] | None = None
-        if list(map(_HEADERS, records)).count(None) == len(records):  # no partials: marshal all at once
+        if records.headers.count(None) == len(records):  # no partials: marshal all at once
             try:
                 values = list(map(_loads, bodies))
             except (ValueError, EOFError):  # a pickled value (pickle's first byte is no marshal type): one by one
                 pass
         if values is None:
             values = [
-                (_loads(r[2]) if r[2][0] != PICKLE_MARK else decode(r[2])) if r[5] is None or PARTIAL_HEADER not in r[5]
-                else Partial(decode(r[2]))
-                for r in records
+                (_loads(body) if body[0] != PICKLE_MARK else decode(body)) if headers is None
+                or PARTIAL_HEADER not in headers else Partial(decode(body))
+                for body, headers in zip(bodies, records.headers)
             ]
-        return Chunk(list(map(_OFFSET, records)), keys, values, list(map(_BORN, records)))
+        return Chunk(list(records.offsets), keys, values, list(records.borns))
 
-    def _chunk_keys(self, records: Sequence[Record]) -> list[Any]:
+    def _chunk_keys(self, records: RecordBlock) -> list[Any]:
         """The decoded keys of a chunk's records (each distinct serialized key decoded once, cached)."""
-        keys, serialized = self._keys, list(map(_KEY, records))
+        keys, serialized = self._keys, records.keys
         for kb in set(serialized).difference(keys):  # a cache: changes no result
-            keys[kb] = decode(kb) if kb is not None else None
+            keys[kb] = decode(kb) if kb is not None else None  # type: ignore[arg-type]  # a shuffle key is bytes
         return list(map(keys.__getitem__, serialized))
 
-    def _framed_chunk_of(self, records: Sequence[Record]) -> Chunk:
+    def _framed_chunk_of(self, records: RecordBlock) -> Chunk:
         """Data records of a framed topic (no marker among them): their frames are kept in ``frames``."""
-        if any(map(_HEADERS, records)):
+        if any(records.headers):
             raise ValueError("a control record in a framed chunk")  # QueueRun.feed splits them out
         keys = self._chunk_keys(records)
-        bodies = list(map(_BODY, records))
+        bodies = records.bodies
         try:
             frames = list(map(_loads, bodies))
         except (ValueError, EOFError):  # a pickled frame (a value marshal cannot write)
             frames = list(map(decode, bodies))
-        chunk = Chunk(list(map(_OFFSET, records)), keys, list(map(_PAIR_KEY, frames)), list(map(_BORN, records)))
+        chunk = Chunk(list(records.offsets), keys, list(map(_PAIR_KEY, frames)), list(records.borns))
         self.frames = frames
         return chunk
 
@@ -185,11 +184,11 @@ class ShuffleSourceProcessor(Processor):
         _value, watermark, producer, source_offset, side = self.frames[i]
         return Frame(watermark, producer, source_offset, side)
 
-    def chunk_done(self, records: Sequence[Record]) -> None:
+    def chunk_done(self, records: RecordBlock) -> None:
         """After a chunk went through: the context as ``receive`` leaves it after the last record."""
         if self.framed:
             ctx = self.ctx
-            ctx.position_ms = records[-1][4]  # type: ignore[union-attr]
+            ctx.position_ms = records.stores[-1]  # type: ignore[union-attr]
             ctx.frame = self.frame_at(len(records) - 1)  # type: ignore[union-attr]
 
     def _control(self, headers: dict[str, str], stored_ms: int) -> None:

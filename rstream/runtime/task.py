@@ -20,11 +20,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import compress, islice
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from rstream.broker.base import Broker, CommitTag
+from rstream.broker.base import Broker, CommitTag, ReadRecord, RecordBlock, read_blocks
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
 from rstream.processors.base import END_OF_BATCH, RecordError, StreamContext
@@ -34,8 +33,6 @@ from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
 from rstream.settings import DEFAULTS, JobProperties
 from rstream.state.store import StateStore
 from rstream.time.watermark import NO_WATERMARK
-
-_HEADERS = itemgetter(5)
 
 
 class CheckpointMismatchError(RStreamError):
@@ -146,28 +143,43 @@ class QueueRun:
         if chunked and len(self.roots) == 1:
             self.plan = ChunkedPipeline.of(self.roots[0], ctx, self._failed)
 
-    def feed(self, records: Iterable[tuple[int, Any, bytes, int, int, dict[str, str] | None]]) -> None:
-        """Process records ``(offset, key, body, born, store time, headers)`` in offset order. A
-        record user code raised on goes to the dead-letter topic (or stops the run when
-        ``skip_data_error`` is off). In chunks where the pipeline allows (``rstream.processors.chunk``)."""
-        plan = self.plan
-        if plan is None:
+    def feed(self, records: Iterable[ReadRecord]) -> None:
+        """Process records ``(offset, key, body, born, store time, headers)`` in offset order (see
+        ``feed_blocks``)."""
+        if self.plan is None:
             self._feed_each(records)
             return
-        framed = getattr(self.roots[0], "framed", False)
-        it, size = iter(records), CHUNK_RECORDS
-        while part := list(islice(it, size)):
-            ran = True
-            # a framed topic's control records (watermark markers, idle ticks) go record by record
-            for data, run in _split_controls(part) if framed else ((True, part),):
-                if not data:
-                    self._feed_each(run)
-                elif not plan.run(run):  # something raised: record by record
-                    self._feed_each(run)
-                    ran = False
-            size = min(CHUNK_RECORDS, size * 2) if ran else max(MIN_CHUNK_RECORDS, size // 4)
+        it = iter(records)
+        self.feed_blocks(RecordBlock.of(part) for part in iter(lambda: list(islice(it, CHUNK_RECORDS)), []))
 
-    def _feed_each(self, records: Iterable[tuple[int, Any, bytes, int, int, dict[str, str] | None]]) -> None:
+    def feed_blocks(self, blocks: Iterable[RecordBlock]) -> None:
+        """Process blocks of records in offset order. A record user code raised on goes to the
+        dead-letter topic (or stops the run when ``skip_data_error`` is off). In chunks where the
+        pipeline allows (``rstream.processors.chunk``): at most ``CHUNK_RECORDS`` of a block at once,
+        and fewer for a while after a chunk in which something raised."""
+        plan = self.plan
+        if plan is None:
+            for block in blocks:
+                self._feed_each(block.rows())
+            return
+        framed = getattr(self.roots[0], "framed", False)
+        size = CHUNK_RECORDS
+        for block in blocks:
+            at, n = 0, len(block)
+            while at < n:
+                part = block if at == 0 and size >= n else block[at:at + size]
+                at += len(part)
+                ran = True
+                # a framed topic's control records (watermark markers, idle ticks) go record by record
+                for data, run in _split_controls(part) if framed else ((True, part),):
+                    if not data:
+                        self._feed_each(run.rows())
+                    elif not plan.run(run):  # something raised: record by record
+                        self._feed_each(run.rows())
+                        ran = False
+                size = min(CHUNK_RECORDS, size * 2) if ran else max(MIN_CHUNK_RECORDS, size // 4)
+
+    def _feed_each(self, records: Iterable[ReadRecord]) -> None:
         ctx, receivers = self.ctx, self.receivers
         if len(receivers) == 1:  # the common case, one pipeline reads this topic: no inner loop
             receive = receivers[0]
@@ -186,7 +198,7 @@ class QueueRun:
                 except RecordError as err:
                     self._failed(err, rec)
 
-    def _failed(self, err: RecordError, rec: tuple[int, Any, bytes, int, int, dict[str, str] | None]) -> None:
+    def _failed(self, err: RecordError, rec: ReadRecord) -> None:
         """User code raised on ``rec``: a dead letter, or the end of the run (``skip_data_error`` off)."""
         if not self.cfg.settings.skip_data_error:
             raise err
@@ -260,11 +272,11 @@ class QueueRun:
                                   if isinstance(p, ShuffleSinkProcessor) and p.framed}})
 
 
-def _split_controls(part: list[Any]) -> Iterator[tuple[bool, list[Any]]]:
-    """``(True, data records)`` and ``(False, [control record])`` of a framed topic's records, in
+def _split_controls(part: RecordBlock) -> Iterator[tuple[bool, RecordBlock]]:
+    """``(True, data records)`` and ``(False, one control record)`` of a framed topic's block, in
     order: control records (markers, ticks) carry headers, data records none."""
     done = 0
-    for i in compress(range(len(part)), map(_HEADERS, part)):
+    for i in compress(range(len(part)), part.headers):
         if i > done:
             yield True, part[done:i]
         yield False, part[i:i + 1]
@@ -325,7 +337,7 @@ def _run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, ba
         # (a window or join queue) or downstream (a source queue's markers say it is behind)
         caught_up = end >= broker.end_offsets(topic)[queue]
         run = QueueRun(cfg, topic, queue, start, end, batch, store, last, caught_up=caught_up)
-        run.feed(broker.read_records(topic, queue, start, end))
+        run.feed_blocks(read_blocks(broker, topic, queue, start, end))
         records, info = run.finish()
         info.update(replayed_keys=replayed, executor=executor, pid=os.getpid())
         if store is not None:

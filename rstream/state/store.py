@@ -17,7 +17,7 @@ from typing import Any
 
 from rocksdict import AccessType, Options, Rdict, WriteBatch
 
-from rstream.broker.base import Broker, RecordTuple
+from rstream.broker.base import Broker, RecordTuple, read_blocks
 from rstream.errors import RStreamError
 from rstream.serde.codec import decode, encode
 
@@ -87,6 +87,11 @@ def decode_state_message(body: bytes, headers: Any = None) -> tuple[bytes, str, 
     if is_bookkeeping(operator, key):
         return None
     return kb, operator, key, decode(vb)
+
+
+def _live_body(body: bytes, headers: dict[str, str] | None) -> bytes:
+    """A state-topic message's body, or b"" when it is a delete."""
+    return b"" if headers and DELETE_HEADER in headers else body
 
 
 def _frame(kb: bytes, vb: bytes) -> bytes:
@@ -279,21 +284,26 @@ class StateStore:
         if self.db is None:
             self.open()
         self._changes.clear()
-        latest = {}
+        # per key the body of its latest message, b"" for a delete; read as column blocks, so that
+        # the stored batches without a delete are taken in with one C-level dict update each
+        latest: dict[Any, bytes] = {}
         if broker.has_topic(self.state_topic):
-            latest = broker.read_latest(self.state_topic, self.queue, state_end)
+            end = broker.end_offsets(self.state_topic)[self.queue] if state_end is None else state_end
+            for block in read_blocks(broker, self.state_topic, self.queue, 0, end):
+                if block.headers.count(None) == len(block):
+                    latest.update(zip(block.keys, block.bodies))
+                else:
+                    latest.update(zip(block.keys, map(_live_body, block.bodies, block.headers)))
         batch = WriteBatch(raw_mode=True)
         batch.delete_range(b"\x00", b"\xff")  # every key: meta keys start with \x00, operator names are ASCII
         put = batch.put
         unpack = _LEN.unpack_from
         loaded = 0
-        for rec in latest.values():
-            body, headers = rec[1], rec[3]
-            if not body or (headers and DELETE_HEADER in headers):
-                continue
-            n = unpack(body)[0]
-            put(body[4:4 + n], body[4 + n:])
-            loaded += 1
+        for body in latest.values():
+            if body:
+                n = unpack(body)[0]
+                put(body[4:4 + n], body[4 + n:])
+                loaded += 1
         batch.put(_KEYS, str(loaded).encode())
         if applied_offset is not None:
             batch.put(_APPLIED, str(applied_offset).encode())
