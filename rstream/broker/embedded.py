@@ -2,7 +2,8 @@
 consumer offsets) in one SQLite file in WAL mode, safe when several processes append at once.
 
 Records are stored in *record batches* (one row holds many consecutive records and their base
-offset), as Kafka and Pulsar do: one row per record is far too slow for shuffles.
+offset), as Kafka and Pulsar do: one row per record is far too slow for shuffles. A batch holds its
+records as columns (``_Columns``), and tasks read them as column blocks (``read_blocks``).
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ _COLUMNS = 2
 
 
 class _Columns(NamedTuple):
-    """A stored batch's records as parallel columns. ``offsets`` is None when the records sit at
-    ``base, base + 1, ...`` (as appended) and the kept offsets after compaction removed some; a
+    """A stored batch's records as parallel columns. ``offsets`` is None while the records sit at
+    ``base, base + 1, ...`` as appended, and lists the offsets kept once compaction removed some. A
     column that is None holds None for every record (no key, no headers, no tags)."""
 
     offsets: Sequence[int] | None
