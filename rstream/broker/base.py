@@ -129,9 +129,13 @@ def read_blocks(broker: Broker, topic: str, queue: int, start: int, end: int,
     of ``size``."""
     own = getattr(broker, "read_blocks", None)
     if own is not None:
-        yield from own(topic, queue, start, end)
-        return
-    it = iter(broker.read_records(topic, queue, start, end))
+        return iter(own(topic, queue, start, end))
+    return blocks_of(broker.read_records(topic, queue, start, end), size)
+
+
+def blocks_of(records: Iterable[ReadRecord], size: int = 4096) -> Iterator[RecordBlock]:
+    """``ReadRecord`` tuples in blocks of ``size``."""
+    it = iter(records)
     while part := list(islice(it, size)):
         yield RecordBlock.of(part)
 

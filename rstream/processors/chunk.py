@@ -33,9 +33,6 @@ if TYPE_CHECKING:
 CHUNK_RECORDS = 4096
 MIN_CHUNK_RECORDS = 16
 
-Record = ReadRecord
-
-
 class Chunk(NamedTuple):
     """Items moving through the pure front of a pipeline, as four parallel lists: the offset of
     the input record each item came from, its key, its value and its data time."""
@@ -54,18 +51,18 @@ class ChunkedPipeline:
     process)`` per item as the per-record path would, ``send(processor, chunk)`` for the items a
     processor made (through the pure stages after it, to what takes them)."""
 
-    def __init__(self, root: Processor, ctx: StreamContext, failed: Callable[[RecordError, Record], None]) -> None:
+    def __init__(self, root: Processor, ctx: StreamContext, failed: Callable[[RecordError, ReadRecord], None]) -> None:
         self.root = root
         self.ctx = ctx
         self.failed = failed
         self.records: RecordBlock = RecordBlock.of(())
-        self._by_offset: dict[int, Record] | None = None
+        self._by_offset: dict[int, ReadRecord] | None = None
         #: What ``_send`` is handing on: the processor, its pure stages and the chunk each was given.
         self._sending: tuple[list[Processor], list[Chunk]] | None = None
         self._after: dict[int, tuple[list[Processor], Callable[[Chunk, ChunkedPipeline], None] | None]] = {}
 
     @staticmethod
-    def of(root: Processor, ctx: StreamContext, failed: Callable[[RecordError, Record], None]) -> ChunkedPipeline | None:
+    def of(root: Processor, ctx: StreamContext, failed: Callable[[RecordError, ReadRecord], None]) -> ChunkedPipeline | None:
         """The plan for ``root``'s pipeline, or None when its root cannot read chunks (a framed
         shuffle topic whose records go to a join, a session window or a fold other than a count
         over fixed windows: their frames are read record by record)."""

@@ -19,11 +19,11 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import compress, islice
+from itertools import compress
 from pathlib import Path
 from typing import Any
 
-from rstream.broker.base import Broker, CommitTag, ReadRecord, RecordBlock, read_blocks
+from rstream.broker.base import Broker, CommitTag, ReadRecord, RecordBlock, blocks_of, read_blocks
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
 from rstream.processors.base import END_OF_BATCH, RecordError, StreamContext
@@ -149,8 +149,7 @@ class QueueRun:
         if self.plan is None:
             self._feed_each(records)
             return
-        it = iter(records)
-        self.feed_blocks(RecordBlock.of(part) for part in iter(lambda: list(islice(it, CHUNK_RECORDS)), []))
+        self.feed_blocks(blocks_of(records, CHUNK_RECORDS))
 
     def feed_blocks(self, blocks: Iterable[RecordBlock]) -> None:
         """Process blocks of records in offset order. A record user code raised on goes to the
