@@ -207,7 +207,11 @@ class Broker(Protocol):
 
     def append(
         self, records: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None = None
-    ) -> bool: ...
+    ) -> bool:
+        """Append ``records`` per (topic, queue) in one transaction, with ``tag`` (False: that tag was
+        committed before, nothing written). The caller may empty the sequences once it returns (a
+        task does, so a batch's outputs are freed at once): keep copies, never the lists."""
+        ...
 
     def last_commit(self, job: str, topic: str, queue: int) -> CommitTag | None: ...
 

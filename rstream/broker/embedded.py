@@ -499,6 +499,10 @@ class EmbeddedBroker:
         firsts: dict[tuple[str, int], int] = {}
         outputs: dict[str, list[int]] = {}
         dirty: list[tuple[str, int, int, int, int]] = []  # (topic, queue, end, compacted_below, clean)
+        # encoded before the write lock is taken: a payload does not depend on its offsets, and another
+        # process's append (a Spark task on the other core) need not wait while this one encodes
+        payloads = {key: [_encode_payload(recs[i:i + BATCH_RECORDS]) for i in range(0, len(recs), BATCH_RECORDS)]
+                    for key, recs in records.items()}
         with self._write(conn):
             if tag is not None:
                 done = conn.execute(
@@ -522,12 +526,12 @@ class EmbeddedBroker:
                 if not recs:
                     continue
                 store_ms = max(now, last_ms)  # broker time never goes back within a queue
-                for i in range(0, len(recs), BATCH_RECORDS):
-                    chunk = recs[i:i + BATCH_RECORDS]
-                    rows.append((topic, q, next_offset, len(chunk), store_ms, _encode_payload(chunk)))
-                    next_offset += len(chunk)
+                for i, payload in zip(range(0, len(recs), BATCH_RECORDS), payloads[(topic, q)]):
+                    span = min(BATCH_RECORDS, len(recs) - i)
+                    rows.append((topic, q, next_offset, span, store_ms, payload))
+                    next_offset += span
                     if written is not None:
-                        written(len(chunk))
+                        written(span)
                 conn.execute(
                     "UPDATE queues SET next_offset=?, last_store_ms=? WHERE topic=? AND queue=?",
                     (next_offset, store_ms, topic, q),

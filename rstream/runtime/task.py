@@ -265,6 +265,14 @@ class QueueRun:
         )
         return records, info
 
+    def release(self) -> None:
+        """Let go of the batch's outputs once they are appended. The context and the processors refer
+        to each other, so what they hold would otherwise wait for Python's cycle collector, which
+        then walks every one of those records again (0.15 s per 250 K records, between two queues).
+        The lists are emptied in place: processors (a shuffle sink's queues) hold them too."""
+        for records in self.ctx.outputs.values():
+            records.clear()
+
     def meta(self) -> str:
         """What the next batch of this queue needs back: each framed shuffle sink's source watermark."""
         return json.dumps({"wm": {p.name: p.watermark for p in self.procs
@@ -350,6 +358,8 @@ def _run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, ba
             else:
                 store.discard()  # another attempt committed this range first; replay next time
         info.update(skipped=not written, printed=run.ctx.printed)
+        run.release()
+        del records
     finally:
         if store is not None:
             store.close()
