@@ -105,6 +105,14 @@ class Topology:
                 out += [f"{node.pipeline}/{q}/{node.name}" for q in range(queue_counts[node.pipeline])]
         return out
 
+    @property
+    def framed_by_sources(self) -> bool:
+        """Whether every window and join topic is written by source pipelines only (none by a pipeline
+        of another shuffle topic): then once the sources are read, every record those topics will get
+        is in them."""
+        return all(node.pipeline in self.source_topics for node in self.nodes
+                   if node.spec is SHUFFLE_SINK and node.params["topic"] in self.framed_topics)
+
     # -- queries ----------------------------------------------------------------------------------
     @property
     def input_topics(self) -> list[str]:

@@ -98,7 +98,7 @@ class QueryDriver(StateViews):
         self._failure = None
         options = self._source_options()
         if flush_at_end:
-            options["flushAtEnd"] = "1"
+            options["flushAtEnd"] = "2" if self.topology.framed_by_sources else "1"
         if not available_now:
             options["waitMs"] = str(self.properties.trigger_interval_ms)
         df = self.spark.readStream.format("rstream").options(**options).load()

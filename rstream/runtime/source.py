@@ -71,7 +71,10 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.tasks = max(1, int(options.get("tasks", "2")))
         self.max_per_queue = max(1, int(options.get("maxrecordsperqueue", "1000000")))
         self.framed_topics: list[str] = json.loads(options.get("framedtopics", "[]"))
-        self.flush_at_end = options.get("flushatend") == "1"
+        # "1": flush once everything is read; "2": as soon as the sources are (every window and join
+        # topic is written by source pipelines only, so all they will get is in them by then)
+        self.flush_at_end = options.get("flushatend") in ("1", "2")
+        self.flush_early = options.get("flushatend") == "2"
         # a started job: how long latestOffset waits for input before it says there is none (ms)
         self.wait_ms = int(options.get("waitms", "0"))
         self._target: dict[str, int] | None = None
@@ -106,9 +109,13 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out = self._latest(start)
         if batch >= 0 and self.wait_ms > 0 and self._target is None and self._drained(start, out):
             out = self._await_input(start, out)
-        if self.flush_at_end and self._target is not None and self._drained(start, out):
+        if self.flush_at_end and self._target is not None and (
+                self._drained(start, out) or (self.flush_early and self._sources_read(start))):
             # an availableNow run that is done: the input is idle now, so let the windows still
-            # open fire (in this same query, instead of a second one just for the tick)
+            # open fire (in this same query, instead of a second one just for the tick). With every
+            # window topic fed by sources only, that is as soon as the sources are read: the ticks
+            # then follow the last records of the batches before, and this batch takes both
+            # (instead of one more batch just for the ticks)
             self.flush_at_end = False
             from rstream.processors.watermarks import send_ticks
 
@@ -147,6 +154,12 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end = min(end, self._target[key])
             out[key] = max(begin, min(end, begin + self.max_per_queue))
         return out
+
+    def _sources_read(self, start: dict[str, int]) -> bool:
+        """Whether the batches before the one planned from ``start`` read every source queue up to
+        the ``availableNow`` target."""
+        assert self._target is not None
+        return all(start.get(key, self.initial.get(key, 0)) >= end for key, end in self._target.items())
 
     def _drained(self, start: dict[str, int], latest: dict[str, int]) -> bool:
         return all(latest[key] <= start.get(key, self.initial.get(key, 0)) for key in queue_offsets(latest))

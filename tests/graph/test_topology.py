@@ -3,6 +3,7 @@ from __future__ import annotations
 import html
 import re
 import shutil
+from typing import Any
 
 import graphviz
 import pytest
@@ -117,3 +118,27 @@ def test_aggregate_and_chained_shuffles() -> None:
     topo = b.build()
     assert list(topo.shuffle_topics) == ["two-ROCKETMQ-AGGREGATE-3-shuffleTopic", "two-ROCKETMQ-COUNT-6-shuffleTopic"]
     assert topo.input_topics == ["in", *topo.shuffle_topics]
+
+
+def test_window_topics_written_by_sources_only() -> None:
+    """A window or join topic fed straight from a source can get its end-of-input flush as soon as the
+    sources are read; one fed by another shuffle stage (here a count's results) cannot."""
+    from rstream import JsonDeserializer, TumblingWindow
+
+    def events(b: StreamBuilder) -> Any:
+        return b.source("in", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+
+    direct = StreamBuilder("direct")
+    events(direct).key_by(lambda e: e["k"]).window(TumblingWindow(10)).count().to_rstream().sink("out")
+    topo = direct.build()
+    assert topo.framed_topics and topo.framed_by_sources
+
+    chained = StreamBuilder("chained")
+    counts = events(chained).key_by(lambda e: e["k"]).count().to_rstream()
+    counts.key_by(lambda kv: kv).window(TumblingWindow(10)).count().to_rstream().sink("out")
+    topo = chained.build()
+    assert topo.framed_topics and not topo.framed_by_sources
+
+    plain = StreamBuilder("plain")
+    plain.source("in").key_by(lambda v: v).count().to_rstream().sink("out")
+    assert plain.build().framed_by_sources  # no window topic at all
