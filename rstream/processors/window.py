@@ -80,6 +80,9 @@ class WindowAggregateProcessor(WindowedOperator):
         # this batch's accumulators of fixed windows, staged in the store at flush (sessions, which
         # merge, go straight to the store)
         self.cache: dict[tuple[Any, int, int], Any] = {}
+        # fixed windows opened in this batch: one that also fires in it leaves nothing in the state
+        # topic (no delete of a key that was never written, nor of its timer)
+        self.fresh: set[tuple[Any, int, int]] = set()
 
     def flush(self) -> None:
         put, name = self.store.put, self.name
@@ -121,6 +124,7 @@ class WindowAggregateProcessor(WindowedOperator):
                 if acc is MISSING:
                     acc = fold.initial()
                     store.set_timer(name, end, (key, start))
+                    self.fresh.add(wk)
             try:
                 cache[wk] = fold.add(acc, x)
             except Exception as exc:
@@ -140,7 +144,7 @@ class WindowAggregateProcessor(WindowedOperator):
         else:
             added = self._window_counts(chunk, plan.root)
         self.records_in += len(chunk.offsets)
-        store, name, cache = self.store, self.name, self.cache
+        store, name, cache, fresh = self.store, self.name, self.cache, self.fresh
         for wk, n in added.items():
             acc = cache.get(wk, MISSING)
             if acc is MISSING:
@@ -148,6 +152,7 @@ class WindowAggregateProcessor(WindowedOperator):
                 if acc is MISSING:
                     acc = 0
                     store.set_timer(name, wk[2], (wk[0], wk[1]))
+                    fresh.add(wk)
             cache[wk] = acc + n
 
     def _late_behind(self, key: Any, value: Any, ts: int, carried: int) -> None:
@@ -240,8 +245,11 @@ class WindowAggregateProcessor(WindowedOperator):
             acc = self.cache.pop(wk, MISSING)
             if acc is MISSING:
                 acc = store.get(name, wk)
-            store.delete(name, wk)
-            store.cancel_timer(name, end, (key, start))
+            new = wk in self.fresh
+            if new:
+                self.fresh.discard(wk)
+            store.delete(name, wk, new=new)
+            store.cancel_timer(name, end, (key, start), new=new)
             if self.session:
                 index = ("sessions", key)
                 left = [se for se in store.get(name, index) if tuple(se) != (start, end)]

@@ -174,8 +174,14 @@ class StateStore:
         """Stage a timer: ``timers_due`` returns it once the watermark reaches ``end``."""
         self._changes[timer_key(operator, end, payload)] = b""
 
-    def cancel_timer(self, operator: str, end: int, payload: Any) -> None:
-        self._changes[timer_key(operator, end, payload)] = None
+    def cancel_timer(self, operator: str, end: int, payload: Any, new: bool = False) -> None:
+        """Stage the timer's delete; ``new``: it was set in this batch and was never committed, so
+        the staged set is dropped instead (no delete for the state topic)."""
+        kb = timer_key(operator, end, payload)
+        if new:
+            self._changes.pop(kb, None)
+        else:
+            self._changes[kb] = None
 
     def timers_due(self, operator: str, watermark: int) -> list[tuple[int, Any]]:
         """``(end, payload)`` of ``operator``'s timers with ``end <= watermark``, earliest first
@@ -209,9 +215,14 @@ class StateStore:
         """Stage a new value; it is persisted by ``changelog`` / ``commit``."""
         self._changes[state_key(operator, key)] = encode(value)
 
-    def delete(self, operator: str, key: Any) -> None:
-        """Stage a delete."""
-        self._changes[state_key(operator, key)] = None
+    def delete(self, operator: str, key: Any, new: bool = False) -> None:
+        """Stage a delete; ``new``: the key was made in this batch and never committed, so only what
+        was staged for it is dropped (a delete of a key the store never held is not written)."""
+        kb = state_key(operator, key)
+        if new:
+            self._changes.pop(kb, None)
+        else:
+            self._changes[kb] = None
 
     @property
     def changed_keys(self) -> int:

@@ -128,3 +128,46 @@ def test_windowed_inner_join_equals_pairs_in_the_same_window(tmp_path: Path) -> 
     expected = sorted((a["ts"], c["ts"]) for a in lefts for c in rights
                       if a["user"] == c["user"] and a["ts"] // 1000 == c["ts"] // 1000)
     assert got == expected and got
+
+
+def test_a_window_opened_and_fired_in_one_batch_leaves_nothing_in_the_state_topic(tmp_path: Path) -> None:
+    """Its count lived in memory only, so no delete is written for it or for its timer; a window open
+    across a batch boundary is written at the end of its first batch and deleted when it fires."""
+    from rstream.runtime.inprocess import InProcessJob
+    from rstream.serde.codec import decode
+    from rstream.state.store import DELETE_HEADER, split_state_key
+
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("clicks", queues=1)
+    b = windowed("once", TumblingWindow(1000), "count")
+    job = InProcessJob(b.build(), broker, tmp_path / "job", {"allowed_lateness_ms": 0, "idle_timeout_ms": 600_000})
+    [state_topic] = [t for s, t in job.topology.state_topics.items() if s in job.topology.framed_topics]
+
+    def send(*times: int) -> None:
+        broker.send_batch("clicks", [json.dumps({"user": "u", "ts": t}) for t in times])
+        while job.run_batch():
+            pass
+
+    def changes(window: tuple[str, int, int]) -> list[str]:
+        """What the state topic holds for ``window``'s count and its timer, in order."""
+        out = []
+        for m in broker.read(state_topic):
+            kb = bytes.fromhex(m.key)
+            name = kb.split(b"\x00")[0]
+            kind = "delete" if (m.headers or {}).get(DELETE_HEADER) else "put"
+            if b"\x01" in name:  # a timer: operator \x01 end (8 bytes) payload
+                cut = name.index(b"\x01")
+                if decode(kb[cut + 9:]) == (window[0], window[1]):
+                    out.append(f"{kind} timer")
+            elif split_state_key(kb)[1] == window:
+                out.append(kind)
+        return out
+
+    send(100, 200, 1100)  # [0, 1000) opens and fires in this batch; [1000, 2000) stays open
+    assert results(broker) == {("u", 0, 1000): 2}
+    assert changes(("u", 0, 1000)) == []
+    assert sorted(changes(("u", 1000, 2000))) == ["put", "put timer"]
+    send(2500)  # [1000, 2000) fires in a later batch: its count and timer are deleted
+    assert results(broker) == {("u", 0, 1000): 2, ("u", 1000, 2000): 1}
+    assert changes(("u", 0, 1000)) == []
+    assert sorted(changes(("u", 1000, 2000))) == ["delete", "delete timer", "put", "put timer"]
