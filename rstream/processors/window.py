@@ -246,8 +246,7 @@ class WindowAggregateProcessor(WindowedOperator):
             if acc is MISSING:
                 acc = store.get(name, wk)
             new = wk in self.fresh
-            if new:
-                self.fresh.discard(wk)
+            self.fresh.discard(wk)
             store.delete(name, wk, new=new)
             store.cancel_timer(name, end, (key, start), new=new)
             if self.session:

@@ -177,11 +177,7 @@ class StateStore:
     def cancel_timer(self, operator: str, end: int, payload: Any, new: bool = False) -> None:
         """Stage the timer's delete; ``new``: it was set in this batch and was never committed, so
         the staged set is dropped instead (no delete for the state topic)."""
-        kb = timer_key(operator, end, payload)
-        if new:
-            self._changes.pop(kb, None)
-        else:
-            self._changes[kb] = None
+        self._stage_delete(timer_key(operator, end, payload), new)
 
     def timers_due(self, operator: str, watermark: int) -> list[tuple[int, Any]]:
         """``(end, payload)`` of ``operator``'s timers with ``end <= watermark``, earliest first
@@ -218,7 +214,10 @@ class StateStore:
     def delete(self, operator: str, key: Any, new: bool = False) -> None:
         """Stage a delete; ``new``: the key was made in this batch and never committed, so only what
         was staged for it is dropped (a delete of a key the store never held is not written)."""
-        kb = state_key(operator, key)
+        self._stage_delete(state_key(operator, key), new)
+
+    def _stage_delete(self, kb: bytes, new: bool) -> None:
+        """A delete of ``kb`` staged; for a key made in this batch (``new``), what it staged dropped."""
         if new:
             self._changes.pop(kb, None)
         else:
