@@ -169,6 +169,9 @@ class StreamContext:
     make_output: Callable[[str, int], list[Any]] | None = None
     #: Whether the range reaches the end of its queue as it was when the task began (nothing unread).
     caught_up: bool = True
+    #: Whether processors may hand results on a chunk at a time (``rstream.processors.chunk``);
+    #: False when re-executing a range record by record, every result through ``forward``.
+    chunked: bool = True
 
     def __post_init__(self) -> None:
         self.outputs: dict[tuple[str, int], list[Any]] = {}

@@ -225,6 +225,15 @@ class SinkProcessor(Processor):
         route[0].append((route[1], body, ts, None, None))
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
+        bodies = self.bodies(chunk)
+        if bodies is None:  # record by record: process says which record, and converts str bodies
+            plan.each(chunk, self.process)
+            return
+        self.append(chunk, bodies)
+
+    def bodies(self, chunk: Chunk) -> list[bytes] | None:
+        """The serialized bodies of a chunk's items, changing nothing; None when the serializer
+        raised on one of them or returned something that is neither bytes nor str."""
         try:
             if self.serialize_many is not None:
                 bodies = self.serialize_many(chunk.keys, chunk.values)
@@ -233,11 +242,14 @@ class SinkProcessor(Processor):
             types = set(map(type, bodies))
             if types == {str, bytes} or types == {str}:
                 bodies = [b.encode() if type(b) is str else b for b in bodies]
-            elif types != {bytes}:
-                raise TypeError("a body that is neither bytes nor str")
-        except Exception:  # record by record: process says which record, and converts str bodies
-            plan.each(chunk, self.process)
-            return
+            elif types and types != {bytes}:
+                return None
+        except Exception:
+            return None
+        return bodies
+
+    def append(self, chunk: Chunk, bodies: list[bytes]) -> None:
+        """Write a chunk's items with their ``bodies``, each to its key's queue."""
         self.records_in += len(bodies)
         routes, keyless = self._routes, self._keyless
         for key, body, ts in zip(chunk.keys, bodies, chunk.times):

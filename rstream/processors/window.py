@@ -18,6 +18,7 @@ from rstream.processors.base import LateCause, Processor, StreamContext, _short_
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.fold import CountFold, Fold
 from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.sink import SinkProcessor
 from rstream.processors.spec import WINDOW_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.state.store import MISSING
@@ -239,8 +240,12 @@ class WindowAggregateProcessor(WindowedOperator):
     def on_watermark(self, watermark: int) -> None:
         """Fire every window whose end the watermark reached, earliest first, then delete its state."""
         store, name = self.store, self.name
+        due = store.timers_due(name, watermark)
+        if due and not self.session and self._fire_to_sink(due):
+            self._fired_up_to(watermark, due[-1][0])
+            return
         last_end = NO_WATERMARK
-        for end, (key, start) in store.timers_due(name, watermark):
+        for end, (key, start) in due:
             wk = (key, start, end)
             acc = self.cache.pop(wk, MISSING)
             if acc is MISSING:
@@ -261,6 +266,66 @@ class WindowAggregateProcessor(WindowedOperator):
             if acc is not MISSING:
                 self.forward(WindowKey(key, start, end), self.fold.result(acc), end - 1)
         self._fired_up_to(watermark, last_end)
+
+    def _sink_after(self) -> tuple[list[Processor], SinkProcessor] | None:
+        """The pure stages after this operator and the sink they end in, when its results go
+        nowhere else (no fan-out, nothing wrapping ``forward``), for ``_fire_to_sink``."""
+        if not self.ctx.chunked or len(self.children) != 1 or self.forward != self.children[0].process:  # type: ignore[union-attr]
+            return None
+        stages: list[Processor] = []
+        last: Processor = self
+        while len(last.children) == 1 and last.children[0].pure:
+            last = last.children[0]
+            stages.append(last)
+        sink = last.children[0] if len(last.children) == 1 else None
+        return (stages, sink) if type(sink) is SinkProcessor else None
+
+    def _fire_to_sink(self, due: list[tuple[int, Any]]) -> bool:
+        """``on_watermark`` for the due windows at once, when their results go through pure stages
+        to a sink: the results as one chunk, serialized in one call. False, having changed
+        nothing, where that cannot be done (another path, or anything raised): the caller then fires
+        them one by one, which reports what raised as it always did."""
+        path = self._sink_after()
+        if path is None:
+            return False
+        stages, sink = path
+        store, name, cache, result = self.store, self.name, self.cache, self.fold.result
+        keys: list[Any] = []
+        values: list[Any] = []
+        times: list[int] = []
+        inputs: list[Chunk] = []
+        try:
+            for end, (key, start) in due:
+                wk = (key, start, end)
+                acc = cache.get(wk, MISSING)
+                if acc is MISSING:
+                    acc = store.get(name, wk)
+                if acc is not MISSING:
+                    keys.append(WindowKey(key, start, end))
+                    values.append(result(acc))
+                    times.append(end - 1)
+            chunk = Chunk([self.ctx.offset] * len(keys), keys, values, times)  # type: ignore[union-attr]
+            for stage in stages:
+                inputs.append(chunk)
+                chunk = stage.chunk(chunk)
+        except Exception:
+            return False
+        bodies = sink.bodies(chunk)
+        if bodies is None:
+            return False
+        fresh = self.fresh
+        for end, (key, start) in due:
+            wk = (key, start, end)
+            cache.pop(wk, None)
+            new = wk in fresh
+            fresh.discard(wk)
+            store.delete(name, wk, new=new)
+            store.cancel_timer(name, end, (key, start), new=new)
+        self.fired += len(due)
+        for stage, given in zip(stages, inputs):
+            stage.records_in += len(given.offsets)
+        sink.append(chunk, bodies)
+        return True
 
     def pending(self) -> list[tuple[int, Any]]:
         return self.store.timers(self.name)

@@ -126,7 +126,7 @@ class QueueRun:
         self.ctx = ctx = StreamContext(
             cfg.job, topic, queue, cfg.settings, store, late_topic=cfg.late_topic, producers=cfg.producers, source_watermarks=_source_watermarks(last),
             batch_id=batch, dlq_topic=cfg.dlq_topic, fixed_now_ms=now_ms, make_output=make_output,
-            caught_up=caught_up,
+            caught_up=caught_up, chunked=chunked,
         )
         self.now_ms = ctx.now_ms()
         if topic in cfg.producers and store is not None:

@@ -94,30 +94,70 @@ def _windowed(job: str) -> StreamBuilder:
     return b
 
 
+def _odd_count(n: int) -> int:
+    if n == 3:
+        raise ValueError("three")
+    return n
+
+
+def _serialize_window(key: Any, value: Any) -> bytes:
+    if key.key == "x":
+        raise RuntimeError("cannot write window x")
+    return f"{key}={value}".encode()
+
+
+def _windowed_stages(job: str) -> StreamBuilder:
+    """Window results through a map and a filter to a sink, where the map and the sink raise on some."""
+    b = StreamBuilder(job)
+    (b.source("in", TextDeserializer()).flat_map(str.split).select_timestamp(lambda w: 1_000 * len(w))
+     .key_by(lambda w: w[:1]).window(TumblingWindow(2_000)).count().to_rstream().map(_odd_count)
+     .filter(lambda n: n != 2).sink(f"{job}-out", _serialize_window))
+    return b
+
+
+def _windowed_avg(job: str) -> StreamBuilder:
+    """A windowed average (its result is not its accumulator), per window to a JSON sink."""
+    b = StreamBuilder(job)
+    (b.source("in", TextDeserializer()).flat_map(str.split).select_timestamp(lambda w: 1_000 * len(w))
+     .key_by(lambda w: w[:1]).window(TumblingWindow(3_000)).avg(len).to_rstream()
+     .sink(f"{job}-out", JsonSerializer(with_key=True)))
+    return b
+
+
 PIPELINES: dict[str, Callable[[str], StreamBuilder]] = {
-    "by_word": _by_word, "summed": _summed, "stateless": _stateless, "windowed": _windowed}
+    "by_word": _by_word, "summed": _summed, "stateless": _stateless, "windowed": _windowed,
+    "windowed_stages": _windowed_stages, "windowed_avg": _windowed_avg}
 
 
 @contextmanager
 def _record_by_record() -> Iterator[None]:
-    with mock.patch.object(ChunkedPipeline, "of", staticmethod(lambda *args: None)):
+    """No chunked plan, and windows fired one by one through ``forward``."""
+    with (mock.patch.object(ChunkedPipeline, "of", staticmethod(lambda *args: None)),
+          mock.patch.object(WindowAggregateProcessor, "_sink_after", lambda self: None)):
         yield
 
 
 def _written(broker: EmbeddedBroker, job: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every topic of ``job`` (the job's name taken out of names and bodies), record by record, without what
     the wall clock wrote: the broker's append time, the state topic's born time (its commit's), when
-    a watermark marker's producer was last active, an idle tick's time, and the operator
-    watermark's stored activity."""
+    a watermark marker's producer was last active, an idle tick's time, the operator watermark's
+    stored activity, and the born time of a marker a window fired on when it went to the dead
+    letters (a window's result raised)."""
     out = {}
     for info in broker.topics():
         if info.name.startswith(job):
             state = info.name.endswith("stateTopic")
             out[info.name[len(job):]] = [
-                (m.queue_id, m.offset, m.key, m.body.replace(job.encode(), b""), None if state or TICK_HEADER in m.headers else m.born_timestamp,
+                (m.queue_id, m.offset, m.key, m.body.replace(job.encode(), b""),
+                 None if state or TICK_HEADER in m.headers or _dead_marker(m.headers, m.body) else m.born_timestamp,
                  {k: v.replace(job, "") for k, v in m.headers.items() if k not in (ACTIVE_HEADER, TICK_HEADER)})
                 for m in broker.read(info.name) if not (state and b"__watermarks__" in m.body)]
     return out
+
+
+def _dead_marker(headers: dict[str, str], body: bytes) -> bool:
+    """A dead letter of a shuffle topic's control record (a watermark marker: empty body)."""
+    return body == b"" and headers.get("rstream-dlq-topic", "in") != "in"
 
 
 def _metrics(job: InProcessJob) -> list[tuple[Any, ...]]:
@@ -247,13 +287,20 @@ def test_a_windowed_count_in_chunks_writes_what_record_by_record_writes(tmp_path
     reference = _run(tmp_path, broker, make, "ref", chunked=False, **props)
     taken = []
     real_take = WindowAggregateProcessor.take_chunk
+    fired: list[tuple[int, bool]] = []
+    real_fire = WindowAggregateProcessor._fire_to_sink
 
     def counted(proc: WindowAggregateProcessor, chunk: Any, plan: ChunkedPipeline) -> None:
         taken.append(len(chunk.offsets))
         real_take(proc, chunk, plan)
 
+    def fire(proc: WindowAggregateProcessor, due: list[tuple[int, Any]]) -> bool:
+        fired.append((len(due), real_fire(proc, due)))
+        return fired[-1][1]
+
     with (mock.patch.object(task, "CHUNK_RECORDS", size),
-          mock.patch.object(WindowAggregateProcessor, "take_chunk", counted)):
+          mock.patch.object(WindowAggregateProcessor, "take_chunk", counted),
+          mock.patch.object(WindowAggregateProcessor, "_fire_to_sink", fire)):
         chunked = _run(tmp_path, broker, make, "chk", chunked=True, **props)
     # the end of each run fired every window (idle flush): records within the allowed lateness of
     # the newest now find their window fired
@@ -265,6 +312,7 @@ def test_a_windowed_count_in_chunks_writes_what_record_by_record_writes(tmp_path
           mock.patch.object(WindowAggregateProcessor, "take_chunk", counted)):
         chunked.infos.extend(_run(tmp_path, broker, make, "chk", chunked=True, **props).infos)
     assert taken and max(taken) > 1  # the window count took chunks
+    assert max(n for n, done in fired if done) > 1  # and fired many windows at once
     written = _written(broker, "chk")
     late = [json.loads(row[3]) for name, rows in written.items() if name.endswith("-late") for row in rows]
     assert {"behind watermark", "window fired"} <= {row["cause"] for row in late}, late[:3]
