@@ -113,6 +113,9 @@ class StateStore:
         self.queue = queue
         self.db: Rdict | None = None
         self._changes: dict[bytes, bytes | None] = {}
+        #: The timer keys ever staged in ``_changes`` this batch (a set, or a delete), by operator
+        #: and end (the key's first bytes), so listing due timers walks only those due.
+        self._timer_changes: dict[bytes, set[bytes]] = {}
         self._prepared: tuple[WriteBatch, int] | None = None
         self.replayed_keys = 0
 
@@ -172,12 +175,23 @@ class StateStore:
 
     def set_timer(self, operator: str, end: int, payload: Any) -> None:
         """Stage a timer: ``timers_due`` returns it once the watermark reaches ``end``."""
-        self._changes[timer_key(operator, end, payload)] = b""
+        kb = timer_key(operator, end, payload)
+        self._changes[kb] = b""
+        self._stage_timer(kb)
 
     def cancel_timer(self, operator: str, end: int, payload: Any, new: bool = False) -> None:
         """Stage the timer's delete; ``new``: it was set in this batch and was never committed, so
         the staged set is dropped instead (no delete for the state topic)."""
-        self._stage_delete(timer_key(operator, end, payload), new)
+        kb = timer_key(operator, end, payload)
+        self._stage_delete(kb, new)
+        self._stage_timer(kb)
+
+    def _stage_timer(self, kb: bytes) -> None:
+        group = kb[:kb.index(b"\x01") + 9]  # the operator's name, \x01 and the end (names hold no \x01)
+        staged = self._timer_changes.get(group)
+        if staged is None:
+            staged = self._timer_changes[group] = set()
+        staged.add(kb)
 
     def timers_due(self, operator: str, watermark: int) -> list[tuple[int, Any]]:
         """``(end, payload)`` of ``operator``'s timers with ``end <= watermark``, earliest first
@@ -199,12 +213,14 @@ class StateStore:
             if watermark is not None and _END.unpack_from(kb, n)[0] - _END_BIAS > watermark:
                 break
             found[kb] = None
-        for kb, vb in self._changes.items():
-            if kb.startswith(prefix):
-                if vb is None:
-                    found.pop(kb, None)
-                elif watermark is None or _END.unpack_from(kb, n)[0] - _END_BIAS <= watermark:
-                    found[kb] = None
+        changes = self._changes
+        for group, staged in self._timer_changes.items():
+            if group.startswith(prefix) and (watermark is None or _END.unpack_from(group, n)[0] - _END_BIAS <= watermark):
+                for kb in staged:
+                    if changes.get(kb) is None:  # a delete, or a timer set and cancelled in this batch
+                        found.pop(kb, None)
+                    else:
+                        found[kb] = None
         return [(_END.unpack_from(kb, n)[0] - _END_BIAS, decode(kb[n + 8:])) for kb in sorted(found)]
 
     def put(self, operator: str, key: Any, value: Any) -> None:
@@ -277,11 +293,13 @@ class StateStore:
         batch.put(_APPLIED, str(applied_offset).encode())
         self._require().write(batch)
         self._changes.clear()
+        self._timer_changes.clear()
         self._prepared = None
 
     def discard(self) -> None:
         """Drop staged changes (their batch did not commit)."""
         self._changes.clear()
+        self._timer_changes.clear()
         self._prepared = None
 
     # -- replay ---------------------------------------------------------------------------------
@@ -294,6 +312,7 @@ class StateStore:
         if self.db is None:
             self.open()
         self._changes.clear()
+        self._timer_changes.clear()
         # per key the body of its latest message, b"" for a delete; read as column blocks, so that
         # the stored batches without a delete are taken in with one C-level dict update each
         latest: dict[Any, bytes] = {}

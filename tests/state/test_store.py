@@ -73,3 +73,42 @@ def test_replay_equals_the_live_store(tmp_path_factory, batches) -> None:  # typ
     assert replayed.replay(broker, len(batches)) == len(expected)
     assert {k: v for _, k, v in replayed.items()} == expected
     replayed.close()
+
+
+#: One timer operation: (set or cancel, operator, end, payload key); operators whose names share a prefix.
+_TIMER_OP = st.tuples(st.sampled_from(["set", "cancel"]), st.sampled_from(["W-1", "W-10"]),
+                      st.integers(-3, 6), st.sampled_from("abc"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=st.lists(st.lists(_TIMER_OP, max_size=10), min_size=1, max_size=5), watermark=st.integers(-4, 7))
+def test_timers_due_equal_a_dict_of_the_timers_set(tmp_path_factory, batches, watermark) -> None:  # type: ignore[no-untyped-def]
+    """Timers set and cancelled over batches (committed ones and this batch's staged ones, a timer
+    set and cancelled within one batch): ``timers`` and ``timers_due`` list what a plain set of the
+    live timers says, earliest first, per operator; so does a store replayed from the state topic."""
+    root = tmp_path_factory.mktemp("timers")
+    broker = EmbeddedBroker(root / "broker")
+    broker.create_topic("t-stateTopic", queues=1, compact=True)
+    store = StateStore(root / "live", "t-stateTopic", 0).open()
+    live: set[tuple[str, int, str]] = set()
+    committed: set[tuple[str, int, str]] = set()
+    for i, batch in enumerate(batches):
+        for what, op, end, key in batch:
+            if what == "set":
+                store.set_timer(op, end, (key, end - 1))
+                live.add((op, end, key))
+            elif (op, end, key) in live:
+                store.cancel_timer(op, end, (key, end - 1), new=(op, end, key) not in committed)
+                live.discard((op, end, key))
+            for name in ("W-1", "W-10"):
+                expected = sorted((e, (k, e - 1)) for o, e, k in live if o == name)
+                assert store.timers(name) == expected
+                assert store.timers_due(name, watermark) == [t for t in expected if t[0] <= watermark]
+        _persist(broker, store, i)
+        committed = set(live)
+    store.close()
+    other = StateStore(root / "replayed", "t-stateTopic", 0)
+    other.replay(broker, len(batches))
+    for name in ("W-1", "W-10"):
+        assert other.timers(name) == sorted((e, (k, e - 1)) for o, e, k in live if o == name)
+    other.close()
