@@ -87,6 +87,9 @@ class TextSerializer:
 
 #: A run of 19 digits or more: an integer that may lie outside 64 bits, which orjson reads as a float.
 _LONG_NUMBER = re.compile(rb"[0-9]{19}").search
+#: Every digit as 0, so that a run of 19 digits is one substring search (faster than the regex's scan).
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
 
 
 class JsonDeserializer:
@@ -110,8 +113,9 @@ class JsonDeserializer:
 
     def deserialize_many(self, bodies: Sequence[bytes]) -> tuple[list[Any], list[Any]]:
         """``deserialize`` over a chunk of bodies, as (keys, values): orjson on each, unless one of
-        them holds a long number. (One scan over the bodies joined is slower than one per body.)"""
-        if not any(map(_LONG_NUMBER, bodies)):
+        them holds a long number (looked for once, in the bodies joined by a newline: no digit run
+        crosses from one body to the next)."""
+        if _LONG_RUN not in b"\n".join(bodies).translate(_ZERO_DIGITS):
             try:
                 return [None] * len(bodies), list(map(self._loads, bodies))
             except self._error:
