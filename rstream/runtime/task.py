@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import compress
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,9 @@ from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
 from rstream.settings import DEFAULTS, JobProperties
 from rstream.state.store import StateStore
 from rstream.time.watermark import NO_WATERMARK
+
+#: The tag of an output record ``(key, body, born, headers, tag)`` ("WATERMARK" for a marker).
+_TAG = itemgetter(4)
 
 
 class CheckpointMismatchError(RStreamError):
@@ -257,7 +261,7 @@ class QueueRun:
         for (t, _q), recs in records.items():
             if t in (cfg.dlq_topic, cfg.late_topic) or (store is not None and t == store.state_topic):
                 continue
-            markers = sum(1 for r in recs if r[4] == "WATERMARK") if t in cfg.producers else 0
+            markers = list(map(_TAG, recs)).count("WATERMARK") if t in cfg.producers else 0
             out[t] = out.get(t, 0) + len(recs) - markers
         info.update(
             records_in=self.roots[0].records_in if self.roots else 0, records_out=out, late=ctx.late_count,
