@@ -507,13 +507,17 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
     print_phases(runs["c"])
     speed_ab = med["b"] / med["a"]
     speed_ac = med["c"] / med["a"]
-    print(f"  speed a/b = {speed_ab:.3f}  (target >= 0.3: {'MET' if speed_ab >= 0.3 else 'NOT MET'}; "
-          f"b = the faster of dict loop and Counter)")
-    print(f"  speed a/c = {speed_ac:.3f}  (target >= 1.0: {'MET' if speed_ac >= 1.0 else 'NOT MET'})")
-    print(f"  speed a2/b = {med['b'] / med['a2']:.3f}   speed a2/c = {med['c'] / med['a2']:.3f}  (emit=batch)")
-    print(f"  (d) bytewax 0.21, running counts {med['d']:7.2f} s  {fmt_rate(n, med['d'])} words  ->  a/d = {med['d'] / med['a']:.3f}")
+    def target(ratio: float, least: float) -> str:  # issue 8's targets
+        return f"(target >= {least}: {'MET' if ratio >= least else 'NOT MET'})"
+
+    speed_a2c = med["c"] / med["a2"]
+    print(f"  speed a/b = {speed_ab:.3f}  (b = the faster of dict loop and Counter)")
+    print(f"  speed a/c = {speed_ac:.3f}  {target(speed_ac, 0.5)}")
+    print(f"  speed a2/b = {med['b'] / med['a2']:.3f}   speed a2/c = {speed_a2c:.3f}  (emit=batch)  {target(speed_a2c, 1.0)}")
+    print(f"  (d) bytewax 0.21, running counts {med['d']:7.2f} s  {fmt_rate(n, med['d'])} words  ->  a/d = "
+          f"{med['d'] / med['a']:.3f}  {target(med['d'] / med['a'], 1.0)}")
     print(f"  (d2) bytewax 0.21, count_final   {med['d2']:7.2f} s  {fmt_rate(n, med['d2'])} words  ->  "
-          f"a2/d2 = {med['d2'] / med['a2']:.3f}  (one process, one worker, run_main)")
+          f"a2/d2 = {med['d2'] / med['a2']:.3f}  {target(med['d2'] / med['a2'], 1.0)}  (one process, one worker, run_main)")
     best = {k: min(x["seconds"] for x in v) for k, v in runs.items()}
     print(f"  best of {args.repeat}: (a) {best['a']:.2f} s  (b) {best['b']:.3f} s  (c) {best['c']:.2f} s  ->  "
           f"a/b = {best['b'] / best['a']:.3f}  a/c = {best['c'] / best['a']:.3f}")
@@ -621,8 +625,9 @@ def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path)
         print(f"  ({part}) spark native, {label:18s} {med[part]:6.2f} s  {fmt_rate(n, med[part])} clicks  "
               f"({c[-1]['batches']} data batches, {c[-1]['triggers']} triggers"
               + (f"; triggerExecution sum {statistics.median(trig) / 1000:.2f} s)" if trig else ")"))
-    print(f"  speed a/b = {med['b'] / med['a']:.3f}   speed a/c1 = {med['c1'] / med['a']:.3f}   "
-          f"speed a/c2 = {med['c2'] / med['a']:.3f}")
+    speed_c1 = med["c1"] / med["a"]
+    print(f"  speed a/b = {med['b'] / med['a']:.3f}   speed a/c1 = {speed_c1:.3f} "
+          f"(target >= 1.0: {'MET' if speed_c1 >= 1.0 else 'NOT MET'})   speed a/c2 = {med['c2'] / med['a']:.3f}")
     print(f"  best of {args.repeat}: (a) {best['a']:.2f} s  (b) {best['b']:.3f} s  (c1) {best['c1']:.2f} s  "
           f"(c2) {best['c2']:.2f} s  ->  a/b = {best['b'] / best['a']:.3f}  a/c1 = {best['c1'] / best['a']:.3f}  "
           f"a/c2 = {best['c2'] / best['a']:.3f}")
