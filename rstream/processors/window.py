@@ -269,7 +269,9 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def _sink_after(self) -> tuple[list[Processor], SinkProcessor] | None:
         """The pure stages after this operator and the sink they end in, when its results go
-        nowhere else (no fan-out, nothing wrapping ``forward``), for ``_fire_to_sink``."""
+        nowhere else (no fan-out, nothing wrapping ``forward``), for ``_fire_to_sink``. While the
+        batch ends, ``QueueRun._results_at_end`` wraps ``forward`` (a dead letter per result that
+        raises), so windows fired then go one by one."""
         if not self.ctx.chunked or len(self.children) != 1 or self.forward != self.children[0].process:  # type: ignore[union-attr]
             return None
         stages: list[Processor] = []
