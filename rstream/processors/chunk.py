@@ -75,12 +75,8 @@ class ChunkedPipeline:
         (None: a fan-out or nothing, given the items one by one)."""
         plan = self._after.get(id(proc))
         if plan is None:
-            stages: list[Processor] = []
-            last = proc
-            while len(last.children) == 1 and last.children[0].pure:
-                last = last.children[0]
-                stages.append(last)
-            plan = self._after[id(proc)] = (stages, last.children[0].take_chunk if len(last.children) == 1 else None)
+            stages, after = pure_path(proc)
+            plan = self._after[id(proc)] = (stages, after.take_chunk if after is not None else None)
         return plan
 
     def run(self, records: RecordBlock) -> bool:
@@ -176,6 +172,16 @@ class ChunkedPipeline:
             pass
         finally:
             last.forward = forward
+
+
+def pure_path(proc: Processor) -> tuple[list[Processor], Processor | None]:
+    """The pure stages right after ``proc``, and the one processor after them (None: a fan-out or nothing)."""
+    stages: list[Processor] = []
+    last = proc
+    while len(last.children) == 1 and last.children[0].pure:
+        last = last.children[0]
+        stages.append(last)
+    return stages, last.children[0] if len(last.children) == 1 else None
 
 
 class _Reached(Exception):

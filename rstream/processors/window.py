@@ -15,7 +15,7 @@ from operator import itemgetter, le, lt, not_, or_
 from typing import Any
 
 from rstream.processors.base import LateCause, Processor, StreamContext, _short_repr
-from rstream.processors.chunk import Chunk, ChunkedPipeline
+from rstream.processors.chunk import Chunk, ChunkedPipeline, pure_path
 from rstream.processors.fold import CountFold, Fold
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.sink import SinkProcessor
@@ -250,10 +250,7 @@ class WindowAggregateProcessor(WindowedOperator):
             acc = self.cache.pop(wk, MISSING)
             if acc is MISSING:
                 acc = store.get(name, wk)
-            new = wk in self.fresh
-            self.fresh.discard(wk)
-            store.delete(name, wk, new=new)
-            store.cancel_timer(name, end, (key, start), new=new)
+            self._forget(wk)
             if self.session:
                 index = ("sessions", key)
                 left = [se for se in store.get(name, index) if tuple(se) != (start, end)]
@@ -267,6 +264,15 @@ class WindowAggregateProcessor(WindowedOperator):
                 self.forward(WindowKey(key, start, end), self.fold.result(acc), end - 1)
         self._fired_up_to(watermark, last_end)
 
+    def _forget(self, wk: tuple[Any, int, int]) -> None:
+        """Stage the delete of a fired window's state and timer (for one opened in this batch,
+        drop what it staged: nothing of it reaches the state topic)."""
+        key, start, end = wk
+        new = wk in self.fresh
+        self.fresh.discard(wk)
+        self.store.delete(self.name, wk, new=new)
+        self.store.cancel_timer(self.name, end, (key, start), new=new)
+
     def _sink_after(self) -> tuple[list[Processor], SinkProcessor] | None:
         """The pure stages after this operator and the sink they end in, when its results go
         nowhere else (no fan-out, nothing wrapping ``forward``), for ``_fire_to_sink``. While the
@@ -274,12 +280,7 @@ class WindowAggregateProcessor(WindowedOperator):
         raises), so windows fired then go one by one."""
         if not self.ctx.chunked or len(self.children) != 1 or self.forward != self.children[0].process:  # type: ignore[union-attr]
             return None
-        stages: list[Processor] = []
-        last: Processor = self
-        while len(last.children) == 1 and last.children[0].pure:
-            last = last.children[0]
-            stages.append(last)
-        sink = last.children[0] if len(last.children) == 1 else None
+        stages, sink = pure_path(self)
         return (stages, sink) if type(sink) is SinkProcessor else None
 
     def _fire_to_sink(self, due: list[tuple[int, Any]]) -> bool:
@@ -315,14 +316,10 @@ class WindowAggregateProcessor(WindowedOperator):
         bodies = sink.bodies(chunk)
         if bodies is None:
             return False
-        fresh = self.fresh
         for end, (key, start) in due:
             wk = (key, start, end)
             cache.pop(wk, None)
-            new = wk in fresh
-            fresh.discard(wk)
-            store.delete(name, wk, new=new)
-            store.cancel_timer(name, end, (key, start), new=new)
+            self._forget(wk)
         self.fired += len(due)
         for stage, given in zip(stages, inputs):
             stage.records_in += len(given.offsets)
