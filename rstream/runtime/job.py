@@ -82,6 +82,9 @@ class RocketMQStream(QueryDriver):
         self._ticker_stop = threading.Event()
         self._restarts = 0  # queries restarted after Spark's Python process failed to start
         self._query_mode = (False, False)  # the last query's (available_now, flush_at_end)
+        self._task_blob = ""  # the pickled task config of the current query (its shuffle-side jobs use it)
+        self._query_initial: dict[str, int] = {}  # the current query's initial offsets
+        self._flush_target: dict[str, int] | None = None  # an availableNow run's target, until it flushed
 
     def __repr__(self) -> str:
         state = "running" if self.is_running else "stopped"

@@ -52,6 +52,9 @@ class JobCore:
     _ticker_stop: threading.Event
     _restarts: int
     _query_mode: tuple[bool, bool]
+    _task_blob: str
+    _query_initial: dict[str, int]
+    _flush_target: dict[str, int] | None
 
     @property
     def late_topic(self) -> str:

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from rstream.processors.watermarks import send_ticks
@@ -15,8 +16,8 @@ from rstream.progressbar import NoBar, progress_bar
 from rstream.runtime.job_core import JobTimeoutError
 from rstream.runtime.job_state import StateViews
 from rstream.runtime.progress import BatchProgress
-from rstream.runtime.source import queue_key
-from rstream.runtime.task import dump_blob, load_blob
+from rstream.runtime.source import plan_tasks, queue_key, shuffle_positions, shuffle_ranges, split_queue_key
+from rstream.runtime.task import dump_blob, load_blob, run_groups
 from rstream.settings import ConsumeFrom, JobError
 
 if TYPE_CHECKING:
@@ -71,23 +72,26 @@ class QueryDriver(StateViews):
         return cast("RocketMQStream", self)
 
     def _initial_offsets(self) -> dict[str, int]:
+        """Where a new checkpoint starts: sources at their start or end (``consume_from``), shuffle
+        queues where the job's commits left them (a shuffle topic has no other writer)."""
         out = {}
-        for topic in self.topology.input_topics:
+        for topic in self.topology.source_topics:
             ends = self.broker.end_offsets(topic)
-            from_first = topic in self.topology.source_topics and self.properties.consume_from is ConsumeFrom.FIRST
+            from_first = self.properties.consume_from is ConsumeFrom.FIRST
             for q, end in enumerate(ends):
                 out[queue_key(topic, q)] = 0 if from_first else end
+        out.update(shuffle_positions(self.broker, self.job_id, list(self.topology.shuffle_topics)))
         return out
 
     def _source_options(self) -> dict[str, str]:
         cfg = self.task_config()
         tasks = self.properties.tasks or self.spark.sparkContext.defaultParallelism
         return {
+            "job": self.job_id,
             "config": dump_blob(cfg),
             "broker": dump_blob(self.broker),
             "sourceTopics": json.dumps(self.topology.source_topics),
             "shuffleTopics": json.dumps(list(self.topology.shuffle_topics)),
-            "framedTopics": json.dumps(self.topology.framed_topics),
             "initialOffsets": json.dumps(self._initial_offsets()),
             "tasks": str(tasks),
             "maxRecordsPerQueue": str(self.properties.max_records_per_queue),
@@ -97,8 +101,21 @@ class QueryDriver(StateViews):
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self._failure = None
         options = self._source_options()
-        if flush_at_end:
-            options["flushAtEnd"] = "2" if self.topology.framed_by_sources else "1"
+        self._task_blob = options["config"]
+        self._query_initial = json.loads(options["initialOffsets"])
+        self._flush_target = None
+        if available_now:
+            target = {queue_key(t, q): end for t in self.topology.source_topics
+                      for q, end in enumerate(self.broker.end_offsets(t))}
+            options["target"] = json.dumps(target)
+            if flush_at_end:
+                # the idle flush goes out once the batches read the sources up to the target (the
+                # driver's shuffle side sends it and runs what it fires in the same batch); at once
+                # if there is nothing to read, when the query may run no batch at all
+                if self._sources_read(target) and not self._pending_shuffles():
+                    self.tick(flush=True)
+                else:
+                    self._flush_target = target
         if not available_now:
             options["waitMs"] = str(self.properties.trigger_interval_ms)
         df = self.spark.readStream.format("rstream").options(**options).load()
@@ -273,10 +290,12 @@ class QueryDriver(StateViews):
             end = json.loads(end)
         if not end:
             return False
-        for topic in self.topology.input_topics:
+        for topic in self.topology.source_topics:
             for q, broker_end in enumerate(self.broker.end_offsets(topic)):
                 if int(end.get(queue_key(topic, q), -1)) < broker_end:
                     return False
+        if self._pending_shuffles():
+            return False  # the driver drains shuffle queues (``_run_shuffles``): their commits say how far
         # the last finished trigger read everything there is; a trigger still active may be the source
         # waiting for input (a started job's latestOffset), which is idle, not a batch in flight
         return self._query.status.get("message") != _PROCESSING
@@ -315,20 +334,11 @@ class QueryDriver(StateViews):
         return True
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
-        printed: list[str] = []
-        fatal: dict[str, Any] | None = None
-        for row in df.collect():
-            info = json.loads(row["info"])
-            if "fatal" in info:
-                fatal = fatal or info
-            else:
-                printed.extend(info.get("printed", []))
-        if fatal is not None:
-            try:
-                self._failure = load_blob(fatal["fatal"])
-            except Exception:
-                self._failure = JobError(fatal["message"])
-            raise JobError(f"batch {batch_id} of job {self.job_id!r} failed: {fatal['message']}")
+        infos = [json.loads(row["info"]) for row in df.collect()]
+        self._raise_fatal(infos, batch_id)
+        if self.topology.shuffle_topics:
+            infos += self._run_shuffles(batch_id)
+        printed = [line for info in infos for line in info.get("printed", [])]
         with self._lock:
             self._sync_progress()
             self._mine.add(batch_id)
@@ -345,6 +355,58 @@ class QueryDriver(StateViews):
                 listener(progress)
             except Exception as exc:  # a broken display must not stop the job
                 print(f"rstream: progress listener {listener!r} failed: {exc}")
+
+    def _raise_fatal(self, infos: list[dict[str, Any]], batch_id: int) -> None:
+        """Fail the batch if a task reported a fatal error (its exception is what the job raises)."""
+        fatal = next((info for info in infos if "fatal" in info), None)
+        if fatal is None:
+            return
+        try:
+            self._failure = load_blob(fatal["fatal"])
+        except Exception:
+            self._failure = JobError(fatal["message"])
+        raise JobError(f"batch {batch_id} of job {self.job_id!r} failed: {fatal['message']}")
+
+    def _run_shuffles(self, batch_id: int) -> list[dict[str, Any]]:
+        """The shuffle side of batch ``batch_id``, in the same trigger: what its source tasks (or the
+        shuffle ranges before) wrote to shuffle queues, run as one more Spark job of the batch, until
+        no shuffle queue has anything uncommitted (a chain of shuffles takes one job per step).
+        Returns the ranges' metrics. Its ranges are tagged with this batch, so a rerun of the batch
+        plans around them (``rstream.runtime.source``).
+
+        The idle flush of ``run_until_idle`` goes out here, once the sources are read up to the run's
+        target: at once if every window and join topic is fed by sources only (the ticks then follow
+        their last records), else once the shuffle queues are drained."""
+        tasks = self.properties.tasks or self.spark.sparkContext.defaultParallelism
+        infos: list[dict[str, Any]] = []
+        while True:
+            ranges = self._pending_shuffles(batch_id)
+            if (self._flush_target is not None and (self.topology.framed_by_sources or not ranges)
+                    and self._sources_read(self._flush_target)):
+                self._flush_target = None
+                self.tick(flush=True)
+                ranges = self._pending_shuffles(batch_id)
+            if not ranges:
+                return infos
+            groups = plan_tasks(ranges, tasks)
+            rdd = self.spark.sparkContext.parallelize(groups, len(groups))
+            new = [json.loads(row[4]) for row in rdd.mapPartitions(partial(run_groups, self._task_blob)).collect()]
+            self._raise_fatal(new, batch_id)
+            infos += new
+
+    def _pending_shuffles(self, batch_id: int = -1) -> list[list[Any]]:
+        """The uncommitted ranges of the shuffle queues, at most ``max_records_per_queue`` each."""
+        return shuffle_ranges(self.broker, self.job_id, list(self.topology.shuffle_topics),
+                              self.properties.max_records_per_queue, batch_id)
+
+    def _sources_read(self, target: dict[str, int]) -> bool:
+        """Whether every source queue is committed up to ``target`` (an availableNow run's end)."""
+        for key, end in target.items():
+            topic, q = split_queue_key(key)
+            last = self.broker.last_commit(self.job_id, topic, q)
+            if (self._query_initial.get(key, 0) if last is None else last.end_offset) < end:
+                return False
+        return True
 
     def _flush_printed(self) -> None:
         with self._lock:

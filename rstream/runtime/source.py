@@ -11,6 +11,14 @@ range a task processes therefore knows its batch, and the batch is committed wit
 ``initialOffset``, ``latestOffset`` and ``partitions`` run in a Python process of their own that the
 JVM starts; ``read`` runs in the Spark task and does the work (``rstream.runtime.task``), yielding
 one small metrics row per queue range.
+
+Shuffle queues are mostly drained by the driver in the same trigger, as a second Spark job of the
+batch (``QueryDriver._run_shuffles``): what a batch's source tasks wrote to them is counted before
+the batch ends, instead of one whole trigger later. Such a range is committed with its tag like any
+other, and the tag is what says how far a shuffle queue is done: the source plans a shuffle queue
+from ``max(its offset, its last commit)``, and its offset moves only when the source plans it (for
+a tick sent while the job idles, say). A batch rerun after a failure plans around what the driver
+already committed, as it does around its own tasks' commits.
 """
 
 from __future__ import annotations
@@ -70,13 +78,11 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.initial: dict[str, int] = json.loads(options["initialoffsets"])
         self.tasks = max(1, int(options.get("tasks", "2")))
         self.max_per_queue = max(1, int(options.get("maxrecordsperqueue", "1000000")))
-        self.framed_topics: list[str] = json.loads(options.get("framedtopics", "[]"))
-        # "1": flush once everything is read; "2": as soon as the sources are (every window and join
-        # topic is written by source pipelines only, so all they will get is in them by then)
-        self.flush_at_end = options.get("flushatend") in ("1", "2")
-        self.flush_early = options.get("flushatend") == "2"
+        # an availableNow run's end: the source offsets the driver took when it started the query
+        self.target: dict[str, int] | None = json.loads(options["target"]) if "target" in options else None
         # a started job: how long latestOffset waits for input before it says there is none (ms)
         self.wait_ms = int(options.get("waitms", "0"))
+        self.job = options.get("job", "")
         self._target: dict[str, int] | None = None
         self._broker: Any = None
 
@@ -99,9 +105,11 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {**self.initial, BATCH_KEY: -1}
 
     def prepareForTriggerAvailableNow(self) -> None:
-        # Sources stop at what exists now; shuffle topics are read to their end, since all they get
-        # from now on comes from source records below this target (so the run still ends).
-        self._target = self._ends(self.source_topics)
+        # Sources stop at the driver's target (or at what exists now); shuffle topics are read to
+        # their end, since all they get from now on comes from source records below this target (so
+        # the run still ends). The driver sends the idle flush of ``run_until_idle`` itself, once its
+        # batches read the sources up to this same target (``QueryDriver._run_shuffles``).
+        self._target = self.target if self.target is not None else self._ends(self.source_topics)
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
         start = start or {}
@@ -109,18 +117,6 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out = self._latest(start)
         if batch >= 0 and self.wait_ms > 0 and self._target is None and self._drained(start, out):
             out = self._await_input(start, out)
-        if self.flush_at_end and self._target is not None and (
-                self._drained(start, out) or (self.flush_early and self._sources_read(start))):
-            # an availableNow run that is done: the input is idle now, so let the windows still
-            # open fire (in this same query, instead of a second one just for the tick). With every
-            # window topic fed by sources only, that is as soon as the sources are read: the ticks
-            # then follow the last records of the batches before, and this batch takes both
-            # (instead of one more batch just for the ticks)
-            self.flush_at_end = False
-            from rstream.processors.watermarks import send_ticks
-
-            send_ticks(self.broker, self.framed_topics, flush=True)
-            out = self._latest(start)
         # a batch only when offsets moved; but Spark runs its batch 0 as soon as the query starts, with
         # input or without (nothing is committed yet), so the counter's first batch is 0 either way
         out[BATCH_KEY] = batch if batch >= 0 and self._drained(start, out) else batch + 1
@@ -148,18 +144,23 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self, start: dict[str, int]) -> dict[str, int]:
         out = {}
-        for key, end in self._ends(self.source_topics + self.shuffle_topics).items():
+        for key, end in self._ends(self.source_topics).items():
             begin = start.get(key, self.initial.get(key, 0))
             if self._target is not None and key in self._target:
                 end = min(end, self._target[key])
             out[key] = max(begin, min(end, begin + self.max_per_queue))
+        for key, end in self._ends(self.shuffle_topics).items():
+            # a shuffle queue the driver drained keeps its offset: no batch just to say so
+            begin = start.get(key, self.initial.get(key, 0))
+            done = self._committed(key, begin) if end > begin else begin
+            out[key] = begin if end <= done else min(end, done + self.max_per_queue)
         return out
 
-    def _sources_read(self, start: dict[str, int]) -> bool:
-        """Whether the batches before the one planned from ``start`` read every source queue up to
-        the ``availableNow`` target."""
-        assert self._target is not None
-        return all(start.get(key, self.initial.get(key, 0)) >= end for key, end in self._target.items())
+    def _committed(self, key: str, begin: int) -> int:
+        """Where a shuffle queue's next range starts: its last commit's end, if that is past ``begin``."""
+        topic, queue = split_queue_key(key)
+        last = self.broker.last_commit(self.job, topic, queue)
+        return begin if last is None else max(begin, last.end_offset)
 
     def _drained(self, start: dict[str, int], latest: dict[str, int]) -> bool:
         return all(latest[key] <= start.get(key, self.initial.get(key, 0)) for key in queue_offsets(latest))
@@ -169,6 +170,8 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = []
         for key, stop in queue_offsets(end).items():
             begin = start.get(key, self.initial.get(key, 0))
+            if stop > begin and split_queue_key(key)[0] in self.shuffle_topics:
+                begin = self._committed(key, begin)
             if stop > begin:
                 topic, queue = split_queue_key(key)
                 ranges.append([topic, queue, begin, stop, batch])
@@ -181,6 +184,32 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the tagged appends are the commit; Spark calls this late, if at all."""
+
+
+def shuffle_positions(broker: Any, job: str, topics: Sequence[str]) -> dict[str, int]:
+    """Per queue of ``topics`` (a job's shuffle topics), where its next range starts: its last
+    commit's end, or 0 (a shuffle topic has no other writer than its job, and ``reset()`` deletes it)."""
+    out = {}
+    for topic in topics:
+        for q in range(len(broker.end_offsets(topic))):
+            last = broker.last_commit(job, topic, q)
+            out[queue_key(topic, q)] = 0 if last is None else last.end_offset
+    return out
+
+
+def shuffle_ranges(broker: Any, job: str, topics: Sequence[str], max_per_queue: int,
+                   batch: int) -> list[list[Any]]:
+    """The ranges ``[topic, queue, start, end, batch]`` of ``topics`` (a job's shuffle topics) not
+    committed yet, from ``shuffle_positions``, at most ``max_per_queue`` records each."""
+    ranges = []
+    positions = shuffle_positions(broker, job, topics)
+    ends = {topic: broker.end_offsets(topic) for topic in topics}
+    for key, begin in positions.items():
+        topic, q = split_queue_key(key)
+        end = ends[topic][q]
+        if end > begin:
+            ranges.append([topic, q, begin, min(end, begin + max_per_queue), batch])
+    return ranges
 
 
 def plan_tasks(ranges: list[list[Any]], tasks: int) -> list[list[list[Any]]]:

@@ -378,6 +378,12 @@ def _source_watermarks(last: CommitTag | None) -> dict[str, int]:
     return {name: int(wm) for name, wm in json.loads(last.meta).get("wm", {}).items()}
 
 
+def run_groups(cfg_blob: str, groups: Iterable[list[list[Any]]]) -> Iterator[tuple[str, int, int, int, str]]:
+    """A Spark task of the driver's shuffle-side job: the range groups of one partition, in turn."""
+    for ranges in groups:
+        yield from run_partition(cfg_blob, ranges)
+
+
 def run_partition(cfg_blob: str, ranges: list[list[Any]]) -> list[tuple[str, int, int, int, str]]:
     """Run the queue ranges of one Spark task in turn; one metrics row per range. A fatal error
     becomes a row carrying the pickled exception, and the ranges after it are left for the rerun."""

@@ -13,8 +13,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rstream import EmbeddedBroker
-from tests.conftest import job_id
+import pytest
+
+from rstream import EmbeddedBroker, JobError
+from tests.conftest import job_id, sink_values
 from tests.runtime.test_wordcount import assert_exact_counts, wordcount
 
 BATCH_1 = ["a b c a", "b d", "e f a"]
@@ -80,6 +82,42 @@ def test_stop_mid_stream_and_restart_from_checkpoint(broker: EmbeddedBroker, mak
     resumed = make_job(wordcount(name), max_records_per_queue=1000)
     resumed.run_until_idle()
     assert_exact_counts(broker, "counts", sentences)
+
+
+def test_a_batch_that_failed_between_its_two_stages_is_rerun_exactly(broker: EmbeddedBroker, make_job: Any) -> None:
+    """The driver dies after the batch's source tasks committed and its second Spark job (the
+    shuffle side) committed one shuffle queue: Spark reruns the batch from its offset log, the
+    source ranges are no-ops, and the shuffle side goes on from the commits, counting nothing twice."""
+    broker.create_topic("sentences", queues=2)
+    broker.send_batch("sentences", BATCH_1 + BATCH_2)
+    name = job_id("stages")
+    first = make_job(wordcount(name))
+    real, calls = first._pending_shuffles, []
+
+    def one_queue_then_die(batch_id: int = -1) -> list[list[Any]]:
+        calls.append(batch_id)
+        if len(calls) == 1:
+            return real(batch_id)[:1]
+        raise RuntimeError("the driver died between two Spark jobs of its batch")
+
+    first._pending_shuffles = one_queue_then_die
+    with pytest.raises(JobError, match="died between two Spark jobs"):
+        first.run_until_idle(timeout=120)
+    shuffle = next(iter(first.topology.shuffle_topics))
+    done = {q: broker.last_commit(name, shuffle, q) for q in range(len(broker.end_offsets(shuffle)))}
+    assert [tag.batch_id for tag in done.values() if tag is not None] == [0]  # one queue, in batch 0
+    assert all(broker.last_commit(name, "sentences", q).end_offset == broker.end_offsets("sentences")[q]
+               for q in range(2))
+    first_counts = sink_values(broker, "counts")
+    assert 0 < sum(map(len, first_counts.values())) < sum(len(s.split()) for s in BATCH_1 + BATCH_2)
+
+    again = make_job(wordcount(name))
+    again.run_until_idle(timeout=120)
+    assert_exact_counts(broker, "counts", BATCH_1 + BATCH_2)
+    assert [p.batch_id for p in again.progress] == [0]  # the rerun of batch 0, not a batch of its own
+    rerun = again.progress[0]
+    assert {q.topic for q in rerun.queues} == {"sentences", shuffle}
+    assert sum(q.records_in for q in rerun.queues if q.topic == "sentences") == len(BATCH_1 + BATCH_2)
 
 
 _CRASH_SCRIPT = textwrap.dedent("""

@@ -46,7 +46,7 @@ def test_state_snapshots_filter_page_and_match_the_jobs_state(counted: RocketMQS
     assert list(apples.to_pandas()["key"]) == ["apple"] and "1 of 6 keys (keys holding 'APP')" in apples.status
     queue = int(counted.state().set_index("key").loc["fig", "queue"])
     assert set(StateSnapshot.of(counted, queue=queue).to_pandas()["queue"]) == {queue}
-    first = counted.history()[1].batch_id  # the first batch that counted (batch 0 read the sentences)
+    first = counted.history()[0].batch_id  # the first batch: it read the first sentences and counted them
     after_first = StateSnapshot.of(counted, batch=first)
     assert dict(zip(after_first.to_pandas()["key"], after_first.to_pandas()["value"])) == {
         "apple": 2, "banana": 1, "cherry": 1}

@@ -1,0 +1,83 @@
+"""The streaming source's planning of shuffle queues, without Spark: the driver drains a batch's shuffle
+queues in the same trigger (``QueryDriver._run_shuffles``), so the source plans a shuffle queue from its
+last commit, moves its offset only when it plans it, and a rerun plans around what was committed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rstream import EmbeddedBroker
+from rstream.broker import CommitTag
+from rstream.runtime.source import BATCH_KEY, RStreamStreamReader, shuffle_ranges
+from rstream.runtime.task import dump_blob
+
+JOB = "planner"
+
+
+def reader(broker: EmbeddedBroker, initial: dict[str, int], **options: str) -> RStreamStreamReader:
+    return RStreamStreamReader({
+        "sourcetopics": json.dumps(["src"]), "shuffletopics": json.dumps(["sh"]),
+        "initialoffsets": json.dumps(initial), "broker": dump_blob(broker), "job": JOB, **options,
+    })
+
+
+def write_shuffle(broker: EmbeddedBroker, per_queue: dict[int, int], tag: CommitTag) -> None:
+    """What a committed range writes to the shuffle topic: ``per_queue[q]`` records to queue ``q``."""
+    broker.append({("sh", q): [(None, b"x", 1, None, None)] * n for q, n in per_queue.items()}, tag)
+
+
+def ranges(reader: RStreamStreamReader, start: dict[str, int], end: dict[str, int]) -> list[tuple[Any, ...]]:
+    return sorted((t, q, b, e) for part in reader.partitions(start, end) for t, q, b, e, _batch in part.value)
+
+
+def setup(broker: EmbeddedBroker) -> dict[str, int]:
+    broker.create_topic("src", queues=1)
+    broker.create_topic("sh", queues=2)
+    broker.send_batch("src", ["a", "b", "c"])
+    return {"src/0": 0, "sh/0": 0, "sh/1": 0}
+
+
+def test_a_shuffle_queue_the_driver_drained_plans_no_batch(broker: EmbeddedBroker) -> None:
+    initial = setup(broker)
+    r = reader(broker, initial)
+    first = r.latestOffset({BATCH_KEY: -1, **initial})
+    assert first == {"src/0": 3, "sh/0": 0, "sh/1": 0, BATCH_KEY: 0}  # shuffle topics empty: sources only
+    assert ranges(r, {BATCH_KEY: -1, **initial}, first) == [("src", 0, 0, 3)]
+    # batch 0's source task writes the shuffle queues; the driver's second job commits both of them
+    write_shuffle(broker, {0: 5, 1: 2}, CommitTag(JOB, "src", 0, 0, 3, batch_id=0))
+    write_shuffle(broker, {}, CommitTag(JOB, "sh", 0, 0, 5, batch_id=0))
+    write_shuffle(broker, {}, CommitTag(JOB, "sh", 1, 0, 2, batch_id=0))
+    # nothing moved that the job has not done: no batch 1 (the offsets, and the batch counter, stay)
+    assert r.latestOffset(first) == first
+    # a later tick on sh/1 (written outside any range) is planned from sh/1's commit, not from 0
+    broker.append({("sh", 1): [(None, b"tick", 1, None, None)]})
+    second = r.latestOffset(first)
+    assert second == {"src/0": 3, "sh/0": 0, "sh/1": 3, BATCH_KEY: 1}
+    assert ranges(r, first, second) == [("sh", 1, 2, 3)]
+
+
+def test_a_rerun_plans_around_the_drivers_commits(broker: EmbeddedBroker) -> None:
+    initial = setup(broker)
+    write_shuffle(broker, {0: 6, 1: 4}, CommitTag(JOB, "src", 0, 0, 3, batch_id=0))
+    r = reader(broker, initial)
+    start = {**initial, "src/0": 3, BATCH_KEY: 0}
+    end = r.latestOffset(start)
+    assert end == {"src/0": 3, "sh/0": 6, "sh/1": 4, BATCH_KEY: 1}  # the driver never ran: plan them
+    # the batch's tasks commit sh/0 up to 6 and the driver's job goes on to sh/1 [0, 2) before a crash...
+    write_shuffle(broker, {}, CommitTag(JOB, "sh", 0, 0, 6, batch_id=1))
+    write_shuffle(broker, {}, CommitTag(JOB, "sh", 1, 0, 2, batch_id=1))
+    # ...so the rerun of the logged batch (same start and end) runs only what is left
+    assert ranges(r, start, end) == [("sh", 1, 2, 4)]
+    assert shuffle_ranges(broker, JOB, ["sh"], 10, 1) == [["sh", 1, 2, 4, 1]]
+    assert shuffle_ranges(broker, JOB, ["sh"], 1, 1) == [["sh", 1, 2, 3, 1]]  # at most max_per_queue
+    assert shuffle_ranges(broker, "another-job", ["sh"], 100, 0) == [["sh", 0, 0, 6, 0], ["sh", 1, 0, 4, 0]]
+
+
+def test_an_available_now_run_stops_at_the_drivers_target(broker: EmbeddedBroker) -> None:
+    initial = setup(broker)
+    r = reader(broker, initial, target=json.dumps({"src/0": 2}))
+    r.prepareForTriggerAvailableNow()
+    broker.send_batch("src", ["d"])  # sent after the driver took its target: for the next run
+    end = r.latestOffset({BATCH_KEY: -1, **initial})
+    assert end["src/0"] == 2 and ranges(r, {BATCH_KEY: -1, **initial}, end) == [("src", 0, 0, 2)]
