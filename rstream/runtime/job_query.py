@@ -16,7 +16,14 @@ from rstream.progressbar import NoBar, progress_bar
 from rstream.runtime.job_core import JobTimeoutError
 from rstream.runtime.job_state import StateViews
 from rstream.runtime.progress import BatchProgress
-from rstream.runtime.source import plan_tasks, queue_key, shuffle_positions, shuffle_ranges, split_queue_key
+from rstream.runtime.source import (
+    SCHEMA,
+    plan_tasks,
+    queue_key,
+    shuffle_positions,
+    shuffle_ranges,
+    split_queue_key,
+)
 from rstream.runtime.task import dump_blob, load_blob, run_groups
 from rstream.settings import ConsumeFrom, JobError
 
@@ -389,8 +396,9 @@ class QueryDriver(StateViews):
             if not ranges:
                 return infos
             groups = plan_tasks(ranges, tasks)
-            rdd = self.spark.sparkContext.parallelize(groups, len(groups))
-            new = [json.loads(row[4]) for row in rdd.mapPartitions(partial(run_groups, self._task_blob)).collect()]
+            ids = self.spark.range(0, len(groups), 1, len(groups))
+            new = [json.loads(row["info"]) for row in ids.mapInArrow(partial(run_groups, self._task_blob, groups),
+                                                                      SCHEMA).collect()]
             self._raise_fatal(new, batch_id)
             infos += new
 
