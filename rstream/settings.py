@@ -52,7 +52,8 @@ class JobProperties:
       it has no input (100); meanwhile its source watches the broker and input is planned as soon
       as it arrives. A batch that had input is followed by the next one at once.
     - ``tasks``: Spark tasks per batch (default: Spark's default parallelism, one per core).
-    - ``max_records_per_queue``: records per queue and batch at most (1 000 000).
+    - ``max_records_per_queue``: records per queue range at most (1 000 000). A source queue gets one
+      range per batch; a shuffle queue may get more (a batch's second stage drains it step by step).
     - ``sink_queues``: queues of a sink topic that does not exist yet (4).
     - ``time_type``: where data time comes from: ``event_time`` (``select_timestamp``, else the
       born time), ``born_time``, ``broker_time`` or ``processing_time`` (a ``TimeType``).

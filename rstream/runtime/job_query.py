@@ -90,6 +90,17 @@ class QueryDriver(StateViews):
         out.update(shuffle_positions(self.broker, self.job_id, list(self.topology.shuffle_topics)))
         return out
 
+    def _checkpoint_initial(self, fresh: dict[str, int]) -> dict[str, int]:
+        """The initial offsets the job's checkpoint started from: ``fresh`` (and kept next to it) when
+        the checkpoint is new, else those it was given. Spark uses them only for a new checkpoint; the
+        driver also needs them later, as the offset of a source queue that never had a commit (with
+        ``consume_from="last"``, where the queue's end was when the job first started)."""
+        kept = self.job_dir / "initial-offsets.json"
+        if (self.checkpoint_dir / "offsets").is_dir() and kept.exists():
+            return {**fresh, **json.loads(kept.read_text())}
+        kept.write_text(json.dumps(fresh))
+        return fresh
+
     def _source_options(self) -> dict[str, str]:
         cfg = self.task_config()
         tasks = self.properties.tasks or self.spark.sparkContext.defaultParallelism
@@ -109,7 +120,8 @@ class QueryDriver(StateViews):
         self._failure = None
         options = self._source_options()
         self._task_blob = options["config"]
-        self._query_initial = json.loads(options["initialOffsets"])
+        self._query_initial = self._checkpoint_initial(json.loads(options["initialOffsets"]))
+        options["initialOffsets"] = json.dumps(self._query_initial)
         self._flush_target = None
         if available_now:
             target = {queue_key(t, q): end for t in self.topology.source_topics
@@ -386,13 +398,10 @@ class QueryDriver(StateViews):
         their last records), else once the shuffle queues are drained."""
         tasks = self.properties.tasks or self.spark.sparkContext.defaultParallelism
         infos: list[dict[str, Any]] = []
-        while True:
-            ranges = self._pending_shuffles(batch_id)
-            if (self._flush_target is not None and (self.topology.framed_by_sources or not ranges)
-                    and self._sources_read(self._flush_target)):
-                self._flush_target = None
-                self.tick(flush=True)
-                ranges = self._pending_shuffles(batch_id)
+        # one job per step of the longest chain of shuffles, and one for the flush: what is left after
+        # that (an idle tick a started job's ticker sent meanwhile) is the next batch's, so a batch ends
+        for _step in range(len(self.topology.shuffle_topics) + 1):
+            ranges = self._flush_if_due(self._pending_shuffles(batch_id), batch_id)
             if not ranges:
                 return infos
             groups = plan_tasks(ranges, tasks)
@@ -401,6 +410,18 @@ class QueryDriver(StateViews):
                                                                       SCHEMA).collect()]
             self._raise_fatal(new, batch_id)
             infos += new
+        self._flush_if_due(self._pending_shuffles(batch_id), batch_id)  # its ticks are the next batch's
+        return infos
+
+    def _flush_if_due(self, ranges: list[list[Any]], batch_id: int) -> list[list[Any]]:
+        """Send ``run_until_idle``'s idle flush if it is due now (see ``_run_shuffles``); the shuffle
+        ranges pending after it."""
+        if (self._flush_target is None or not (self.topology.framed_by_sources or not ranges)
+                or not self._sources_read(self._flush_target)):
+            return ranges
+        self._flush_target = None
+        self.tick(flush=True)
+        return self._pending_shuffles(batch_id)
 
     def _pending_shuffles(self, batch_id: int = -1) -> list[list[Any]]:
         """The uncommitted ranges of the shuffle queues, at most ``max_records_per_queue`` each."""

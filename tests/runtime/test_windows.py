@@ -91,6 +91,22 @@ def test_seeds_completeness_table_on_spark(broker: EmbeddedBroker, make_job: Any
     assert [b.batch_id for b in job.progress] == [0] and sum(q.records_in for q in last) == 4
 
 
+def test_a_job_reading_from_last_flushes_after_the_records_of_its_run(broker: EmbeddedBroker, make_job: Any) -> None:
+    # with consume_from="last" a source queue has no commit until a record reaches it after the job started:
+    # the idle flush of run_until_idle() must still wait until the run read what was sent before it
+    produce(broker, "clicks", [{"user": "old", "ts": 1}], queues=2)  # before the job: never read
+    name = job_id("last")
+    job = make_job(windowed(name, TumblingWindow(10), "count"), consume_from="last",
+                   allowed_lateness_ms=2, idle_timeout_ms=600_000)
+    job.run_until_idle()  # nothing to read: the flush goes out at once
+    assert results(broker) == {}
+    broker.send_batch("clicks", [json.dumps({"user": "u", "ts": t}) for t in (5, 7, 16, 12)])
+    again = make_job(windowed(name, TumblingWindow(10), "count"), consume_from="last",
+                     allowed_lateness_ms=2, idle_timeout_ms=600_000)  # a restarted kernel: a new object
+    again.run_until_idle()
+    assert results(broker) == {("u", 0, 10): 2, ("u", 10, 20): 2} and again.late_records().empty
+
+
 @pytest.mark.parametrize("agg,fn,reduce", [
     ("count", None, "size"),                              # WindowCount (event time, lateness 2000)
     ("sum", lambda e: e["amount"], "sum"),                # WindowSum
