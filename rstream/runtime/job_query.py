@@ -17,7 +17,6 @@ from rstream.runtime.job_core import JobTimeoutError
 from rstream.runtime.job_state import StateViews
 from rstream.runtime.progress import BatchProgress
 from rstream.runtime.source import (
-    SCHEMA,
     plan_tasks,
     queue_key,
     shuffle_positions,
@@ -404,10 +403,11 @@ class QueryDriver(StateViews):
             ranges = self._flush_if_due(self._pending_shuffles(batch_id), batch_id)
             if not ranges:
                 return infos
+            # an RDD job: about 80 ms less per job than a SQL one (mapInArrow) on this machine; its Python
+            # workers come from a daemon and pool of their own, which a local session warms up at start
             groups = plan_tasks(ranges, tasks)
-            ids = self.spark.range(0, len(groups), 1, len(groups))
-            new = [json.loads(row["info"]) for row in ids.mapInArrow(partial(run_groups, self._task_blob, groups),
-                                                                      SCHEMA).collect()]
+            rdd = self.spark.sparkContext.parallelize(groups, len(groups))
+            new = [json.loads(row[4]) for row in rdd.mapPartitions(partial(run_groups, self._task_blob)).collect()]
             self._raise_fatal(new, batch_id)
             infos += new
         self._flush_if_due(self._pending_shuffles(batch_id), batch_id)  # its ticks are the next batch's

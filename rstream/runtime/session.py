@@ -147,8 +147,9 @@ _WARM_UP: threading.Thread | None = None
 
 def _start_warm_up(spark: Any) -> None:
     """In the background, while the notebook is read: fork the Python workers a streaming source's
-    tasks run in, and let Spark look the source up, instead of doing both in the first query (the
-    first result of a new session's first query: about 6 s, 3 s after this)."""
+    tasks run in, and those of the RDD jobs that run a batch's shuffle side, and let Spark look the
+    source up, instead of doing all of it in the first query (the first result of a new session's
+    first query: about 6 s, 3 s after this)."""
     global _WARM_UP
 
     def run() -> None:
@@ -157,6 +158,7 @@ def _start_warm_up(spark: Any) -> None:
             # a Python map over Arrow batches: SQL's Python workers (which read a streaming source's
             # partitions) come from a daemon of their own, not the RDD API's
             spark.range(0, slots, 1, slots).mapInArrow(_identity, "id long").collect()
+            spark.sparkContext.parallelize(range(slots), slots).map(_identity).collect()  # the RDD API's own
             spark.readStream.format("rstream").load()  # Spark's look-up of the source (no query)
         except Exception:  # the session stopped meanwhile: nothing to warm
             pass

@@ -378,20 +378,11 @@ def _source_watermarks(last: CommitTag | None) -> dict[str, int]:
     return {name: int(wm) for name, wm in json.loads(last.meta).get("wm", {}).items()}
 
 
-def run_groups(cfg_blob: str, groups: list[list[list[Any]]], batches: Iterable[Any]) -> Iterator[Any]:
-    """A Spark task of the driver's shuffle-side job (``mapInArrow`` over ``range(len(groups))``): for
-    each id it is given, the queue ranges of ``groups[id]`` in turn, as one Arrow batch of metrics
-    rows. A SQL job, not an RDD one: its tasks run in the Python workers that read the source's
-    partitions (warm already), where an RDD job would start a second daemon and workers of its own."""
-    import pyarrow as pa
-
-    schema = pa.schema([("topic", pa.string()), ("queue", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
-                        ("info", pa.string())])  # the source's SCHEMA
-    for batch in batches:
-        for group in batch.column(0).to_pylist():
-            rows = run_partition(cfg_blob, groups[group])
-            yield pa.RecordBatch.from_arrays([pa.array(col, field.type) for col, field in zip(zip(*rows), schema)],
-                                             schema=schema)
+def run_groups(cfg_blob: str, groups: Iterable[list[list[Any]]]) -> Iterator[tuple[str, int, int, int, str]]:
+    """A Spark task of the driver's shuffle-side job (an RDD job over the range groups): the queue
+    ranges of the groups of its partition, in turn; one metrics row per range."""
+    for ranges in groups:
+        yield from run_partition(cfg_blob, ranges)
 
 
 def run_partition(cfg_blob: str, ranges: list[list[Any]]) -> list[tuple[str, int, int, int, str]]:
