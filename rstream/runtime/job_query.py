@@ -17,6 +17,7 @@ from rstream.runtime.job_core import JobTimeoutError
 from rstream.runtime.job_state import StateViews
 from rstream.runtime.progress import BatchProgress
 from rstream.runtime.source import (
+    committed_end,
     plan_tasks,
     queue_key,
     shuffle_positions,
@@ -388,7 +389,8 @@ class QueryDriver(StateViews):
     def _run_shuffles(self, batch_id: int) -> list[dict[str, Any]]:
         """The shuffle side of batch ``batch_id``, in the same trigger: what its source tasks (or the
         shuffle ranges before) wrote to shuffle queues, run as one more Spark job of the batch, until
-        no shuffle queue has anything uncommitted (a chain of shuffles takes one job per step).
+        no shuffle queue has anything uncommitted (a chain of shuffles takes one job per step; after
+        one job per shuffle topic and one more, what is left is the next batch's).
         Returns the ranges' metrics. Its ranges are tagged with this batch, so a rerun of the batch
         plans around them (``rstream.runtime.source``).
 
@@ -430,12 +432,8 @@ class QueryDriver(StateViews):
 
     def _sources_read(self, target: dict[str, int]) -> bool:
         """Whether every source queue is committed up to ``target`` (an availableNow run's end)."""
-        for key, end in target.items():
-            topic, q = split_queue_key(key)
-            last = self.broker.last_commit(self.job_id, topic, q)
-            if (self._query_initial.get(key, 0) if last is None else last.end_offset) < end:
-                return False
-        return True
+        return all(committed_end(self.broker, self.job_id, *split_queue_key(key), self._query_initial.get(key, 0)) >= end
+                   for key, end in target.items())
 
     def _flush_printed(self) -> None:
         with self._lock:

@@ -159,8 +159,7 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _committed(self, key: str, begin: int) -> int:
         """Where a shuffle queue's next range starts: its last commit's end, if that is past ``begin``."""
         topic, queue = split_queue_key(key)
-        last = self.broker.last_commit(self.job, topic, queue)
-        return begin if last is None else max(begin, last.end_offset)
+        return max(begin, committed_end(self.broker, self.job, topic, queue, begin))
 
     def _drained(self, start: dict[str, int], latest: dict[str, int]) -> bool:
         return all(latest[key] <= start.get(key, self.initial.get(key, 0)) for key in queue_offsets(latest))
@@ -186,15 +185,17 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: the tagged appends are the commit; Spark calls this late, if at all."""
 
 
+def committed_end(broker: Any, job: str, topic: str, queue: int, default: int) -> int:
+    """The end offset of ``job``'s last commit on an input queue; ``default`` if it has none."""
+    last = broker.last_commit(job, topic, queue)
+    return default if last is None else int(last.end_offset)
+
+
 def shuffle_positions(broker: Any, job: str, topics: Sequence[str]) -> dict[str, int]:
     """Per queue of ``topics`` (a job's shuffle topics), where its next range starts: its last
     commit's end, or 0 (a shuffle topic has no other writer than its job, and ``reset()`` deletes it)."""
-    out = {}
-    for topic in topics:
-        for q in range(len(broker.end_offsets(topic))):
-            last = broker.last_commit(job, topic, q)
-            out[queue_key(topic, q)] = 0 if last is None else last.end_offset
-    return out
+    return {queue_key(topic, q): committed_end(broker, job, topic, q, 0)
+            for topic in topics for q in range(len(broker.end_offsets(topic)))}
 
 
 def shuffle_ranges(broker: Any, job: str, topics: Sequence[str], max_per_queue: int,
