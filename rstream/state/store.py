@@ -17,7 +17,7 @@ from typing import Any
 
 from rocksdict import AccessType, Options, Rdict, WriteBatch
 
-from rstream.broker.base import Broker, RecordTuple, read_blocks
+from rstream.broker.base import Broker, RecordBlock, RecordTuple, read_blocks
 from rstream.errors import RStreamError
 from rstream.serde.codec import decode, encode
 
@@ -313,26 +313,22 @@ class StateStore:
             self.open()
         self._changes.clear()
         self._timer_changes.clear()
-        # per key the body of its latest message, b"" for a delete; read as column blocks, so that
-        # the stored batches without a delete are taken in with one C-level dict update each
-        latest: dict[Any, bytes] = {}
-        if broker.has_topic(self.state_topic):
-            end = broker.end_offsets(self.state_topic)[self.queue] if state_end is None else state_end
-            for block in read_blocks(broker, self.state_topic, self.queue, 0, end):
-                if block.headers.count(None) == len(block):
-                    latest.update(zip(block.keys, block.bodies))
-                else:
-                    latest.update(zip(block.keys, map(_live_body, block.bodies, block.headers)))
+        # Per key its latest message wins, with no dict of every key's body built first: the
+        # stored batches are taken newest first, and a key's first message seen is its latest.
+        # Below the queue's compaction point a key is held at most once, so there a stored batch
+        # only drops the keys a newer message holds (``seen``, from the uncompacted tail). A
+        # delete is a key seen and not put (the write batch starts by wiping every key).
         batch = WriteBatch(raw_mode=True)
         batch.delete_range(b"\x00", b"\xff")  # every key: meta keys start with \x00, operator names are ASCII
-        put = batch.put
-        unpack = _LEN.unpack_from
+        seen: set[Any] = set()
         loaded = 0
-        for body in latest.values():
-            if body:
-                n = unpack(body)[0]
-                put(body[4:4 + n], body[4 + n:])
-                loaded += 1
+        if broker.has_topic(self.state_topic):
+            # read before the records: it only grows, so below it the records read are compacted
+            compacted = broker.compacted_below(self.state_topic, self.queue)
+            end = broker.end_offsets(self.state_topic)[self.queue] if state_end is None else state_end
+            blocks = list(read_blocks(broker, self.state_topic, self.queue, 0, end))
+            for block in reversed(blocks):
+                loaded += _load_block(batch, block, seen, unique=block.offsets[-1] < compacted)
         batch.put(_KEYS, str(loaded).encode())
         if applied_offset is not None:
             batch.put(_APPLIED, str(applied_offset).encode())
@@ -356,3 +352,34 @@ class StateStore:
             if kb[i] == 1:
                 continue  # a timer, not a value
             yield kb[:i].decode(), decode(kb[i + 1:]), decode(vb)
+
+
+def _load_block(batch: WriteBatch, block: RecordBlock, seen: set[Any], unique: bool) -> int:
+    """Put the records of ``block`` whose key ``seen`` (the keys of newer records) does not hold;
+    returns the keys put. ``unique``: no key is twice in the block and no later block of the
+    replay needs to know its keys (it lies below the compaction point)."""
+    keys, bodies = block.keys, block.bodies
+    put, unpack = batch.put, _LEN.unpack_from
+    if block.headers.count(None) == len(bodies) and b"" not in bodies:  # no delete: the usual case
+        if seen and not seen.isdisjoint(keys):
+            bodies = [body for key, body in zip(keys, bodies) if key not in seen]
+        if unique:
+            loaded = len(bodies)
+        else:
+            before = len(seen)
+            seen.update(keys)
+            loaded = len(seen) - before  # a key twice in the block is put twice: the later put wins
+        for body in bodies:
+            n = unpack(body)[0]
+            put(body[4:4 + n], body[4 + n:])
+        return loaded
+    loaded = 0
+    for key, body, headers in zip(reversed(keys), reversed(bodies), reversed(block.headers)):
+        if key in seen:
+            continue
+        seen.add(key)
+        if body and not (headers and DELETE_HEADER in headers):
+            n = unpack(body)[0]
+            put(body[4:4 + n], body[4 + n:])
+            loaded += 1
+    return loaded
