@@ -107,6 +107,66 @@ def test_a_job_reading_from_last_flushes_after_the_records_of_its_run(broker: Em
     assert results(broker) == {("u", 0, 10): 2, ("u", 10, 20): 2} and again.late_records().empty
 
 
+def test_the_flush_of_a_window_fed_by_another_shuffle_stage_waits_for_that_stage(
+        broker: EmbeddedBroker, make_job: Any) -> None:
+    # the window reads what a running count writes (a shuffle topic fed by a shuffle stage, not by a
+    # source): run_until_idle's idle flush must follow the count's last outputs, not the sources' last
+    # records, or those outputs would come after it and be late; and every window must fire
+    def builder() -> StreamBuilder:
+        b = StreamBuilder(name, shuffle_queues=3)
+        counts = (b.source("clicks", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+                  .key_by(lambda e: e["user"]).count().to_rstream())
+        counts.key_by(lambda n: "all").window(TumblingWindow(Time.seconds(5))).count().to_rstream().sink(
+            "results", JsonSerializer(with_key=True))
+        return b
+
+    name = job_id("chained")
+    first, second = clicks(200, seed=11, disorder=1), clicks(100, seed=12, disorder=1)
+    for e in second:
+        e["ts"] += 60_000  # the next run's clicks: later windows
+    assert not builder().build().framed_by_sources
+    expected: dict[tuple[Any, int, int], int] = {}
+    broker.create_topic("clicks", queues=2)
+    for events in (first, second):
+        broker.send_batch("clicks", [json.dumps(e) for e in events])
+        for e in events:  # one count output per click, at its time: per window, the clicks in it
+            start = e["ts"] - e["ts"] % 5000
+            expected[("all", start, start + 5000)] = expected.get(("all", start, start + 5000), 0) + 1
+        job = make_job(builder(), allowed_lateness_ms=600_000, idle_timeout_ms=600_000)
+        job.run_until_idle()
+        assert job.late_records().empty
+        assert results(broker) == expected
+
+
+def test_ticks_sent_while_a_batch_runs_its_shuffle_side_are_each_read_once(
+        broker: EmbeddedBroker, make_job: Any) -> None:
+    # a started job's ticker writes idle ticks to the window queues at any time, also while the driver
+    # runs a batch's shuffle side: here one before each of the driver's first five looks at the shuffle
+    # queues, more than one batch's second stage takes (one job per shuffle step and one more), so the
+    # last ones are left to the next batch. Each is read once, the batch ends, and the counts are exact.
+    per_queue = produce(broker, "clicks", clicks(120, seed=13))
+    job = make_job(windowed(job_id("ticks"), TumblingWindow(Time.seconds(5)), "count"), **EXACT)
+    looks = []
+    pending = job._pending_shuffles
+
+    def ticking(batch_id: int = -1) -> list[list[Any]]:
+        looks.append(batch_id)
+        if len(looks) <= 5:
+            job.tick()
+        return pending(batch_id)
+
+    job._pending_shuffles = ticking
+    job.run_until_idle()
+    on_time, late = split_late(per_queue, lambda e: e["ts"], LATENESS)
+    frame = window_frame(on_time, lambda e: e["user"], lambda e: e["ts"], lambda e: 1, 5000)
+    assert results(broker) == frame.groupby(["key", "start", "end"]).size().to_dict()
+    assert len(job.late_records()) == len(late)
+    assert (job.lag()["lag"] == 0).all()  # every tick read
+    window_queues = [q for b in job.progress for q in b.queues if q.topic in job.topology.framed_topics]
+    assert sum(q.records_in for q in window_queues) == 120  # data records, once each
+    assert len(looks) > 5 and len(job.progress) >= 2  # the last ticks were the next batch's
+
+
 @pytest.mark.parametrize("agg,fn,reduce", [
     ("count", None, "size"),                              # WindowCount (event time, lateness 2000)
     ("sum", lambda e: e["amount"], "sum"),                # WindowSum
