@@ -89,11 +89,6 @@ def decode_state_message(body: bytes, headers: Any = None) -> tuple[bytes, str, 
     return kb, operator, key, decode(vb)
 
 
-def _live_body(body: bytes, headers: dict[str, str] | None) -> bytes:
-    """A state-topic message's body, or b"" when it is a delete."""
-    return b"" if headers and DELETE_HEADER in headers else body
-
-
 def _frame(kb: bytes, vb: bytes) -> bytes:
     return _LEN.pack(len(kb)) + kb + vb
 
