@@ -374,7 +374,6 @@ def _load_block(batch: WriteBatch, block: RecordBlock, seen: set[Any], unique: b
             continue
         seen.add(key)
         if body and not (headers and DELETE_HEADER in headers):
-            n = unpack(body)[0]
-            put(body[4:4 + n], body[4 + n:])
+            put(*unframe(body))
             loaded += 1
     return loaded

@@ -112,6 +112,8 @@ def test_the_flush_of_a_window_fed_by_another_shuffle_stage_waits_for_that_stage
     # the window reads what a running count writes (a shuffle topic fed by a shuffle stage, not by a
     # source): run_until_idle's idle flush must follow the count's last outputs, not the sources' last
     # records, or those outputs would come after it and be late; and every window must fire
+    name = job_id("chained")
+
     def builder() -> StreamBuilder:
         b = StreamBuilder(name, shuffle_queues=3)
         counts = (b.source("clicks", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
@@ -120,7 +122,6 @@ def test_the_flush_of_a_window_fed_by_another_shuffle_stage_waits_for_that_stage
             "results", JsonSerializer(with_key=True))
         return b
 
-    name = job_id("chained")
     first, second = clicks(200, seed=11, disorder=1), clicks(100, seed=12, disorder=1)
     for e in second:
         e["ts"] += 60_000  # the next run's clicks: later windows
