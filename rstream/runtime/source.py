@@ -201,15 +201,14 @@ def shuffle_positions(broker: Any, job: str, topics: Sequence[str]) -> dict[str,
 def shuffle_ranges(broker: Any, job: str, topics: Sequence[str], max_per_queue: int,
                    batch: int) -> list[list[Any]]:
     """The ranges ``[topic, queue, start, end, batch]`` of ``topics`` (a job's shuffle topics) not
-    committed yet, from ``shuffle_positions``, at most ``max_per_queue`` records each."""
+    committed yet, from where ``shuffle_positions`` says they start, at most ``max_per_queue``
+    records each."""
     ranges = []
-    positions = shuffle_positions(broker, job, topics)
-    ends = {topic: broker.end_offsets(topic) for topic in topics}
-    for key, begin in positions.items():
-        topic, q = split_queue_key(key)
-        end = ends[topic][q]
-        if end > begin:
-            ranges.append([topic, q, begin, min(end, begin + max_per_queue), batch])
+    for topic in topics:
+        for q, end in enumerate(broker.end_offsets(topic)):  # each topic's ends read once
+            begin = committed_end(broker, job, topic, q, 0)
+            if end > begin:
+                ranges.append([topic, q, begin, min(end, begin + max_per_queue), batch])
     return ranges
 
 
