@@ -5,7 +5,7 @@ from __future__ import annotations
 import marshal
 from collections import Counter
 from collections.abc import Callable, Mapping
-from itertools import accumulate, repeat
+from itertools import accumulate, islice, repeat
 from operator import sub
 from typing import Any
 
@@ -87,19 +87,23 @@ class ShuffleSinkProcessor(Processor):
                 bodies = list(map(_dumps, chunk.values, repeat(MARSHAL_VERSION)))
             except ValueError:
                 bodies = list(map(encode, chunk.values))
+            get = routes.get
             for key, body, ts in zip(chunk.keys, bodies, chunk.times):
-                route = routes.get(key) or find(key)
+                route = get(key) or find(key)
                 route[0].append((route[1], body, ts, None, None))
             return
-        # each record carries its queue's watermark so far: a running max of time - lateness
+        # each record carries its queue's watermark so far: a running max of time - lateness; the
+        # frames go straight into marshal (no list of them: zip reuses its tuple once dumps let go of it)
         marks = list(accumulate(map(sub, chunk.times, repeat(self.lateness)), max, initial=self.watermark))
-        frames = list(zip(chunk.values, marks[1:], repeat(self.producer), chunk.offsets, repeat(self.side)))
+        args = (chunk.values, islice(marks, 1, None), repeat(self.producer), chunk.offsets, repeat(self.side))
         try:
-            bodies = list(map(_dumps, frames, repeat(MARSHAL_VERSION)))
+            bodies = list(map(_dumps, zip(*args), repeat(MARSHAL_VERSION)))
         except ValueError:  # a value marshal cannot write: pickled, as encode() does
-            bodies = list(map(encode, frames))
+            args = (chunk.values, islice(marks, 1, None), repeat(self.producer), chunk.offsets, repeat(self.side))
+            bodies = list(map(encode, zip(*args)))
+        get = routes.get
         for key, body, ts in zip(chunk.keys, bodies, chunk.times):
-            route = routes.get(key) or find(key)
+            route = get(key) or find(key)
             route[0].append((route[1], body, ts, None, None))
         self.watermark = marks[-1]
 
