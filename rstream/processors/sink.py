@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import marshal
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from itertools import accumulate, islice, repeat
 from operator import sub
 from typing import Any
@@ -81,31 +81,29 @@ class ShuffleSinkProcessor(Processor):
             plan.each(chunk, self.process)
             return
         self.records_in += len(chunk.offsets)
-        routes, find = self._routes, self._route
         if not self.framed:
             try:  # every value at once; one that marshal cannot write: each pickled or not, as encode() does
                 bodies = list(map(_dumps, chunk.values, repeat(MARSHAL_VERSION)))
             except ValueError:
                 bodies = list(map(encode, chunk.values))
-            get = routes.get
-            for key, body, ts in zip(chunk.keys, bodies, chunk.times):
-                route = get(key) or find(key)
-                route[0].append((route[1], body, ts, None, None))
-            return
-        # each record carries its queue's watermark so far: a running max of time - lateness; the
-        # frames go straight into marshal (no list of them: zip reuses its tuple once dumps let go of it)
-        marks = list(accumulate(map(sub, chunk.times, repeat(self.lateness)), max, initial=self.watermark))
-        args = (chunk.values, islice(marks, 1, None), repeat(self.producer), chunk.offsets, repeat(self.side))
-        try:
-            bodies = list(map(_dumps, zip(*args), repeat(MARSHAL_VERSION)))
-        except ValueError:  # a value marshal cannot write: pickled, as encode() does
-            args = (chunk.values, islice(marks, 1, None), repeat(self.producer), chunk.offsets, repeat(self.side))
-            bodies = list(map(encode, zip(*args)))
-        get = routes.get
+        else:
+            # each record carries its queue's watermark so far: a running max of time - lateness
+            marks = list(accumulate(map(sub, chunk.times, repeat(self.lateness)), max, initial=self.watermark))
+
+            def frames() -> Iterator[tuple[Any, int, str, int, int]]:
+                # straight into marshal, no list of them: zip reuses its tuple once dumps let go of it
+                return zip(chunk.values, islice(marks, 1, None), repeat(self.producer), chunk.offsets,
+                           repeat(self.side))
+
+            try:
+                bodies = list(map(_dumps, frames(), repeat(MARSHAL_VERSION)))
+            except ValueError:  # a value marshal cannot write: pickled, as encode() does
+                bodies = list(map(encode, frames()))
+            self.watermark = marks[-1]
+        get, find = self._routes.get, self._route
         for key, body, ts in zip(chunk.keys, bodies, chunk.times):
             route = get(key) or find(key)
             route[0].append((route[1], body, ts, None, None))
-        self.watermark = marks[-1]
 
     def flush(self) -> None:
         if not self.framed:
