@@ -63,6 +63,10 @@ class JobProperties:
     - ``aggregate_emit``: ``"record"`` (default, as RocketMQ Streams: every input record emits its
       key's updated result) or ``"batch"`` (each key's result once per micro-batch; count, sum,
       min and max then combine values before the shuffle, as Spark does; far faster, fewer updates).
+    - ``shuffle_in_source_job``: a batch's source tasks also run its shuffle side, once all its
+      source ranges are committed, where the shuffle topic is written by sources only and feeds no
+      window or join (True, default: one Spark job per batch instead of two); False: always as a
+      second Spark job, which the driver starts when the first has ended.
     """
 
     data_dir: str = "rstream-data"
@@ -77,6 +81,7 @@ class JobProperties:
     allowed_lateness_ms: int = 2000
     idle_timeout_ms: int = 2000
     aggregate_emit: AggregateEmit = AggregateEmit.RECORD
+    shuffle_in_source_job: bool = True
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

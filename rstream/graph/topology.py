@@ -113,6 +113,18 @@ class Topology:
         return all(node.pipeline in self.source_topics for node in self.nodes
                    if node.spec is SHUFFLE_SINK and node.params["topic"] in self.framed_topics)
 
+    @property
+    def shuffles_after_sources(self) -> list[str]:
+        """The shuffle topics written by source pipelines only and carrying no frames (no window, no
+        join): once a batch's source ranges are committed, such a topic holds all the batch gives it,
+        and no tick ever goes there. A batch's source tasks may then run its queues themselves."""
+        writers: dict[str, list[str]] = {}
+        for node in self.nodes:
+            if node.spec is SHUFFLE_SINK:
+                writers.setdefault(node.params["topic"], []).append(node.pipeline)
+        return [topic for topic in self.shuffle_topics if topic not in self.framed_topics
+                and all(pipeline in self.source_topics for pipeline in writers.get(topic, []))]
+
     # -- queries ----------------------------------------------------------------------------------
     @property
     def input_topics(self) -> list[str]:

@@ -113,6 +113,9 @@ class QueryDriver(StateViews):
             "initialOffsets": json.dumps(self._initial_offsets()),
             "tasks": str(tasks),
             "maxRecordsPerQueue": str(self.properties.max_records_per_queue),
+            "shufflesInTasks": json.dumps(self.topology.shuffles_after_sources
+                                          if self.properties.shuffle_in_source_job else []),
+            "slots": str(self.spark.sparkContext.defaultParallelism),
         }
 
     def _start_query(self, available_now: bool, flush_at_end: bool = False) -> Any:

@@ -12,9 +12,11 @@ range a task processes therefore knows its batch, and the batch is committed wit
 JVM starts; ``read`` runs in the Spark task and does the work (``rstream.runtime.task``), yielding
 one small metrics row per queue range.
 
-Shuffle queues are mostly drained by the driver in the same trigger, as a second Spark job of the
-batch (``QueryDriver._run_shuffles``): what a batch's source tasks wrote to them is counted before
-the batch ends, instead of one whole trigger later. Such a range is committed with its tag like any
+Shuffle queues are drained in the same trigger: what a batch's source tasks wrote to them is counted
+before the batch ends, instead of one whole trigger later. A shuffle topic that only source pipelines
+write and that carries no frames is run by the source job's own tasks, once all of the batch's source
+ranges are committed (``rstream.runtime.task.run_with_share``); what is left, and every other shuffle
+topic, the driver runs as a second Spark job of the batch (``QueryDriver._run_shuffles``). Such a range is committed with its tag like any
 other, and the tag is what says how far a shuffle queue is done: the source plans a shuffle queue
 from ``max(its offset, its last commit)``, and its offset moves only when the source plans it (for
 a tick sent while the job idles, say). A batch rerun after a failure plans around what the driver
@@ -83,6 +85,10 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # a started job: how long latestOffset waits for input before it says there is none (ms)
         self.wait_ms = int(options.get("waitms", "0"))
         self.job = options.get("job", "")
+        # shuffle topics the source job's tasks may run themselves (``run_with_share``), and the
+        # cores that can run a batch's tasks at once: with more tasks than that, some would wait
+        self.shuffles_in_tasks: list[str] = json.loads(options.get("shufflesintasks", "[]"))
+        self.slots = int(options.get("slots", "0"))
         self._target: dict[str, int] | None = None
         self._broker: Any = None
 
@@ -174,12 +180,22 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if stop > begin:
                 topic, queue = split_queue_key(key)
                 ranges.append([topic, queue, begin, stop, batch])
-        return [InputPartition(group) for group in plan_tasks(ranges, self.tasks)]
+        groups = plan_tasks(ranges, self.tasks)
+        if not self.shuffles_in_tasks or not groups or len(groups) > self.slots:
+            return [InputPartition((group, None)) for group in groups]
+        # every task runs its part of the shuffle side once the whole batch is committed: where each
+        # of those queues starts is fixed now (nothing else commits them while the batch runs)
+        begins = {key: self._committed(key, stop) for key, stop in end.items()
+                  if key != BATCH_KEY and split_queue_key(key)[0] in self.shuffles_in_tasks}
+        return [InputPartition((group, {"index": i, "count": len(groups), "barrier": ranges, "begins": begins,
+                                        "batch": batch, "max_per_queue": self.max_per_queue}))
+                for i, group in enumerate(groups)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, int, str]]:
-        from rstream.runtime.task import run_partition
+        from rstream.runtime.task import run_with_share
 
-        yield from run_partition(self.options["config"], partition.value)
+        ranges, share = partition.value
+        yield from run_with_share(self.options["config"], ranges, share)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the tagged appends are the commit; Spark calls this late, if at all."""

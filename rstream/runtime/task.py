@@ -385,6 +385,74 @@ def run_groups(cfg_blob: str, groups: Iterable[list[list[Any]]]) -> Iterator[tup
         yield from run_partition(cfg_blob, ranges)
 
 
+#: How long a source-job task waits for the batch's other source ranges before it leaves its share of
+#: the shuffle side to the driver's job: twice its own ranges' time, within these bounds (s).
+SHARE_WAIT_S = (0.25, 10.0)
+
+#: How often the wait looks at the broker (s).
+SHARE_POLL_S = 0.002
+
+
+def run_with_share(cfg_blob: str, ranges: list[list[Any]], share: dict[str, Any] | None,
+                   ) -> list[tuple[str, int, int, int, str]]:
+    """A task of a batch's source job: its queue ranges (``run_partition``), then, with a ``share``
+    (``RStreamStreamReader.partitions``), its part of the batch's shuffle side. Once every range of
+    the batch is committed, the shuffle queues ``share["begins"]`` names hold all the batch gives
+    them: every task plans their ranges alike, from those begins and the queues' ends, spreads them
+    over ``share["count"]`` bins as the driver would (``plan_tasks``) and runs bin ``share["index"]``.
+    That saves the batch a second Spark job (the driver's, ``QueryDriver._run_shuffles``), which
+    still runs what is left: ranges over ``max_records_per_queue``, or all of them when a task gave up
+    waiting (a source range not committed within ``SHARE_WAIT_S``: its task failed, or found no free
+    core). A range a task ran is committed with its tag like any other, so none runs twice."""
+    began = time.perf_counter()
+    rows = run_partition(cfg_blob, ranges)
+    if share is None or any("fatal" in json.loads(row[4]) for row in rows):
+        return rows
+    cfg = config_from_blob(cfg_blob)
+    low, high = SHARE_WAIT_S
+    if not _committed_all(cfg.broker, cfg.job, share["barrier"],
+                          min(high, max(low, 2 * (time.perf_counter() - began)))):
+        return rows
+    return rows + run_partition(cfg_blob, share_ranges(cfg.broker, share))
+
+
+def _committed_all(broker: Broker, job: str, ranges: list[list[Any]], wait_s: float) -> bool:
+    """Whether every range ``[topic, queue, start, end, batch]`` gets committed within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    version = getattr(broker, "data_version", None)
+    seen = None
+    pending = list(ranges)
+    while True:
+        now = version() if version is not None else None
+        if now is None or now != seen:  # a broker that says nothing changed need not be read again
+            seen = now
+            pending = [r for r in pending
+                       if (last := broker.last_commit(job, r[0], r[1])) is None or last.end_offset < r[3]]
+            if not pending:
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(SHARE_POLL_S)
+
+
+def share_ranges(broker: Broker, share: dict[str, Any]) -> list[list[Any]]:
+    """The shuffle ranges of bin ``share["index"]`` of the batch's shuffle side, as every task of the
+    batch plans them once the batch's source ranges are committed (see ``run_with_share``)."""
+    from rstream.runtime.source import plan_tasks, split_queue_key
+
+    ends: dict[str, list[int]] = {}
+    ranges = []
+    for key, begin in sorted(share["begins"].items()):
+        topic, queue = split_queue_key(key)
+        if topic not in ends:
+            ends[topic] = broker.end_offsets(topic)
+        end = min(ends[topic][queue], begin + share["max_per_queue"])
+        if end > begin:
+            ranges.append([topic, queue, begin, end, share["batch"]])
+    bins = plan_tasks(ranges, share["count"])
+    return bins[share["index"]] if share["index"] < len(bins) else []
+
+
 def run_partition(cfg_blob: str, ranges: list[list[Any]]) -> list[tuple[str, int, int, int, str]]:
     """Run the queue ranges of one Spark task in turn; one metrics row per range. A fatal error
     becomes a row carrying the pickled exception, and the ranges after it are left for the rerun."""

@@ -50,8 +50,9 @@ def test_a_job_started_before_any_input_keeps_sparks_batch_ids(broker: EmbeddedB
         job.stop()
     assert_exact_counts(broker, "counts", ["a b", "b"] * 2)
     with_input = [p for p in seen if p.queues]
-    # two rounds; a batch that read sentences also counted their words (its second Spark job read the
-    # shuffle queues its source tasks wrote), and no batch had shuffle records left over to read
+    # two rounds; a batch that read sentences also counted their words (its source tasks read the
+    # shuffle queues they wrote, once all of them had committed), and no batch had shuffle records left
+    # over to read
     assert len(with_input) >= 2
     assert all({q.topic == "sentences" for q in p.queues} == {True, False} for p in with_input)
     assert all(q.batch_id == p.batch_id for p in with_input for q in p.queues)

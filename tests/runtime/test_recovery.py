@@ -91,7 +91,7 @@ def test_a_batch_that_failed_between_its_two_stages_is_rerun_exactly(broker: Emb
     broker.create_topic("sentences", queues=2)
     broker.send_batch("sentences", BATCH_1 + BATCH_2)
     name = job_id("stages")
-    first = make_job(wordcount(name))
+    first = make_job(wordcount(name), shuffle_in_source_job=False)  # the driver's second job
     real, calls = first._pending_shuffles, []
 
     def one_queue_then_die(batch_id: int = -1) -> list[list[Any]]:
@@ -111,7 +111,7 @@ def test_a_batch_that_failed_between_its_two_stages_is_rerun_exactly(broker: Emb
     first_counts = sink_values(broker, "counts")
     assert 0 < sum(map(len, first_counts.values())) < sum(len(s.split()) for s in BATCH_1 + BATCH_2)
 
-    again = make_job(wordcount(name))
+    again = make_job(wordcount(name))  # the rerun's source tasks run the rest of the shuffle side
     again.run_until_idle(timeout=120)
     assert_exact_counts(broker, "counts", BATCH_1 + BATCH_2)
     assert [p.batch_id for p in again.progress] == [0]  # the rerun of batch 0, not a batch of its own

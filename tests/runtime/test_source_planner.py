@@ -28,7 +28,7 @@ def write_shuffle(broker: EmbeddedBroker, per_queue: dict[int, int], tag: Commit
 
 
 def ranges(reader: RStreamStreamReader, start: dict[str, int], end: dict[str, int]) -> list[tuple[Any, ...]]:
-    return sorted((t, q, b, e) for part in reader.partitions(start, end) for t, q, b, e, _batch in part.value)
+    return sorted((t, q, b, e) for part in reader.partitions(start, end) for t, q, b, e, _batch in part.value[0])
 
 
 def setup(broker: EmbeddedBroker) -> dict[str, int]:
@@ -81,3 +81,29 @@ def test_an_available_now_run_stops_at_the_drivers_target(broker: EmbeddedBroker
     broker.send_batch("src", ["d"])  # sent after the driver took its target: for the next run
     end = r.latestOffset({BATCH_KEY: -1, **initial})
     assert end["src/0"] == 2 and ranges(r, {BATCH_KEY: -1, **initial}, end) == [("src", 0, 0, 2)]
+
+
+def test_the_source_tasks_get_a_share_of_the_shuffle_side_from_where_each_queue_is_committed(
+        broker: EmbeddedBroker) -> None:
+    """With the shuffle topic named in ``shufflesintasks`` and no more tasks than cores, every task
+    of a batch carries the same plan of the shuffle side: the batch's ranges to wait for, and where
+    each shuffle queue starts (after what this batch plans of it, else after its last commit)."""
+    initial = setup(broker)
+    write_shuffle(broker, {0: 6, 1: 4}, CommitTag(JOB, "src", 0, 0, 3, batch_id=0))
+    write_shuffle(broker, {}, CommitTag(JOB, "sh", 0, 0, 6, batch_id=0))  # sh/0 drained; sh/1 not
+    broker.send_batch("src", ["d", "e"], queue=0)
+    start = {**initial, "src/0": 3, BATCH_KEY: 0}
+    shared = reader(broker, initial, shufflesintasks=json.dumps(["sh"]), slots="2", tasks="2")
+    end = shared.latestOffset(start)
+    parts = [p.value for p in shared.partitions(start, end)]
+    batch_ranges = [["src", 0, 3, 5, 1], ["sh", 1, 0, 4, 1]]
+    assert sorted(r for group, _share in parts for r in group) == sorted(batch_ranges)
+    shares = [share for _group, share in parts]
+    assert [s["index"] for s in shares] == list(range(len(parts))) and {s["count"] for s in shares} == {len(parts)}
+    for s in shares:
+        assert sorted(s["barrier"]) == sorted(batch_ranges)
+        assert s["begins"] == {"sh/0": 6, "sh/1": 4} and s["batch"] == 1
+    # more tasks than cores, or no topic to share: the driver's job, as before
+    assert all(share is None for _g, share in (p.value for p in reader(
+        broker, initial, shufflesintasks=json.dumps(["sh"]), slots="1", tasks="2").partitions(start, end)))
+    assert all(share is None for _g, share in (p.value for p in reader(broker, initial).partitions(start, end)))

@@ -15,7 +15,7 @@ def test_batches_table_matches_the_jobs_progress(finished_job: Any, sentences: l
     snap = ProgressSnapshot.of(finished_job)
     df = snap.to_pandas()
     progress = finished_job.progress
-    # a batch reads the source and (its second Spark job) the shuffle topic
+    # a batch reads the source and (its source tasks, once they all committed) the shuffle topic
     assert progress and all({q.topic == "sentences" for q in p.queues} == {True, False} for p in progress)
     assert list(df["batch_id"]) == [p.batch_id for p in progress][-10:]
     assert list(df.columns) == ["batch_id", "time", "records_in", "records_out", "replayed_keys", "errors",

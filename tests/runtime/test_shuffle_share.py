@@ -1,0 +1,155 @@
+"""The shuffle side run by a batch's source tasks (``run_with_share``): each task waits until every
+source range of the batch is committed, then runs its bin of the shuffle queues; a task that waits
+in vain leaves its bin to the driver's second job. Counts are exact either way, and no shuffle range
+runs twice."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rstream import EmbeddedBroker, StreamBuilder, TextDeserializer, TextSerializer
+from rstream.runtime import job_query, task
+from rstream.runtime.source import plan_tasks, shuffle_ranges
+from rstream.runtime.task import dump_blob, run_partition, run_with_share
+from rstream.runtime.topics import task_config
+from rstream.settings import JobProperties
+from tests.conftest import job_id
+from tests.runtime.test_wordcount import assert_exact_counts, wordcount
+
+SENTENCES = [f"w{i % 7} w{i % 3} w{i % 11} w{(i * 5) % 13}" for i in range(120)]
+
+
+def _setup(broker: EmbeddedBroker, tmp_path: Path) -> tuple[str, str, list[list[list[Any]]], dict[str, Any]]:
+    """A word count's task blob, its shuffle topic, two source tasks' ranges and the share's plan,
+    as the planner (``RStreamStreamReader.partitions``) makes them for batch 0."""
+    broker.create_topic("sentences", queues=4)
+    broker.send_batch("sentences", SENTENCES)
+    topology = wordcount(job_id("share")).build()
+    cfg = task_config(topology, broker, JobProperties(), tmp_path / "state")
+    shuffle = next(iter(topology.shuffle_topics))
+    assert topology.shuffles_after_sources == [shuffle]
+    ranges = [["sentences", q, 0, end, 0] for q, end in enumerate(broker.end_offsets("sentences"))]
+    groups = plan_tasks(ranges, 2)
+    plan = {"count": len(groups), "barrier": ranges, "batch": 0, "max_per_queue": 1_000_000,
+            "begins": {f"{shuffle}/{q}": 0 for q in range(topology.shuffle_topics[shuffle])}}
+    return dump_blob(cfg), shuffle, groups, plan
+
+
+def _shuffle_tags(broker: EmbeddedBroker, job: str, shuffle: str) -> list[tuple[int, int, int]]:
+    return sorted((t.queue, t.start_offset, t.end_offset) for t in broker.commits(job) if t.topic == shuffle)
+
+
+def test_both_tasks_run_their_bins_once_the_batch_is_committed(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    blob, shuffle, groups, plan = _setup(broker, tmp_path)
+    job = task.config_from_blob(blob).job
+    rows: list[list[Any]] = [[], []]
+
+    def run(i: int) -> None:
+        rows[i] = run_with_share(blob, groups[i], {**plan, "index": i})
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert_exact_counts(broker, "counts", SENTENCES)
+    ends = broker.end_offsets(shuffle)
+    # every shuffle queue that got records ran once, from 0 to its end, in one of the two tasks
+    assert _shuffle_tags(broker, job, shuffle) == [(q, 0, end) for q, end in enumerate(ends) if end]
+    ran = [[(r[0], r[1]) for r in task_rows if r[0] == shuffle] for task_rows in rows]
+    assert ran[0] and ran[1] and not set(ran[0]) & set(ran[1])
+    assert shuffle_ranges(broker, job, [shuffle], 1_000_000, 1) == []  # the driver finds nothing left
+
+
+def test_a_task_that_waits_in_vain_leaves_its_bin_to_the_driver(broker: EmbeddedBroker, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    blob, shuffle, groups, plan = _setup(broker, tmp_path)
+    job = task.config_from_blob(blob).job
+    monkeypatch.setattr(task, "SHARE_WAIT_S", (0.05, 0.05))
+    # task 0 runs alone: task 1's source ranges are not committed, so it gives up and runs no shuffle
+    first = run_with_share(blob, groups[0], {**plan, "index": 0})
+    assert {r[0] for r in first} == {"sentences"}
+    assert _shuffle_tags(broker, job, shuffle) == []
+    # task 1 then finds the batch committed and runs its own bin, not task 0's
+    second = run_with_share(blob, groups[1], {**plan, "index": 1})
+    mine = [(r[1], r[2], r[3]) for r in second if r[0] == shuffle]
+    assert mine and _shuffle_tags(broker, job, shuffle) == sorted(mine)
+    # the driver's job runs what is left: task 0's bin, exactly
+    left = shuffle_ranges(broker, job, [shuffle], 1_000_000, 0)
+    assert {(r[1], r[2], r[3]) for r in left}.isdisjoint(mine)
+    run_partition(blob, left)
+    assert_exact_counts(broker, "counts", SENTENCES)
+    assert len(_shuffle_tags(broker, job, shuffle)) == len({q for q, _s, _e in _shuffle_tags(broker, job, shuffle)})
+
+
+def test_a_task_whose_source_range_failed_runs_no_shuffle(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    blob, shuffle, groups, plan = _setup(broker, tmp_path)
+    job = task.config_from_blob(blob).job
+    bad = [["sentences", 0, 5, 7, 0]]  # Spark asks for a range past what the queue's commits say: fatal
+    run_partition(blob, [["sentences", 0, 0, 9, 0]])
+    rows = run_with_share(blob, bad, {**plan, "index": 0})
+    assert len(rows) == 1 and "fatal" in rows[0][4]
+    assert _shuffle_tags(broker, job, shuffle) == []
+
+
+def _count_driver_jobs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The driver's shuffle-side jobs: each one plans its tasks with ``plan_tasks`` first."""
+    calls: list[int] = []
+    real = job_query.plan_tasks
+
+    def counted(ranges: list[list[Any]], tasks: int) -> list[list[list[Any]]]:
+        calls.append(len(ranges))
+        return real(ranges, tasks)
+
+    monkeypatch.setattr(job_query, "plan_tasks", counted)
+    return calls
+
+
+@pytest.mark.parametrize("props, driver_jobs", [
+    ({}, False),  # two source queues on local[2]: the source job runs the shuffle side too
+    ({"shuffle_in_source_job": False}, True),
+    ({"tasks": 4}, True),  # more tasks than cores: some would wait for others, so the driver does it
+])
+def test_one_spark_job_per_batch_where_the_source_tasks_can_run_the_shuffle(
+        broker: EmbeddedBroker, make_job: Any, monkeypatch: pytest.MonkeyPatch, props: dict[str, Any],
+        driver_jobs: bool) -> None:
+    broker.create_topic("sentences", queues=4 if "tasks" in props else 2)
+    broker.send_batch("sentences", SENTENCES)
+    calls = _count_driver_jobs(monkeypatch)
+    job = make_job(wordcount(job_id("onejob")), **props)
+    job.run_until_idle(timeout=120)
+    assert_exact_counts(broker, "counts", SENTENCES)
+    assert bool(calls) is driver_jobs
+    shuffle = next(iter(job.topology.shuffle_topics))
+    assert sum(q.records_in for p in job.progress for q in p.queues if q.topic == shuffle) == \
+        sum(len(s.split()) for s in SENTENCES)
+
+
+def test_a_chain_of_shuffles_runs_its_second_shuffle_in_the_drivers_job(
+        broker: EmbeddedBroker, make_job: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Words counted, then the counts of each count (how many words were seen n times): the second
+    shuffle topic is written by the first one's pipeline, so only the driver's job can run it."""
+    broker.create_topic("sentences", queues=2)
+    broker.send_batch("sentences", SENTENCES)
+    b = StreamBuilder(job_id("chain"), shuffle_queues=3)
+    (b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count().to_rstream()
+     .key_by(lambda n: n).count().to_rstream().sink("histogram", TextSerializer(with_key=True)))
+    topology = b.build()
+    first, second = topology.shuffle_topics
+    assert topology.shuffles_after_sources == [first]
+    calls = _count_driver_jobs(monkeypatch)
+    make_job(topology).run_until_idle(timeout=120)
+    assert calls  # the second shuffle
+    # every running count n of a word is one update of key n: key n is seen once per word that reached n
+    words = Counter(w for s in SENTENCES for w in s.split())
+    expected = Counter(n for total in words.values() for n in range(1, total + 1))
+    got: dict[str, int] = {}
+    for m in broker.read("histogram"):
+        key, _, value = m.body.decode().partition(":")
+        got[key] = max(got.get(key, 0), int(value))
+    assert got == {str(n): c for n, c in expected.items()}
