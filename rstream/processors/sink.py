@@ -162,17 +162,19 @@ class CombiningShuffleSinkProcessor(ShuffleSinkProcessor):
             return
         keys, times = chunk.keys, chunk.times
         self.records_in += len(keys)
-        if times == sorted(times):  # the common case: the last time of a key is its latest
-            latest = dict(zip(keys, times))
-        else:
-            latest = {}
-            for key, ts in zip(keys, times):
-                if ts > latest.get(key, ts - 1):
-                    latest[key] = ts
-        partials = self.partials
+        latest: dict[Any, int] | None = None  # None: one time for all (records appended together)
+        if times.count(times[0]) != len(times):
+            if times == sorted(times):  # the common case: the last time of a key is its latest
+                latest = dict(zip(keys, times))
+            else:
+                latest = {}
+                for key, ts in zip(keys, times):
+                    if ts > latest.get(key, ts - 1):
+                        latest[key] = ts
+        partials, first = self.partials, times[0]
         for key, n in Counter(keys).items():
             partial = partials.get(key)
-            ts = latest[key]
+            ts = first if latest is None else latest[key]
             if partial is None:
                 partials[key] = [n, ts]
                 continue
