@@ -209,11 +209,17 @@ def main(argv: list[str] | None = None) -> int:
                 took = at - t0
                 if [(k, v) for k, v, _ in mine] != [(key, "1")]:
                     raise AssertionError(f"sink got {mine}, expected {key}:1")
-                progress = [p for p in job._query.recentProgress if p.get("numInputRows")]
+                # the result is in the sink before its batch ends: its progress is reported a moment later
+                progress_deadline = time.perf_counter() + 5
+                while True:
+                    progress = [p for p in job._query.recentProgress if p.get("numInputRows")]
+                    if progress or time.perf_counter() > progress_deadline:
+                        break
+                    time.sleep(0.05)
                 if progress:
                     first = progress[0]["timestamp"]
                     phases["to_first_trigger_s"].append(_iso_s(first) - wall0)
-                    for p in progress[:2]:  # the source batch, and the shuffle batch if reported yet
+                    for p in progress[:1]:  # the batch that read the record (and counted it)
                         phases["batch_ms"].append(p["durationMs"])
             finally:
                 job.stop()

@@ -391,7 +391,8 @@ class QueryDriver(StateViews):
 
     def _run_shuffles(self, batch_id: int) -> list[dict[str, Any]]:
         """The shuffle side of batch ``batch_id``, in the same trigger: what its source tasks (or the
-        shuffle ranges before) wrote to shuffle queues, run as one more Spark job of the batch, until
+        shuffle ranges before) wrote to shuffle queues and did not run themselves (see
+        ``rstream.runtime.task.run_with_share``), run as one more Spark job of the batch, until
         no shuffle queue has anything uncommitted (a chain of shuffles takes one job per step; after
         one job per shuffle topic and one more, what is left is the next batch's).
         Returns the ranges' metrics. Its ranges are tagged with this batch, so a rerun of the batch

@@ -16,11 +16,11 @@ Shuffle queues are drained in the same trigger: what a batch's source tasks wrot
 before the batch ends, instead of one whole trigger later. A shuffle topic that only source pipelines
 write and that carries no frames is run by the source job's own tasks, once all of the batch's source
 ranges are committed (``rstream.runtime.task.run_with_share``); what is left, and every other shuffle
-topic, the driver runs as a second Spark job of the batch (``QueryDriver._run_shuffles``). Such a range is committed with its tag like any
-other, and the tag is what says how far a shuffle queue is done: the source plans a shuffle queue
-from ``max(its offset, its last commit)``, and its offset moves only when the source plans it (for
-a tick sent while the job idles, say). A batch rerun after a failure plans around what the driver
-already committed, as it does around its own tasks' commits.
+topic, the driver runs as a second Spark job of the batch (``QueryDriver._run_shuffles``). Such a
+range is committed with its tag like any other, and the tag is what says how far a shuffle queue is
+done: the source plans a shuffle queue from ``max(its offset, its last commit)``, and its offset
+moves only when the source plans it (for a tick sent while the job idles, say). A batch rerun after
+a failure plans around what was already committed, as it does around its own tasks' commits.
 """
 
 from __future__ import annotations

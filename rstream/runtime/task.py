@@ -410,10 +410,14 @@ def run_with_share(cfg_blob: str, ranges: list[list[Any]], share: dict[str, Any]
         return rows
     cfg = config_from_blob(cfg_blob)
     low, high = SHARE_WAIT_S
-    if not _committed_all(cfg.broker, cfg.job, share["barrier"],
-                          min(high, max(low, 2 * (time.perf_counter() - began)))):
+    try:
+        if not _committed_all(cfg.broker, cfg.job, share["barrier"],
+                              min(high, max(low, 2 * (time.perf_counter() - began)))):
+            return rows
+        mine = share_ranges(cfg.broker, share)
+    except Exception:  # the broker could not say: the driver's job runs the shuffle side, and reports
         return rows
-    return rows + run_partition(cfg_blob, share_ranges(cfg.broker, share))
+    return rows + run_partition(cfg_blob, mine)
 
 
 def _committed_all(broker: Broker, job: str, ranges: list[list[Any]], wait_s: float) -> bool:

@@ -153,3 +153,21 @@ def test_a_chain_of_shuffles_runs_its_second_shuffle_in_the_drivers_job(
         key, _, value = m.body.decode().partition(":")
         got[key] = max(got.get(key, 0), int(value))
     assert got == {str(n): c for n, c in expected.items()}
+
+
+def test_a_broker_that_cannot_say_leaves_the_shuffle_side_to_the_driver(
+        broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blob, shuffle, groups, plan = _setup(broker, tmp_path)
+    cfg = task.config_from_blob(blob)
+    for group in groups:
+        run_partition(blob, group)  # the whole batch is committed...
+
+    def unreadable(*args: Any) -> Any:
+        raise OSError("disk I/O error")
+
+    monkeypatch.setattr(cfg.broker, "end_offsets", unreadable)  # ...but the shuffle queues' ends cannot be read
+    assert run_with_share(blob, [], {**plan, "index": 0}) == []
+    monkeypatch.undo()
+    assert _shuffle_tags(broker, cfg.job, shuffle) == []
+    run_partition(blob, shuffle_ranges(broker, cfg.job, [shuffle], 1_000_000, 0))  # the driver's job
+    assert_exact_counts(broker, "counts", SENTENCES)
