@@ -386,8 +386,10 @@ def run_groups(cfg_blob: str, groups: Iterable[list[list[Any]]]) -> Iterator[tup
 
 
 #: How long a source-job task waits for the batch's other source ranges before it leaves its share of
-#: the shuffle side to the driver's job: twice its own ranges' time, within these bounds (s).
-SHARE_WAIT_S = (0.25, 10.0)
+#: the shuffle side to the driver's job: twice its own ranges' time, within these bounds (s). The
+#: least is for a task with little to do next to one with much (queues of unequal input); only a
+#: failed task (whose batch fails anyway) or a task with no free core keeps its partners waiting.
+SHARE_WAIT_S = (1.0, 10.0)
 
 #: How often the wait looks at the broker (s).
 SHARE_POLL_S = 0.002

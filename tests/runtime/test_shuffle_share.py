@@ -171,3 +171,22 @@ def test_a_broker_that_cannot_say_leaves_the_shuffle_side_to_the_driver(
     assert _shuffle_tags(broker, cfg.job, shuffle) == []
     run_partition(blob, shuffle_ranges(broker, cfg.job, [shuffle], 1_000_000, 0))  # the driver's job
     assert_exact_counts(broker, "counts", SENTENCES)
+
+
+def test_a_task_with_little_input_waits_for_a_partner_with_much(broker: EmbeddedBroker, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queues of unequal input: task 0 is done long before task 1 commits, and still runs its bin
+    (it waits at least ``SHARE_WAIT_S[0]``, here made long enough for any machine)."""
+    blob, shuffle, groups, plan = _setup(broker, tmp_path)
+    job = task.config_from_blob(blob).job
+    monkeypatch.setattr(task, "SHARE_WAIT_S", (30.0, 30.0))
+    rows: list[Any] = []
+    waiting = threading.Thread(target=lambda: rows.extend(run_with_share(blob, groups[0], {**plan, "index": 0})))
+    waiting.start()
+    waiting.join(timeout=0.5)
+    assert waiting.is_alive() and _shuffle_tags(broker, job, shuffle) == []  # waits: task 1 has not committed
+    run_with_share(blob, groups[1], {**plan, "index": 1})
+    waiting.join(timeout=60)
+    assert [r for r in rows if r[0] == shuffle]  # it ran its bin once task 1 had committed
+    assert shuffle_ranges(broker, job, [shuffle], 1_000_000, 0) == []
+    assert_exact_counts(broker, "counts", SENTENCES)
