@@ -27,8 +27,27 @@ def recv_exact(conn, n):
     return data
 
 
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 def main():
     sock_path, real, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    pid = -1
+    early = []  # signals that came before the runner's pid: it gets them as soon as it has one
+
+    def forward(signum, frame):
+        if pid <= 0:
+            early.append(signum)
+            return
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
+
+    # from the start: a signal between the fork and these handlers would kill this process alone and
+    # leave its runner behind
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(sock_path)
@@ -39,16 +58,13 @@ def main():
     except (OSError, EOFError):
         pid = -1
     if pid <= 0:
+        for sig in FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        if early:  # asked to stop before anything started: stop, as the runner would have
+            os.kill(os.getpid(), early[0])
         os.execv(real, [real, *args])
-
-    def forward(signum, frame):
-        try:
-            os.kill(pid, signum)
-        except OSError:
-            pass
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
+    for signum in early:
+        forward(signum, None)
     try:
         code = struct.unpack("!i", recv_exact(conn, 4))[0]
     except (OSError, EOFError):  # the zygote is gone: its runner must not outlive this process

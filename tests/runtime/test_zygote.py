@@ -131,6 +131,36 @@ def test_spark_stopping_the_launcher_stops_the_runner(zygote: Zygote, tmp_path: 
     conn.close()
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if _parent(int(entry.name)) == pid:
+                    out.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                pass  # gone meanwhile
+    return out
+
+
+def test_a_launcher_stopped_at_any_moment_leaves_no_runner(zygote: Zygote, tmp_path: Path) -> None:
+    """SIGTERM at any point of the launcher's start: before it asks the zygote, between the fork and
+    the pid's arrival, or after. Its runner must never outlive it (the launcher's handlers are in place
+    from its first line; a signal that comes before the runner's pid is passed on once it comes)."""
+    jvm = FakeJvm(tmp_path)
+    jvm.server.listen(64)  # runners that get that far connect and wait for the JVM, which never answers
+    assert zygote.proc is not None
+    for i in range(24):
+        launcher = jvm.start(zygote.script)
+        time.sleep(i * 0.002)
+        launcher.terminate()
+        assert launcher.wait(timeout=60) == -signal.SIGTERM
+    deadline = time.monotonic() + 30
+    while _children(zygote.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _children(zygote.proc.pid) == []  # every runner it forked is gone, and reaped
+
+
 def test_the_zygote_ends_with_the_driver(tmp_path: Path) -> None:
     z = Zygote(sys.executable)
     z.launch()
