@@ -424,6 +424,8 @@ def run_with_share(cfg_blob: str, ranges: list[list[Any]], share: dict[str, Any]
 
 def _committed_all(broker: Broker, job: str, ranges: list[list[Any]], wait_s: float) -> bool:
     """Whether every range ``[topic, queue, start, end, batch]`` gets committed within ``wait_s``."""
+    from rstream.runtime.source import committed_end
+
     deadline = time.monotonic() + wait_s
     version = getattr(broker, "data_version", None)
     seen = None
@@ -432,8 +434,7 @@ def _committed_all(broker: Broker, job: str, ranges: list[list[Any]], wait_s: fl
         now = version() if version is not None else None
         if now is None or now != seen:  # a broker that says nothing changed need not be read again
             seen = now
-            pending = [r for r in pending
-                       if (last := broker.last_commit(job, r[0], r[1])) is None or last.end_offset < r[3]]
+            pending = [r for r in pending if committed_end(broker, job, r[0], r[1], r[2]) < r[3]]
             if not pending:
                 return True
         if time.monotonic() > deadline:
