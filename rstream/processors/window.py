@@ -81,14 +81,15 @@ class WindowAggregateProcessor(WindowedOperator):
         # this batch's accumulators of fixed windows, staged in the store at flush (sessions, which
         # merge, go straight to the store)
         self.cache: dict[tuple[Any, int, int], Any] = {}
-        # fixed windows opened in this batch: one that also fires in it leaves nothing in the state
-        # topic (no delete of a key that was never written, nor of its timer)
-        self.fresh: set[tuple[Any, int, int]] = set()
+        # fixed windows opened in this batch, with their timer's key: one that also fires in it leaves
+        # nothing in the state topic (its count is in ``cache`` only, and its timer is unstaged)
+        self.fresh: dict[tuple[Any, int, int], bytes] = {}
 
     def flush(self) -> None:
         put, name = self.store.put, self.name
         for wk, acc in self.cache.items():
             put(name, wk, acc)
+        self.fresh = {}  # their counts are staged now: a window that fires later deletes them
         super().flush()
 
     def staged(self) -> list[tuple[Any, Any]]:
@@ -124,8 +125,7 @@ class WindowAggregateProcessor(WindowedOperator):
                 acc = store.get(name, wk)
                 if acc is MISSING:
                     acc = fold.initial()
-                    store.set_timer(name, end, (key, start))
-                    self.fresh.add(wk)
+                    self.fresh[wk] = store.set_timer(name, end, (key, start))
             try:
                 cache[wk] = fold.add(acc, x)
             except Exception as exc:
@@ -152,8 +152,7 @@ class WindowAggregateProcessor(WindowedOperator):
                 acc = store.get(name, wk)
                 if acc is MISSING:
                     acc = 0
-                    store.set_timer(name, wk[2], (wk[0], wk[1]))
-                    fresh.add(wk)
+                    fresh[wk] = store.set_timer(name, wk[2], (wk[0], wk[1]))
             cache[wk] = acc + n
 
     def _late_behind(self, key: Any, value: Any, ts: int, carried: int) -> None:
@@ -266,12 +265,14 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def _forget(self, wk: tuple[Any, int, int]) -> None:
         """Stage the delete of a fired window's state and timer (for one opened in this batch,
-        drop what it staged: nothing of it reaches the state topic)."""
+        drop its timer: its count never left ``cache``, and nothing of it reaches the state topic)."""
+        timer = self.fresh.pop(wk, None)
+        if timer is not None:
+            self.store.unstage(timer)
+            return
         key, start, end = wk
-        new = wk in self.fresh
-        self.fresh.discard(wk)
-        self.store.delete(self.name, wk, new=new)
-        self.store.cancel_timer(self.name, end, (key, start), new=new)
+        self.store.delete(self.name, wk)
+        self.store.cancel_timer(self.name, end, (key, start))
 
     def _sink_after(self) -> tuple[list[Processor], SinkProcessor] | None:
         """The pure stages after this operator and the sink they end in, when its results go

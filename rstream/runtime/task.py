@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,6 @@ from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
 from rstream.settings import DEFAULTS, JobProperties
 from rstream.state.store import StateStore
 from rstream.time.watermark import NO_WATERMARK
-
-#: The tag of an output record ``(key, body, born, headers, tag)`` ("WATERMARK" for a marker).
-_TAG = itemgetter(4)
 
 
 class CheckpointMismatchError(RStreamError):
@@ -261,8 +257,10 @@ class QueueRun:
         for (t, _q), recs in records.items():
             if t in (cfg.dlq_topic, cfg.late_topic) or (store is not None and t == store.state_topic):
                 continue
-            markers = list(map(_TAG, recs)).count("WATERMARK") if t in cfg.producers else 0
-            out[t] = out.get(t, 0) + len(recs) - markers
+            out[t] = out.get(t, 0) + len(recs)
+        for proc in self.procs:  # records out are data records: not the markers framed shuffle sinks sent
+            if isinstance(proc, ShuffleSinkProcessor) and proc.markers_sent and proc.topic in out:
+                out[proc.topic] -= proc.markers_sent
         info.update(
             records_in=self.roots[0].records_in if self.roots else 0, records_out=out, late=ctx.late_count,
             error_count=ctx.error_count, operators={p.name: p.metrics().to_dict() for p in self.procs},

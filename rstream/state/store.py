@@ -168,11 +168,18 @@ class StateStore:
             raw = self._require().get(kb)
         return MISSING if raw is None else decode(raw)
 
-    def set_timer(self, operator: str, end: int, payload: Any) -> None:
-        """Stage a timer: ``timers_due`` returns it once the watermark reaches ``end``."""
+    def set_timer(self, operator: str, end: int, payload: Any) -> bytes:
+        """Stage a timer: ``timers_due`` returns it once the watermark reaches ``end``. Returns its
+        key (for ``unstage``)."""
         kb = timer_key(operator, end, payload)
         self._changes[kb] = b""
         self._stage_timer(kb)
+        return kb
+
+    def unstage(self, kb: bytes) -> None:
+        """Drop what this batch staged for ``kb`` (a key the store never held, such as a timer set
+        in this batch and due in it): nothing of it reaches the state topic."""
+        self._changes.pop(kb, None)
 
     def cancel_timer(self, operator: str, end: int, payload: Any, new: bool = False) -> None:
         """Stage the timer's delete; ``new``: it was set in this batch and was never committed, so

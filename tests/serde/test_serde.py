@@ -16,6 +16,7 @@ from rstream import (
 )
 from rstream.serde import as_deserializer, as_serializer
 from rstream.serde.codec import decode, encode, stable_queue
+from rstream.time.windows import WindowKey
 
 KEYS = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.text(), st.binary(), st.floats(allow_nan=False)),
@@ -141,3 +142,37 @@ def test_serializers_write_a_chunk_as_they_write_each_record() -> None:
     for ser in (TextSerializer(), TextSerializer(with_key=True, separator="\t"), JsonSerializer(),
                 JsonSerializer(with_key=True)):
         assert ser.serialize_many(keys, values) == [ser.serialize(k, v) for k, v in zip(keys, values)]
+
+
+class _Opaque:  # not JSON: JsonSerializer writes str() of it
+    def __str__(self) -> str:
+        return "opaque é"
+
+
+JSON_OUT = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**80, max_value=2**80), st.floats(), st.text(),
+              st.builds(_Opaque), st.builds(WindowKey, st.text(max_size=4), st.integers(), st.integers())),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.tuples(inner, inner),
+                            st.dictionaries(st.one_of(st.text(max_size=3), st.integers(), st.floats(), st.none(),
+                                                      st.booleans()), inner, max_size=3)),
+    max_leaves=8,
+)
+
+
+@given(st.lists(st.tuples(JSON_OUT, JSON_OUT), max_size=6))
+def test_json_serializer_writes_a_chunk_byte_for_byte_as_each_record(pairs: list[tuple[object, object]]) -> None:
+    """``serialize_many`` (one encoder for the chunk) writes exactly what ``serialize`` writes: floats
+    (NaN, 1e+16), non-ASCII, dict keys that are not str, tuples and window keys as lists, and what is
+    not JSON as its str()."""
+    keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    for ser in (JsonSerializer(), JsonSerializer(with_key=True)):
+        assert ser.serialize_many(keys, values) == [ser.serialize(k, v) for k, v in zip(keys, values)]
+
+
+def test_json_serializer_chunk_raises_on_a_circular_value_and_writes_the_next_chunk() -> None:
+    ser = JsonSerializer()
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular reference"):
+        ser.serialize_many([None, None], [[1], loop])
+    assert ser.serialize_many([None, None], [[1], [[1]]]) == [b"[1]", b"[[1]]"]
