@@ -171,3 +171,17 @@ def test_a_window_opened_and_fired_in_one_batch_leaves_nothing_in_the_state_topi
     assert results(broker) == {("u", 0, 1000): 2, ("u", 1000, 2000): 1}
     assert changes(("u", 0, 1000)) == []
     assert sorted(changes(("u", 1000, 2000))) == ["delete", "delete timer", "put", "put timer"]
+
+
+def test_window_results_go_to_the_sink_queue_of_their_plain_tuple(tmp_path: Path) -> None:
+    """A window's result picks its sink queue by the bytes of ``(key, start, end)`` (marshal), as a
+    tuple key would: spread over the queues, each result in the queue its bytes say."""
+    from rstream.serde.codec import encode, stable_queue
+
+    broker, root = fresh(tmp_path)
+    produce(broker, "clicks", clicks(80, 7, users=5), queues=2)
+    broker.create_topic("results", queues=4)
+    run(windowed("routed", TumblingWindow(1000), "count"), broker, root, **EXACT)
+    placed = [(tuple(json.loads(m.body)["key"]), m.queue_id) for m in broker.read("results")]
+    assert len(placed) > 20 and len({q for _, q in placed}) == 4
+    assert [q for _, q in placed] == [stable_queue(encode(key), 4) for key, _ in placed]
