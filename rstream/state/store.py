@@ -237,7 +237,7 @@ class StateStore:
     def _stage_delete(self, kb: bytes, new: bool) -> None:
         """A delete of ``kb`` staged; for a key made in this batch (``new``), what it staged dropped."""
         if new:
-            self._changes.pop(kb, None)
+            self.unstage(kb)
         else:
             self._changes[kb] = None
 
