@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, NamedTuple, Protocol, Union, runtime_checkable
+from typing import Any, NamedTuple, Protocol, Union, overload, runtime_checkable
 
 from rstream.errors import RStreamError
 
@@ -89,17 +89,84 @@ RecordTuple = tuple[MessageKey, bytes, int, "dict[str, str] | None", "str | None
 ReadRecord = tuple[int, MessageKey, bytes, int, int, "dict[str, str] | None"]
 
 
+class ItemRecords(Sequence[RecordTuple]):
+    """Records to append to one queue, kept as columns until a broker writes them: message keys,
+    *items* and born times, where a record's body is ``encode(item)``; a record appended whole
+    (``append``: a control record, with headers) sits in between.
+
+    As a sequence these are the ``(key, body, born, headers, tags)`` tuples any broker appends, each
+    body encoded when it is asked for. The embedded broker stores the items themselves, in one
+    marshal call per stored batch, and hands them back as ``RecordBlock.items``: a shuffle record is
+    then neither encoded nor decoded one by one. ``encode(item)`` must be
+    ``marshal.dumps(item, marshal_version)`` wherever marshal can write ``item``."""
+
+    __slots__ = ("keys", "items", "borns", "whole", "encode", "marshal_version")
+
+    def __init__(self, encode: Callable[[Any], bytes], marshal_version: int) -> None:
+        self.encode, self.marshal_version = encode, marshal_version
+        self.keys: list[MessageKey] = []
+        self.items: list[Any] = []
+        self.borns: list[int] = []
+        self.whole: dict[int, RecordTuple] = {}  # index -> a record appended whole
+
+    def add(self, key: MessageKey, item: Any, born: int) -> None:
+        """One record whose body is ``encode(item)``."""
+        self.keys.append(key)
+        self.items.append(item)
+        self.borns.append(born)
+
+    def append(self, record: RecordTuple) -> None:
+        """One record as it is: ``(key, body, born, headers, tags)``."""
+        self.whole[len(self.keys)] = record
+        self.keys.append(record[0])
+        self.items.append(None)
+        self.borns.append(record[2])
+
+    def clear(self) -> None:
+        self.keys.clear()
+        self.items.clear()
+        self.borns.clear()
+        self.whole.clear()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @overload
+    def __getitem__(self, at: int) -> RecordTuple: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> list[RecordTuple]: ...
+
+    def __getitem__(self, at: int | slice) -> RecordTuple | list[RecordTuple]:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self)))]
+        i = range(len(self.keys))[at]  # a negative index counts from the end; out of range: IndexError
+        whole = self.whole.get(i)
+        if whole is not None:
+            return whole
+        return (self.keys[i], self.encode(self.items[i]), self.borns[i], None, None)
+
+    def columns(self, lo: int, hi: int) -> tuple[list[MessageKey], list[Any], list[int], dict[int, RecordTuple]]:
+        """Records ``lo:hi`` as ``(keys, items, borns, whole)``, ``whole`` indexed from ``lo``."""
+        whole = {i - lo: r for i, r in self.whole.items() if lo <= i < hi} if self.whole else {}
+        return self.keys[lo:hi], self.items[lo:hi], self.borns[lo:hi], whole
+
+
 class RecordBlock:
     """Consecutive records of one queue as parallel columns, what a task reads (``read_blocks``):
     a chunk of records with no tuple per record. ``rows()`` gives them as ``ReadRecord`` tuples, and
     ``block[lo:hi]`` is a block of some of them."""
 
-    __slots__ = ("offsets", "keys", "bodies", "borns", "stores", "headers")
+    __slots__ = ("offsets", "keys", "bodies", "borns", "stores", "headers", "items")
 
     def __init__(self, offsets: Sequence[int], keys: Sequence[MessageKey], bodies: Sequence[bytes],
-                 borns: Sequence[int], stores: Sequence[int], headers: Sequence[dict[str, str] | None]) -> None:
+                 borns: Sequence[int], stores: Sequence[int], headers: Sequence[dict[str, str] | None],
+                 items: Sequence[Any] | None = None) -> None:
         self.offsets, self.keys, self.bodies = offsets, keys, bodies
         self.borns, self.stores, self.headers = borns, stores, headers
+        #: Where the broker kept them (``ItemRecords``): what each body decodes to, without decoding
+        #: it (None for a record appended whole); None when the broker has only the bodies.
+        self.items = items
 
     @classmethod
     def of(cls, records: Sequence[ReadRecord]) -> RecordBlock:
@@ -113,7 +180,7 @@ class RecordBlock:
 
     def __getitem__(self, at: slice) -> RecordBlock:
         return RecordBlock(self.offsets[at], self.keys[at], self.bodies[at], self.borns[at], self.stores[at],
-                           self.headers[at])
+                           self.headers[at], None if self.items is None else self.items[at])
 
     def rows(self) -> Iterator[ReadRecord]:
         return zip(self.offsets, self.keys, self.bodies, self.borns, self.stores, self.headers)

@@ -19,12 +19,13 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from pathlib import Path
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple, TypeVar, overload
 
 from rstream.broker.base import (
     BrokerError,
     BrokerPathError,
     CommitTag,
+    ItemRecords,
     Message,
     MessageKey,
     RecordBlock,
@@ -81,6 +82,52 @@ def _now_ms() -> int:
 _COLUMNS = 2
 
 
+_Column = TypeVar("_Column", tuple[Any, ...], list[Any])
+
+#: First item of a stored batch of ``ItemRecords``: the records' items instead of their bodies.
+_ITEMS = 3
+#: marshal's version for a stored batch of items: 2, which has no back-references, so every record
+#: reads back as objects of its own, as if its body had been decoded alone (with references, a dict
+#: that two records shared in the writing task would be one dict in the reading task too).
+_PAYLOAD_VERSION = 2
+
+
+class _ItemBodies(Sequence[bytes]):
+    """The bodies of a stored batch of items, each encoded when it is read: ``marshal.dumps(item,
+    version)``, or the body of a record that was appended whole."""
+
+    __slots__ = ("items", "whole", "version")
+
+    def __init__(self, items: Sequence[Any], whole: Mapping[int, bytes], version: int) -> None:
+        self.items, self.whole, self.version = items, whole, version
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @overload
+    def __getitem__(self, at: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> _ItemBodies: ...
+
+    def __getitem__(self, at: int | slice) -> bytes | _ItemBodies:
+        if isinstance(at, slice):
+            lo, hi, step = at.indices(len(self.items))
+            if step != 1:
+                raise ValueError("a stored batch's bodies are sliced with step 1")
+            whole = {i - lo: b for i, b in self.whole.items() if lo <= i < hi} if self.whole else {}
+            return _ItemBodies(self.items[lo:hi], whole, self.version)
+        i = range(len(self.items))[at]
+        body = self.whole.get(i)
+        return body if body is not None else marshal.dumps(self.items[i], self.version)
+
+    def __iter__(self) -> Iterator[bytes]:
+        whole, version, dumps = self.whole, self.version, marshal.dumps
+        for i, item in enumerate(self.items):
+            body = whole.get(i)
+            yield body if body is not None else dumps(item, version)
+
+
 class _Columns(NamedTuple):
     """A stored batch's records as parallel columns. ``offsets`` is None while the records sit at
     ``base, base + 1, ...`` as appended, and lists the offsets kept once compaction removed some. A
@@ -92,6 +139,9 @@ class _Columns(NamedTuple):
     borns: Sequence[int]
     headers: Sequence[dict[str, str] | None] | None
     tags: Sequence[str | None] | None
+    #: A batch of ``ItemRecords``: each record's item (what its body decodes to; None for a record
+    #: appended whole), ``bodies`` then encodes them when read. None: bodies are stored.
+    items: Sequence[Any] | None = None
 
     def span(self, base: int, start: int, end: int) -> tuple[Sequence[int], int, int]:
         """The offsets in ``[start, end)`` of this batch (stored at ``base``) and their index range."""
@@ -117,7 +167,7 @@ class _Columns(NamedTuple):
                    col("tags", lo, hi))
 
 
-def _all_none(column: tuple[Any, ...]) -> tuple[Any, ...] | None:
+def _all_none(column: _Column) -> _Column | None:
     return None if column.count(None) == len(column) else column
 
 
@@ -129,10 +179,33 @@ def _encode_payload(records: Sequence[RecordTuple], offsets: list[int] | None = 
     return marshal.dumps((_COLUMNS, offsets, _all_none(keys), bodies, borns, _all_none(headers), _all_none(tags)), 2)
 
 
+def _encode_items(records: ItemRecords, lo: int, hi: int) -> bytes:
+    """A stored batch of records ``lo:hi`` of ``records``: their items, not their bodies (one
+    marshal call for the batch); as ``_encode_payload`` when marshal cannot write an item (its
+    body is then whatever ``records.encode`` makes of it, e.g. a pickle)."""
+    keys, items, borns, whole = records.columns(lo, hi)
+    kept = {i: (r[1], r[3], r[4]) for i, r in whole.items()}  # index -> (body, headers, tags)
+    try:
+        return marshal.dumps((_ITEMS, None, _all_none(keys), items, borns, kept or None, records.marshal_version),
+                             _PAYLOAD_VERSION)
+    except ValueError:
+        return _encode_payload(records[lo:hi])
+
+
 def _decode_payload(payload: bytes) -> _Columns:
     data = marshal.loads(payload)
     if data[0] == _COLUMNS:
         return _Columns(*data[1:])
+    if data[0] == _ITEMS:
+        _, offsets, keys, items, borns, kept, version = data
+        whole: dict[int, bytes] = {}
+        heads: list[Any] = [None] * len(items) if kept else []
+        marks: list[Any] = list(heads)
+        for i, (body, hdrs, tag) in (kept or {}).items():
+            whole[i], heads[i], marks[i] = body, hdrs, tag
+        return _Columns(offsets, keys, _ItemBodies(items, whole, version), borns,
+                        heads if heads.count(None) != len(heads) else None,
+                        marks if marks.count(None) != len(marks) else None, items)
     offsets, records = data  # a batch stored by an rstream before the columnar format
     keys, bodies, borns, headers, tags = zip(*records)
     return _Columns(offsets, keys, bodies, borns, headers, tags)
@@ -501,7 +574,8 @@ class EmbeddedBroker:
         dirty: list[tuple[str, int, int, int, int]] = []  # (topic, queue, end, compacted_below, clean)
         # encoded before the write lock is taken: a payload does not depend on its offsets, and another
         # process's append (a Spark task on the other core) need not wait while this one encodes
-        payloads = {key: [_encode_payload(recs[i:i + BATCH_RECORDS]) for i in range(0, len(recs), BATCH_RECORDS)]
+        payloads = {key: [_encode_items(recs, i, i + BATCH_RECORDS) if isinstance(recs, ItemRecords)
+                          else _encode_payload(recs[i:i + BATCH_RECORDS]) for i in range(0, len(recs), BATCH_RECORDS)]
                     for key, recs in records.items()}
         with self._write(conn):
             if tag is not None:
@@ -634,7 +708,8 @@ class EmbeddedBroker:
             if n > 0:
                 yield RecordBlock(offsets, cols.keys[lo:hi] if cols.keys is not None else (None,) * n,
                                   cols.bodies[lo:hi], cols.borns[lo:hi], (store_ms,) * n,
-                                  cols.headers[lo:hi] if cols.headers is not None else (None,) * n)
+                                  cols.headers[lo:hi] if cols.headers is not None else (None,) * n,
+                                  None if cols.items is None else cols.items[lo:hi])
 
     def read_records(
         self, topic: str, queue: int, start: int, end: int | None = None

@@ -13,9 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rstream.broker.base import ItemRecords
 from rstream.enums import TextEnum
 from rstream.errors import RStreamError
 from rstream.processors.metrics import OperatorMetrics
+from rstream.serde.codec import MARSHAL_VERSION, encode
 from rstream.settings import DEFAULTS, JobProperties
 from rstream.time.watermark import NO_WATERMARK
 
@@ -174,7 +176,7 @@ class StreamContext:
     chunked: bool = True
 
     def __post_init__(self) -> None:
-        self.outputs: dict[tuple[str, int], list[Any]] = {}
+        self.outputs: dict[tuple[str, int], Any] = {}  # lists, or ItemRecords (``item_output``)
         self.errors: list[dict[str, Any]] = []
         self.printed: list[str] = []
         self.frame = NO_FRAME  # what the current record of a framed shuffle topic carried
@@ -255,6 +257,17 @@ class StreamContext:
         if out is None:
             out = self.outputs[key] = [] if self.make_output is None else self.make_output(topic, queue)
         return out
+
+    def item_output(self, topic: str, queue: int) -> list[Any] | ItemRecords:
+        """Like ``output``, for records whose bodies are ``encode(item)`` (shuffle records): an
+        ``ItemRecords`` that a shuffle sink fills with ``add(key, item, born)``, so each body is
+        encoded with its stored batch, not one by one. While a range is re-executed
+        (``make_output``), the plain list of ``output``."""
+        key = (topic, queue)
+        out = self.outputs.get(key)
+        if out is None and self.make_output is None:
+            out = self.outputs[key] = ItemRecords(encode, MARSHAL_VERSION)
+        return out if out is not None else self.output(topic, queue)
 
     def record_error(self, operator: str, exc: BaseException, value: Any) -> RecordError:
         return RecordError(operator, self.topic, self.queue, self.offset, exc, value)

@@ -9,6 +9,7 @@ from itertools import accumulate, islice, repeat
 from operator import sub
 from typing import Any
 
+from rstream.broker.base import ItemRecords
 from rstream.processors.base import Processor
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.fold import CountFold, Fold
@@ -30,7 +31,14 @@ class ShuffleSinkProcessor(Processor):
     A *framed* shuffle sink (feeding windows or joins) also keeps its source queue's watermark
     (``max(watermark, data time - allowed lateness)``, never decreasing), sends it with every
     record, and at the end of the batch sends it as a marker to every shuffle queue, also to
-    queues that got no record, so a key-sparse queue still sees time advance."""
+    queues that got no record, so a key-sparse queue still sees time advance.
+
+    With ``defer`` (set by the task where no other branch sees its records, so no one can change a
+    value after it took it), a record's value or frame goes to the broker as it is, an item of
+    ``ItemRecords``, and is encoded with its stored batch instead of one by one here."""
+
+    #: Whether values may be kept as they are until the batch is appended (see the class docstring).
+    defer = False
 
     def __init__(self, name: str, topic: str, queues: int, framed: bool = False, side: int = 0) -> None:
         super().__init__(name)
@@ -44,8 +52,13 @@ class ShuffleSinkProcessor(Processor):
     def open(self, ctx: Any) -> None:
         super().open(ctx)
         self.markers_sent = 0  # the watermark markers ``flush`` sent (they are not records out)
-        self._outs = [ctx.output(self.topic, q) for q in range(self.queues)]
-        self._routes: dict[Any, tuple[list[Any], bytes]] = {}  # key -> (its queue's output, serialized key)
+        # frames are encoded here all the same: kept whole, each holds its value (a dict, often) alive
+        # until the batch ends, which costs more than encoding it now
+        output = ctx.item_output if self.defer and not self.framed else ctx.output
+        self._outs = [output(self.topic, q) for q in range(self.queues)]
+        self._deferred = all(isinstance(out, ItemRecords) for out in self._outs)
+        self._routes: dict[Any, tuple[Any, bytes]] = {}  # key -> (its queue's output, serialized key)
+        self._adders: dict[Any, tuple[Any, Any, Any, bytes]] = {}  # key -> its queue's appends, serialized key
         self.producer = f"{ctx.topic}/{ctx.queue}/{self.name}"
         self.from_source = ctx.watermarks is None  # in a shuffle pipeline, time comes from upstream
         self.watermark = ctx.source_watermarks.get(self.name, NO_WATERMARK)
@@ -56,6 +69,9 @@ class ShuffleSinkProcessor(Processor):
         route = self._routes.get(key) or self._route(key)  # keys are hashable here: key_by checked them
         out, kb = route
         if not self.framed:
+            if self._deferred:
+                out.add(kb, value, ts)
+                return
             try:  # encode() inlined: one call less per record
                 out.append((kb, _dumps(value, MARSHAL_VERSION), ts, None, None))
             except ValueError:
@@ -71,10 +87,13 @@ class ShuffleSinkProcessor(Processor):
         else:
             wm = self.watermark = max(self.watermark, ctx.emit_watermark)  # type: ignore[union-attr]
             offset = ctx.frame.source_offset  # type: ignore[union-attr]
+        if self._deferred:
+            out.add(kb, (value, wm, self.producer, offset, self.side), ts)
+            return
         out.append((kb, encode((value, wm, self.producer, offset, self.side)), ts, None, None))
 
-    def _route(self, key: Any) -> tuple[list[Any], bytes]:
-        """The key's queue's output and serialized key, cached for the batch."""
+    def _route(self, key: Any) -> tuple[Any, bytes]:
+        """The key's queue's output (a list or ``ItemRecords``) and serialized key, cached for the batch."""
         kb = encode(key)
         route = self._routes[key] = (self._outs[stable_queue(kb, self.queues)], kb)
         return route
@@ -84,6 +103,9 @@ class ShuffleSinkProcessor(Processor):
             plan.each(chunk, self.process)
             return
         self.records_in += len(chunk.offsets)
+        if self._deferred:
+            self._add_chunk(chunk)
+            return
         if not self.framed:
             try:  # every value at once; one that marshal cannot write: each pickled or not, as encode() does
                 bodies = list(map(_dumps, chunk.values, repeat(MARSHAL_VERSION)))
@@ -107,6 +129,27 @@ class ShuffleSinkProcessor(Processor):
         for key, body, ts in zip(chunk.keys, bodies, chunk.times):
             route = get(key) or find(key)
             route[0].append((route[1], body, ts, None, None))
+
+    def _add_chunk(self, chunk: Chunk) -> None:
+        """``take_chunk`` when deferred: each value (or frame) to its key's queue as an item."""
+        if not self.framed:
+            items: Any = chunk.values
+        else:
+            marks = list(accumulate(map(sub, chunk.times, repeat(self.lateness)), max, initial=self.watermark))
+            items = zip(chunk.values, islice(marks, 1, None), repeat(self.producer), chunk.offsets, repeat(self.side))
+            self.watermark = marks[-1]
+        adders, find = self._adders, self._adder
+        for key, item, ts in zip(chunk.keys, items, chunk.times):
+            add_key, add_item, add_born, kb = adders.get(key) or find(key)
+            add_key(kb)
+            add_item(item)
+            add_born(ts)
+
+    def _adder(self, key: Any) -> tuple[Any, Any, Any, bytes]:
+        """The appends of the key's queue's columns, and the serialized key, cached for the batch."""
+        out, kb = self._routes.get(key) or self._route(key)
+        adder = self._adders[key] = (out.keys.append, out.items.append, out.borns.append, kb)
+        return adder
 
     def flush(self) -> None:
         if not self.framed:

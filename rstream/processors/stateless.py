@@ -145,7 +145,9 @@ class ShuffleSourceProcessor(Processor):
         keys = self._chunk_keys(records)
         bodies = records.bodies
         values: list[Any] | None = None
-        if records.headers.count(None) == len(records):  # no partials: marshal all at once
+        if records.headers.count(None) == len(records) and records.items is not None:
+            values = list(records.items)  # stored as they are (``ItemRecords``): nothing to decode
+        elif records.headers.count(None) == len(records):  # no partials: marshal all at once
             try:
                 values = list(map(_loads, bodies))
             except (ValueError, EOFError):  # a pickled value (pickle's first byte is no marshal type): one by one
@@ -170,11 +172,13 @@ class ShuffleSourceProcessor(Processor):
         if any(records.headers):
             raise ValueError("a control record in a framed chunk")  # QueueRun.feed splits them out
         keys = self._chunk_keys(records)
-        bodies = records.bodies
-        try:
-            frames = list(map(_loads, bodies))
-        except (ValueError, EOFError):  # a pickled frame (a value marshal cannot write)
-            frames = list(map(decode, bodies))
+        if records.items is not None:  # stored as they are (``ItemRecords``): nothing to decode
+            frames = list(records.items)
+        else:
+            try:
+                frames = list(map(_loads, records.bodies))
+            except (ValueError, EOFError):  # a pickled frame (a value marshal cannot write)
+                frames = list(map(decode, records.bodies))
         chunk = Chunk(list(records.offsets), keys, list(map(_PAIR_KEY, frames)), list(records.borns))
         self.frames = frames
         return chunk

@@ -26,7 +26,7 @@ from typing import Any
 from rstream.broker.base import Broker, CommitTag, ReadRecord, RecordBlock, blocks_of, read_blocks
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
-from rstream.processors.base import END_OF_BATCH, RecordError, StreamContext
+from rstream.processors.base import END_OF_BATCH, Processor, RecordError, StreamContext
 from rstream.processors.chunk import CHUNK_RECORDS, MIN_CHUNK_RECORDS, ChunkedPipeline
 from rstream.processors.sink import ShuffleSinkProcessor
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
@@ -136,6 +136,9 @@ class QueueRun:
             ctx.emit_watermark = current if current < FIRE_ALL else NO_WATERMARK
         self.roots = cfg.topology.build_processors(topic, cfg.sink_queues, cfg.settings)
         self.procs = [p for root in self.roots for p in root.walk()]
+        for proc in _alone(self.roots):
+            if isinstance(proc, ShuffleSinkProcessor):
+                proc.defer = True
         for proc in self.procs:
             proc.open(ctx)
         self.receivers = [root.receive for root in self.roots]  # type: ignore[attr-defined]
@@ -279,6 +282,22 @@ class QueueRun:
         """What the next batch of this queue needs back: each framed shuffle sink's source watermark."""
         return json.dumps({"wm": {p.name: p.watermark for p in self.procs
                                   if isinstance(p, ShuffleSinkProcessor) and p.framed}})
+
+
+def _alone(roots: list[Processor]) -> list[Processor]:
+    """The processors whose values no one else holds: each root's first processors while every one
+    above them is pure and has only them as its child. A fan-out hands one value to several branches,
+    where one could change it; a stateful operator may hand on a value it goes on changing (an
+    accumulator)."""
+    alone = []
+    for root in roots:
+        proc = root
+        while True:
+            alone.append(proc)
+            if len(proc.children) != 1 or (proc is not root and not proc.pure):
+                break
+            proc = proc.children[0]
+    return alone
 
 
 def _split_controls(part: RecordBlock) -> Iterator[tuple[bool, RecordBlock]]:

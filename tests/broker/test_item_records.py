@@ -1,0 +1,83 @@
+"""Records appended as items (``ItemRecords``, what shuffle sinks write): the embedded broker stores
+the items and encodes each body only when it is read, so every reader sees the bodies a list of
+``(key, encode(item), born, None, None)`` tuples would have given, and a task's blocks carry the
+items themselves."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rstream import EmbeddedBroker
+from rstream.broker.base import ItemRecords, read_blocks
+from rstream.serde.codec import MARSHAL_VERSION, decode, encode
+
+_leaf = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
+                  st.floats(allow_nan=False), st.text(max_size=8), st.binary(max_size=6))
+_item = st.recursive(_leaf, lambda inner: st.one_of(st.lists(inner, max_size=3), st.tuples(inner, inner),
+                                                     st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+                     max_leaves=8)
+#: ("item", key, item, born) or ("whole", key, body, born, headers, tags): a control record in between
+_entry = st.one_of(
+    st.tuples(st.just("item"), st.sampled_from([b"k1", b"k2", None]), _item, st.integers(0, 2**50)),
+    st.tuples(st.just("whole"), st.sampled_from([None, b"k1"]), st.binary(max_size=4), st.integers(0, 2**50),
+              st.one_of(st.none(), st.just({"rstream-wm": "5"})), st.one_of(st.none(), st.just("WATERMARK"))),
+)
+
+
+def _both(entries: list[tuple[Any, ...]]) -> tuple[ItemRecords, list[tuple[Any, ...]]]:
+    """The entries as ``ItemRecords`` and as the plain record tuples they stand for."""
+    records, plain = ItemRecords(encode, MARSHAL_VERSION), []
+    for e in entries:
+        if e[0] == "item":
+            records.add(e[1], e[2], e[3])
+            plain.append((e[1], encode(e[2]), e[3], None, None))
+        else:
+            records.append(e[1:])
+            plain.append(e[1:])
+    return records, plain
+
+
+@settings(max_examples=60, deadline=None)
+@given(appends=st.lists(st.lists(_entry, min_size=1, max_size=30), min_size=1, max_size=4),
+       start=st.integers(0, 60))
+def test_items_read_back_as_the_bodies_a_list_of_tuples_gives(tmp_path_factory: Any, appends: list[Any],
+                                                              start: int) -> None:
+    root = tmp_path_factory.mktemp("items")
+    items_broker, plain_broker = EmbeddedBroker(root / "items"), EmbeddedBroker(root / "plain")
+    for b in (items_broker, plain_broker):
+        b.create_topic("t", queues=1)
+    for entries in appends:
+        records, plain = _both(entries)
+        assert list(records) == plain and records[1:3] == plain[1:3] and records[-1] == plain[-1]  # as a sequence
+        items_broker.append({("t", 0): records})
+        plain_broker.append({("t", 0): plain})
+    want = [(m.offset, m.key, m.body, m.born_timestamp, m.headers, m.tags) for m in plain_broker.read("t", 0)]
+    got = [(m.offset, m.key, m.body, m.born_timestamp, m.headers, m.tags) for m in items_broker.read("t", 0)]
+    assert got == want
+    # a task's blocks: the same rows, and each data record's item is what its body decodes to
+    rows, blocks = [], list(read_blocks(items_broker, "t", 0, start, len(want)))
+    for block in blocks:
+        assert block.items is not None
+        rows += [(o, k, b, born, h) for o, k, b, born, _store, h in block.rows()]
+        for body, headers, item in zip(block.bodies, block.headers, block.items):
+            if item is not None:
+                assert headers is None and item == decode(body) and encode(item) == body
+    assert rows == [(o, k, b, born, h or None) for o, k, b, born, h, _t in want[start:]]
+
+
+def test_an_item_marshal_cannot_write_is_stored_as_its_encoded_body(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(tmp_path / "b")
+    broker.create_topic("t", queues=1)
+    records = ItemRecords(encode, MARSHAL_VERSION)
+    when = datetime.date(2026, 11, 24)  # marshal cannot write it: encode pickles it
+    records.add(b"k", {"day": when}, 7)
+    records.add(b"k", "plain", 8)
+    broker.append({("t", 0): records})
+    assert [decode(m.body) for m in broker.read("t", 0)] == [{"day": when}, "plain"]
+    (block,) = read_blocks(broker, "t", 0, 0, 2)
+    assert block.items is None  # stored as bodies: readers decode them as before
