@@ -137,7 +137,7 @@ class QueueRun:
         self.roots = cfg.topology.build_processors(topic, cfg.sink_queues, cfg.settings)
         self.procs = [p for root in self.roots for p in root.walk()]
         for proc in _alone(self.roots):
-            if isinstance(proc, ShuffleSinkProcessor):
+            if type(proc) is ShuffleSinkProcessor:  # (a combining one writes whole partials, not items)
                 proc.defer = True
         for proc in self.procs:
             proc.open(ctx)
