@@ -34,8 +34,10 @@ class ShuffleSinkProcessor(Processor):
     queues that got no record, so a key-sparse queue still sees time advance.
 
     With ``defer`` (set by the task where no other branch sees its records, so no one can change a
-    value after it took it), a record's value or frame goes to the broker as it is, an item of
-    ``ItemRecords``, and is encoded with its stored batch instead of one by one here."""
+    value after it took it), an unframed sink hands each value to the broker as it is, an item of
+    ``ItemRecords``, encoded with its stored batch instead of one by one here. Frames are encoded
+    when taken all the same: kept as items, each holds its value (a dict, often) alive until the
+    batch ends, which measured slower than encoding it at once."""
 
     #: Whether values may be kept as they are until the batch is appended (see the class docstring).
     defer = False
@@ -52,8 +54,6 @@ class ShuffleSinkProcessor(Processor):
     def open(self, ctx: Any) -> None:
         super().open(ctx)
         self.markers_sent = 0  # the watermark markers ``flush`` sent (they are not records out)
-        # frames are encoded here all the same: kept whole, each holds its value (a dict, often) alive
-        # until the batch ends, which costs more than encoding it now
         output = ctx.item_output if self.defer and not self.framed else ctx.output
         self._outs = [output(self.topic, q) for q in range(self.queues)]
         self._deferred = all(isinstance(out, ItemRecords) for out in self._outs)
@@ -87,9 +87,6 @@ class ShuffleSinkProcessor(Processor):
         else:
             wm = self.watermark = max(self.watermark, ctx.emit_watermark)  # type: ignore[union-attr]
             offset = ctx.frame.source_offset  # type: ignore[union-attr]
-        if self._deferred:
-            out.add(kb, (value, wm, self.producer, offset, self.side), ts)
-            return
         out.append((kb, encode((value, wm, self.producer, offset, self.side)), ts, None, None))
 
     def _route(self, key: Any) -> tuple[Any, bytes]:
@@ -131,15 +128,9 @@ class ShuffleSinkProcessor(Processor):
             route[0].append((route[1], body, ts, None, None))
 
     def _add_chunk(self, chunk: Chunk) -> None:
-        """``take_chunk`` when deferred: each value (or frame) to its key's queue as an item."""
-        if not self.framed:
-            items: Any = chunk.values
-        else:
-            marks = list(accumulate(map(sub, chunk.times, repeat(self.lateness)), max, initial=self.watermark))
-            items = zip(chunk.values, islice(marks, 1, None), repeat(self.producer), chunk.offsets, repeat(self.side))
-            self.watermark = marks[-1]
+        """``take_chunk`` when deferred (unframed): each value to its key's queue, as an item."""
         adders, find = self._adders, self._adder
-        for key, item, ts in zip(chunk.keys, items, chunk.times):
+        for key, item, ts in zip(chunk.keys, chunk.values, chunk.times):
             add_key, add_item, add_born, kb = adders.get(key) or find(key)
             add_key(kb)
             add_item(item)
