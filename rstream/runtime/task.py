@@ -331,33 +331,29 @@ def run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, bat
             gc.enable()
 
 
+#: How long a task waits for another process that holds its queue's state store: another attempt of
+#: the same range (the driver's shuffle job next to a source task's share, a speculative or retried
+#: task), which commits it or fails within a range's time; the tag then says whether to run it (s).
+STORE_WAIT_S = 300.0
+
+
 def _run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, batch: int) -> dict[str, Any]:
     began = time.perf_counter()
     job, broker, topology = cfg.job, cfg.broker, cfg.topology
-    done = broker.find_commit(job, topic, queue, start)
-    if done is not None:
-        if done.end_offset != end:
-            raise CheckpointMismatchError(
-                f"job {job!r} committed {topic}/{queue} offsets {start}..{done.end_offset}, but Spark asks "
-                f"for {start}..{end}: the checkpoint folder was deleted or belongs to another run. Use a new "
-                "job id, or reset the job (RocketMQStream.reset()) to start over."
-            )
-        return {"topic": topic, "queue": queue, "start": start, "end": end, "batch": batch, "skipped": True,
-                "printed": [], "millis": (time.perf_counter() - began) * 1000}
-    last = broker.last_commit(job, topic, queue)
-    committed = None if last is None else last.end_offset
-    if committed is not None and committed > start:
-        raise CheckpointMismatchError(
-            f"job {job!r} already processed {topic}/{queue} up to offset {committed}, but Spark asks to "
-            f"start at {start}: the checkpoint folder was deleted or belongs to another run. Use a new "
-            "job id, or reset the job (RocketMQStream.reset()) to start over."
-        )
+    last = _last_commit(broker, job, topic, queue, start, end)
+    if last is _DONE:
+        return _skipped(topic, queue, start, end, batch, began)
     store: StateStore | None = None
     executor = executor_name()
     if topology.is_stateful(topic):
         store = StateStore(state_folder(cfg.state_dir, topic, queue, executor), topology.state_topics[topic],
-                           queue).open()
+                           queue).open(wait_s=STORE_WAIT_S)
     try:
+        if store is not None and store.was_held:  # the attempt that held it may have committed the range
+            last = _last_commit(broker, job, topic, queue, start, end)
+            if last is _DONE:
+                return _skipped(topic, queue, start, end, batch, began)
+        committed = None if last is None else last.end_offset
         replayed = 0
         if store is not None and store.applied_offset != committed:
             replayed = store.replay(broker, committed)
@@ -386,6 +382,39 @@ def _run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, ba
             store.close()
     info["millis"] = (time.perf_counter() - began) * 1000
     return info
+
+
+def _skipped(topic: str, queue: int, start: int, end: int, batch: int, began: float) -> dict[str, Any]:
+    """The metrics of a range another attempt committed first."""
+    return {"topic": topic, "queue": queue, "start": start, "end": end, "batch": batch, "skipped": True,
+            "printed": [], "millis": (time.perf_counter() - began) * 1000}
+
+
+#: ``_last_commit``'s answer for a range already committed (as asked: this attempt skips it).
+_DONE: Any = object()
+
+
+def _last_commit(broker: Broker, job: str, topic: str, queue: int, start: int, end: int) -> Any:
+    """The queue's last commit tag (None: none yet) when the range ``start..end`` is the next one to
+    run; ``_DONE`` when it is committed already. Raises when the commits disagree with the range."""
+    done = broker.find_commit(job, topic, queue, start)
+    if done is not None:
+        if done.end_offset != end:
+            raise CheckpointMismatchError(
+                f"job {job!r} committed {topic}/{queue} offsets {start}..{done.end_offset}, but Spark asks "
+                f"for {start}..{end}: the checkpoint folder was deleted or belongs to another run. Use a new "
+                "job id, or reset the job (RocketMQStream.reset()) to start over."
+            )
+        return _DONE
+    last = broker.last_commit(job, topic, queue)
+    committed = None if last is None else last.end_offset
+    if committed is not None and committed > start:
+        raise CheckpointMismatchError(
+            f"job {job!r} already processed {topic}/{queue} up to offset {committed}, but Spark asks to "
+            f"start at {start}: the checkpoint folder was deleted or belongs to another run. Use a new "
+            "job id, or reset the job (RocketMQStream.reset()) to start over."
+        )
+    return last
 
 
 def _source_watermarks(last: CommitTag | None) -> dict[str, int]:

@@ -113,18 +113,37 @@ class StateStore:
         self._timer_changes: dict[bytes, set[bytes]] = {}
         self._prepared: tuple[WriteBatch, int] | None = None
         self.replayed_keys = 0
+        #: Whether the last ``open`` waited for another process to let go of the store.
+        self.was_held = False
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def open(self, read_only: bool = False) -> StateStore:
-        try:
-            if read_only:
-                self.db = Rdict(str(self.folder), Options(raw_mode=True), access_type=AccessType.read_only())
-            else:
-                self.folder.mkdir(parents=True, exist_ok=True)
-                self.db = Rdict(str(self.folder), Options(raw_mode=True))
-        except Exception as exc:
-            raise StateError(f"cannot open the state store at {str(self.folder)!r}: {exc}") from exc
-        return self
+    def open(self, read_only: bool = False, wait_s: float = 0.0) -> StateStore:
+        """Open the store. RocksDB lets one process at a time write a store: ``wait_s`` is how long to
+        wait for another process that holds it (another attempt of the same queue range) to let go;
+        ``was_held`` then says whether it had to. Read-only opens never wait."""
+        deadline = time.monotonic() + wait_s
+        pause = 0.005
+        self.was_held = False
+        while True:
+            try:
+                if read_only:
+                    self.db = Rdict(str(self.folder), Options(raw_mode=True), access_type=AccessType.read_only())
+                else:
+                    self.folder.mkdir(parents=True, exist_ok=True)
+                    self.db = Rdict(str(self.folder), Options(raw_mode=True))
+                return self
+            except Exception as exc:
+                held = not read_only and "LOCK" in str(exc)
+                if held and time.monotonic() < deadline:
+                    self.was_held = True
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.1)
+                    continue
+                if held:
+                    raise StateError(
+                        f"cannot open the state store at {str(self.folder)!r}: another process holds it"
+                        + (f" (waited {wait_s:g} s)" if wait_s else "") + f": {exc}") from exc
+                raise StateError(f"cannot open the state store at {str(self.folder)!r}: {exc}") from exc
 
     def close(self) -> None:
         if self.db is not None:

@@ -5,7 +5,10 @@ runs twice."""
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -189,4 +192,46 @@ def test_a_task_with_little_input_waits_for_a_partner_with_much(broker: Embedded
     waiting.join(timeout=60)
     assert [r for r in rows if r[0] == shuffle]  # it ran its bin once task 1 had committed
     assert shuffle_ranges(broker, job, [shuffle], 1_000_000, 0) == []
+    assert_exact_counts(broker, "counts", SENTENCES)
+
+
+def _run_slowly(blob: str, ranges: list[list[Any]], go: Any, out: Any) -> None:
+    """In another process: run ``ranges`` once ``go`` is set, each range holding its store half a
+    second longer than it needs, so that two such processes overlap on every range."""
+    real = task.QueueRun.feed_blocks
+
+    def slow(self: Any, blocks: Any) -> None:
+        time.sleep(0.5)
+        real(self, blocks)
+
+    task.QueueRun.feed_blocks = slow  # type: ignore[method-assign]
+    go.wait(60)
+    out.put(run_partition(blob, ranges))
+
+
+def test_two_attempts_of_the_same_shuffle_ranges_at_once_commit_each_once(broker: EmbeddedBroker,
+                                                                           tmp_path: Path) -> None:
+    """What a task that waited in vain leaves behind: the driver's job runs every shuffle range while
+    a partner task runs its bin. Both attempts want the same state store; the second waits for the
+    first to let go, finds its range committed and skips it, rather than failing the batch."""
+    blob, shuffle, groups, _plan = _setup(broker, tmp_path)
+    job = task.config_from_blob(blob).job
+    for group in groups:
+        run_partition(blob, group)
+    left = shuffle_ranges(broker, job, [shuffle], 1_000_000, 0)
+    assert len(left) > 1
+    ctx = multiprocessing.get_context("spawn")
+    go, out = ctx.Event(), ctx.Queue()
+    attempts = [ctx.Process(target=_run_slowly, args=(blob, left, go, out)) for _ in range(2)]
+    for p in attempts:
+        p.start()
+    go.set()
+    rows = [out.get(timeout=120) for _ in attempts]
+    for p in attempts:
+        p.join(60)
+    infos = [[json.loads(r[4]) for r in attempt] for attempt in rows]
+    assert not [i for attempt in infos for i in attempt if "fatal" in i]
+    for q in range(len(left)):  # each range ran in one attempt and was skipped by the other
+        assert sorted(attempt[q]["skipped"] for attempt in infos) == [False, True]
+    assert _shuffle_tags(broker, job, shuffle) == sorted((r[1], r[2], r[3]) for r in left)
     assert_exact_counts(broker, "counts", SENTENCES)

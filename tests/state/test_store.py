@@ -1,13 +1,18 @@
 from __future__ import annotations
 
+import multiprocessing
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstream import EmbeddedBroker, StateStore
 from rstream.broker import CommitTag
 from rstream.state import MISSING
+from rstream.state.store import StateError
 
 
 def _persist(broker: EmbeddedBroker, store: StateStore, offset: int) -> None:
@@ -139,3 +144,34 @@ def test_timers_due_equal_a_dict_of_the_timers_set(tmp_path_factory, batches, wa
     for name in ("W-1", "W-10"):
         assert other.timers(name) == sorted((e, (k, e - 1)) for o, e, k in live if o == name)
     other.close()
+
+
+def _hold(folder: str, seconds: float, opened: Any) -> None:
+    """In another process: open the store, say so, keep it for ``seconds``."""
+    with StateStore(folder, "in-stateTopic", 0).open():
+        opened.set()
+        time.sleep(seconds)
+
+
+def test_open_waits_for_another_process_that_holds_the_store(tmp_path: Path) -> None:
+    folder = str(tmp_path / "s")
+    with StateStore(folder, "in-stateTopic", 0).open() as store:  # a store with a value in it
+        store.put("C", "a", 1)
+        store.commit(1)
+    ctx = multiprocessing.get_context("spawn")
+    opened = ctx.Event()
+    holder = ctx.Process(target=_hold, args=(folder, 1.0, opened))
+    holder.start()
+    try:
+        assert opened.wait(60)
+        with pytest.raises(StateError, match=r"another process holds it \(waited 0\.05 s\)"):
+            StateStore(folder, "in-stateTopic", 0).open(wait_s=0.05)
+        with pytest.raises(StateError, match="another process holds it"):
+            StateStore(folder, "in-stateTopic", 0).open()  # no wait: at once
+        with StateStore(folder, "in-stateTopic", 0).open(wait_s=60) as store:
+            assert store.was_held
+            assert store.get("C", "a") == 1 and store.applied_offset == 1
+    finally:
+        holder.join(60)
+    with StateStore(folder, "in-stateTopic", 0).open(wait_s=60) as store:
+        assert not store.was_held
