@@ -45,6 +45,7 @@ from typing import Any
 import psutil
 
 from rstream.errors import RStreamError
+from rstream.runtime.zygote import real_python
 
 CLUSTER_ENV = "RSTREAM_CLUSTER_DIR"
 """Environment variable set (to the cluster's ``work_dir``) in every process of a LocalCluster."""
@@ -376,7 +377,8 @@ class LocalCluster:
             "SPARK_DAEMON_JAVA_OPTS": f"{_DAEMON_JAVA_OPTS} -Djava.io.tmpdir={self._work_dir / 'tmp'} "
                                       f"-Drstream.cluster.dir={self._work_dir} -Dspark.port.maxRetries=0",
             "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+            # the real interpreter, never a local session's zygote script (made for its driver alone)
+            "PYSPARK_PYTHON": real_python(os.environ.get("PYSPARK_PYTHON")),
             "PYTHONPATH": _python_path(),
             CLUSTER_ENV: str(self._work_dir),
             RUN_ENV: self._run or "",

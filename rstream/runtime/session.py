@@ -17,10 +17,9 @@ def _worker_environment(local: bool) -> bool:
     and workers running this interpreter, which has rstream: ``WARM_WORKERS``)."""
     # Workers must run this interpreter (with rstream and the user's packages) and see the same
     # import path as the driver, or they cannot unpickle the job's functions.
-    from rstream.runtime.zygote import spark_python, zygote
+    from rstream.runtime.zygote import real_python, spark_python
 
-    current, warm = os.environ.get("PYSPARK_PYTHON"), zygote()
-    real = warm.real_python if warm is not None and current == str(warm.script) else current or sys.executable
+    real = real_python(os.environ.get("PYSPARK_PYTHON"))
     # a local session's per-query Python process starts warm (rstream.runtime.zygote)
     local = local and os.environ.get("RSTREAM_ZYGOTE", "1") != "0"
     os.environ["PYSPARK_PYTHON"] = spark_python(real) if local else real

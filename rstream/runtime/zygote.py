@@ -152,6 +152,16 @@ def zygote() -> Zygote | None:
     return _ZYGOTE
 
 
+def real_python(python: str | None) -> str:
+    """The interpreter ``PYSPARK_PYTHON`` runs: the real one behind this driver's zygote script, the
+    value itself otherwise (or this interpreter when unset). What a cluster's executors, which
+    never use the zygote, must run."""
+    warm = _ZYGOTE
+    if warm is not None and python == str(warm.script):
+        return warm.real_python
+    return python or sys.executable
+
+
 # ------------------------------------------------------------------ the zygote process itself
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from rstream.runtime.zygote import RUNNER, Zygote
+from rstream.runtime.zygote import RUNNER, Zygote, real_python
 
 PYTHON_EXCEPTION_THROWN = -2
 
@@ -197,6 +197,10 @@ def test_a_local_sessions_queries_and_workers_start_warm(spark: Any, broker: Any
     daemons = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(
         (sys.executable, "python")) and "rstream.runtime.daemon" in _cmdline(p)]
     assert daemons, "Spark's Python workers were not forked from rstream's daemon"
+    # a cluster started after it (rstream.cluster) gives its executors the real interpreter: the
+    # script is this driver's alone, and goes with it
+    assert real_python(os.environ["PYSPARK_PYTHON"]) == sys.executable
+    assert real_python("/opt/other/python") == "/opt/other/python" and real_python(None) == sys.executable
 
 
 def _cmdline(proc: Path) -> str:
