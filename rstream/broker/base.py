@@ -152,6 +152,67 @@ class ItemRecords(Sequence[RecordTuple]):
         return self.keys[lo:hi], self.items[lo:hi], self.borns[lo:hi], whole
 
 
+class BodyRecords(Sequence[RecordTuple]):
+    """Records to append to one queue, kept as three columns until a broker writes them: message
+    keys, bodies and born times (what a sink writes: no headers, no tags). A record appended whole
+    with headers or tags (``append``) sits in between. As a sequence, the ``(key, body, born,
+    headers, tags)`` tuples any broker appends; the embedded broker stores the columns as they are,
+    with no tuple made per record and none taken apart again."""
+
+    __slots__ = ("keys", "bodies", "borns", "whole")
+
+    def __init__(self) -> None:
+        self.keys: list[MessageKey] = []
+        self.bodies: list[bytes] = []
+        self.borns: list[int] = []
+        self.whole: dict[int, RecordTuple] = {}  # index -> a record with headers or tags
+
+    def append(self, record: RecordTuple) -> None:
+        """One record as it is: ``(key, body, born, headers, tags)``."""
+        if record[3] is not None or record[4] is not None:
+            self.whole[len(self.keys)] = record
+        self.keys.append(record[0])
+        self.bodies.append(record[1])
+        self.borns.append(record[2])
+
+    def clear(self) -> None:
+        self.keys.clear()
+        self.bodies.clear()
+        self.borns.clear()
+        self.whole.clear()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @overload
+    def __getitem__(self, at: int) -> RecordTuple: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> list[RecordTuple]: ...
+
+    def __getitem__(self, at: int | slice) -> RecordTuple | list[RecordTuple]:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self)))]
+        i = range(len(self.keys))[at]  # a negative index counts from the end; out of range: IndexError
+        whole = self.whole.get(i)
+        if whole is not None:
+            return whole
+        return (self.keys[i], self.bodies[i], self.borns[i], None, None)
+
+    def columns(self, lo: int, hi: int) -> tuple[list[MessageKey], list[bytes], list[int],
+                                                   list[Any] | None, list[Any] | None]:
+        """Records ``lo:hi`` as ``(keys, bodies, borns, headers, tags)``; the last two None when no
+        record among them has any."""
+        whole = [(i - lo, r) for i, r in self.whole.items() if lo <= i < hi] if self.whole else []
+        headers: list[Any] | None = None
+        tags: list[Any] | None = None
+        if whole:
+            headers, tags = [None] * (hi - lo), [None] * (hi - lo)
+            for i, r in whole:
+                headers[i], tags[i] = r[3], r[4]
+        return self.keys[lo:hi], self.bodies[lo:hi], self.borns[lo:hi], headers, tags
+
+
 class RecordBlock:
     """Consecutive records of one queue as parallel columns, what a task reads (``read_blocks``):
     a chunk of records with no tuple per record. ``rows()`` gives them as ``ReadRecord`` tuples, and

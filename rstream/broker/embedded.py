@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar, overload
 
 from rstream.broker.base import (
+    BodyRecords,
     BrokerError,
     BrokerPathError,
     CommitTag,
@@ -177,6 +178,20 @@ def _encode_payload(records: Sequence[RecordTuple], offsets: list[int] | None = 
     take one byte. marshal: fast, and it cannot run code when read back (unlike pickle)."""
     keys, bodies, borns, headers, tags = zip(*records, strict=True)
     return marshal.dumps((_COLUMNS, offsets, _all_none(keys), bodies, borns, _all_none(headers), _all_none(tags)), 2)
+
+
+def _encode_columns(records: BodyRecords, lo: int, hi: int) -> bytes:
+    """A stored batch of records ``lo:hi`` of ``records``: ``_encode_payload``'s, from the columns."""
+    keys, bodies, borns, headers, tags = records.columns(lo, hi)
+    return marshal.dumps((_COLUMNS, None, _all_none(keys), bodies, borns, headers, tags), 2)
+
+
+def _encode_batch(records: Sequence[RecordTuple], lo: int, hi: int) -> bytes:
+    if isinstance(records, ItemRecords):
+        return _encode_items(records, lo, hi)
+    if isinstance(records, BodyRecords):
+        return _encode_columns(records, lo, hi)
+    return _encode_payload(records[lo:hi])
 
 
 def _encode_items(records: ItemRecords, lo: int, hi: int) -> bytes:
@@ -574,8 +589,7 @@ class EmbeddedBroker:
         dirty: list[tuple[str, int, int, int, int]] = []  # (topic, queue, end, compacted_below, clean)
         # encoded before the write lock is taken: a payload does not depend on its offsets, and another
         # process's append (a Spark task on the other core) need not wait while this one encodes
-        payloads = {key: [_encode_items(recs, i, i + BATCH_RECORDS) if isinstance(recs, ItemRecords)
-                          else _encode_payload(recs[i:i + BATCH_RECORDS]) for i in range(0, len(recs), BATCH_RECORDS)]
+        payloads = {key: [_encode_batch(recs, i, i + BATCH_RECORDS) for i in range(0, len(recs), BATCH_RECORDS)]
                     for key, recs in records.items()}
         with self._write(conn):
             if tag is not None:

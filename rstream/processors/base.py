@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rstream.broker.base import ItemRecords
+from rstream.broker.base import BodyRecords, ItemRecords
 from rstream.enums import TextEnum
 from rstream.errors import RStreamError
 from rstream.processors.metrics import OperatorMetrics
@@ -176,7 +176,7 @@ class StreamContext:
     chunked: bool = True
 
     def __post_init__(self) -> None:
-        self.outputs: dict[tuple[str, int], Any] = {}  # lists, or ItemRecords (``item_output``)
+        self.outputs: dict[tuple[str, int], Any] = {}  # lists, ItemRecords (``item_output``), BodyRecords
         self.errors: list[dict[str, Any]] = []
         self.printed: list[str] = []
         self.frame = NO_FRAME  # what the current record of a framed shuffle topic carried
@@ -267,6 +267,15 @@ class StreamContext:
         out = self.outputs.get(key)
         if out is None and self.make_output is None:
             out = self.outputs[key] = ItemRecords(encode, MARSHAL_VERSION)
+        return out if out is not None else self.output(topic, queue)
+
+    def body_output(self, topic: str, queue: int) -> list[Any] | BodyRecords:
+        """Like ``output``, kept as columns (``BodyRecords``) for a sink to fill: unless the range is
+        re-executed (``make_output``) or another writer made the plain list first."""
+        key = (topic, queue)
+        out = self.outputs.get(key)
+        if out is None and self.make_output is None:
+            out = self.outputs[key] = BodyRecords()
         return out if out is not None else self.output(topic, queue)
 
     def record_error(self, operator: str, exc: BaseException, value: Any) -> RecordError:

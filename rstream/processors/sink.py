@@ -9,7 +9,7 @@ from itertools import accumulate, islice, repeat
 from operator import sub
 from typing import Any
 
-from rstream.broker.base import ItemRecords
+from rstream.broker.base import BodyRecords, ItemRecords
 from rstream.processors.base import Processor
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.fold import CountFold, Fold
@@ -241,9 +241,12 @@ class SinkProcessor(Processor):
 
     def open(self, ctx: Any) -> None:
         super().open(ctx)
-        self._outs = [ctx.output(self.topic, q) for q in range(self.queues)]
+        self._outs = [ctx.body_output(self.topic, q) for q in range(self.queues)]
         self._keyless = self._outs[ctx.queue % self.queues]
         self._routes: dict[Any, tuple[list[Any], Any]] = {}  # key -> (its queue's output, message key)
+        #: key -> the appends of its queue's columns and its message key (outputs kept as columns)
+        self._adds: dict[Any, tuple[Any, Any, Any, Any]] = {}
+        self._columns = all(type(out) is BodyRecords for out in self._outs)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -293,6 +296,17 @@ class SinkProcessor(Processor):
     def append(self, chunk: Chunk, bodies: list[bytes]) -> None:
         """Write a chunk's items with their ``bodies``, each to its key's queue."""
         self.records_in += len(bodies)
+        if self._columns:  # three appends per record; no tuple made for the broker to take apart
+            adds, find = self._adds, self._adder
+            for key, body, ts in zip(chunk.keys, bodies, chunk.times):
+                try:
+                    add = adds.get(key) or find(key)
+                except TypeError:  # an unhashable key from a deserializer: route it without the cache
+                    add = self._adder(key, cache=False)
+                add[0](add[3])
+                add[1](body)
+                add[2](ts)
+            return
         routes, keyless = self._routes, self._keyless
         for key, body, ts in zip(chunk.keys, bodies, chunk.times):
             if key is None:
@@ -306,6 +320,16 @@ class SinkProcessor(Processor):
                 if route is None:
                     route = routes[key] = self._route(key)
             route[0].append((route[1], body, ts, None, None))
+
+    def _adder(self, key: Any, cache: bool = True) -> tuple[Any, Any, Any, Any]:
+        """The appends of the columns of the key's queue (the input queue's for no key), and the
+        message key; cached for the batch."""
+        out: Any
+        out, mkey = (self._keyless, None) if key is None else self._route(key)
+        add = (out.keys.append, out.bodies.append, out.borns.append, mkey)
+        if cache:
+            self._adds[key] = add
+        return add
 
     def _route(self, key: Any) -> tuple[list[Any], Any]:
         """The output list of the key's queue, and the message key (str or bytes). A window's result

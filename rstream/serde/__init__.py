@@ -78,6 +78,10 @@ class TextSerializer:
     def serialize_many(self, keys: Sequence[Any], values: Sequence[Any]) -> list[bytes]:
         """``serialize`` over parallel lists (a sink's chunk), without a call per record."""
         encoding, separator = self.encoding, self.separator
+        if encoding.lower().replace("_", "-") in ("utf-8", "utf8"):  # str.encode's own default: one argument less
+            if self.with_key:
+                return [f"{key}{separator}{value}".encode() for key, value in zip(keys, values)]
+            return [str(value).encode() for value in values]
         if self.with_key:
             return [f"{key}{separator}{value}".encode(encoding) for key, value in zip(keys, values)]
         return [str(value).encode(encoding) for value in values]

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstream import EmbeddedBroker
-from rstream.broker.base import ItemRecords, read_blocks
+from rstream.broker.base import BodyRecords, ItemRecords, read_blocks
 from rstream.serde.codec import MARSHAL_VERSION, decode, encode
 
 _leaf = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
@@ -22,11 +22,10 @@ _item = st.recursive(_leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
                                                      st.dictionaries(st.text(max_size=3), inner, max_size=3)),
                      max_leaves=8)
 #: ("item", key, item, born) or ("whole", key, body, born, headers, tags): a control record in between
-_entry = st.one_of(
-    st.tuples(st.just("item"), st.sampled_from([b"k1", b"k2", None]), _item, st.integers(0, 2**50)),
-    st.tuples(st.just("whole"), st.sampled_from([None, b"k1"]), st.binary(max_size=4), st.integers(0, 2**50),
-              st.one_of(st.none(), st.just({"rstream-wm": "5"})), st.one_of(st.none(), st.just("WATERMARK"))),
-)
+_whole = st.tuples(st.just("whole"), st.sampled_from([None, b"k1"]), st.binary(max_size=4), st.integers(0, 2**50),
+                   st.one_of(st.none(), st.just({"rstream-wm": "5"})), st.one_of(st.none(), st.just("WATERMARK")))
+_entry = st.one_of(st.tuples(st.just("item"), st.sampled_from([b"k1", b"k2", None]), _item, st.integers(0, 2**50)),
+                   _whole)
 
 
 def _both(entries: list[tuple[Any, ...]]) -> tuple[ItemRecords, list[tuple[Any, ...]]]:
@@ -81,3 +80,36 @@ def test_an_item_marshal_cannot_write_is_stored_as_its_encoded_body(tmp_path: Pa
     assert [decode(m.body) for m in broker.read("t", 0)] == [{"day": when}, "plain"]
     (block,) = read_blocks(broker, "t", 0, 0, 2)
     assert block.items is None  # stored as bodies: readers decode them as before
+
+
+#: ("body", key, body, born) or ("whole", key, body, born, headers, tags), as a sink and a marker write
+_body_entry = st.one_of(
+    st.tuples(st.just("body"), st.sampled_from(["k1", "k2", b"k3", None]), st.binary(max_size=6), st.integers(0, 2**50)),
+    _whole,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(appends=st.lists(st.lists(_body_entry, min_size=1, max_size=30), min_size=1, max_size=4),
+       start=st.integers(0, 60))
+def test_records_kept_as_columns_read_back_as_the_tuples_they_stand_for(tmp_path_factory: Any, appends: list[Any],
+                                                                         start: int) -> None:
+    """What a sink writes (``BodyRecords``): stored from its columns, read back as a list of tuples is."""
+    root = tmp_path_factory.mktemp("bodies")
+    columns_broker, plain_broker = EmbeddedBroker(root / "columns"), EmbeddedBroker(root / "plain")
+    for b in (columns_broker, plain_broker):
+        b.create_topic("t", queues=1)
+    for entries in appends:
+        records, plain = BodyRecords(), []
+        for e in entries:
+            record = (e[1], e[2], e[3], None, None) if e[0] == "body" else e[1:]
+            records.append(record)
+            plain.append(record)
+        assert list(records) == plain and records[1:3] == plain[1:3] and records[-1] == plain[-1]
+        columns_broker.append({("t", 0): records})
+        plain_broker.append({("t", 0): plain})
+    want = [(m.offset, m.key, m.body, m.born_timestamp, m.headers, m.tags) for m in plain_broker.read("t", 0)]
+    assert [(m.offset, m.key, m.body, m.born_timestamp, m.headers, m.tags) for m in columns_broker.read("t", 0)] == want
+    rows = [(o, k, b, born, h) for block in read_blocks(columns_broker, "t", 0, start, len(want))
+            for o, k, b, born, _store, h in block.rows()]
+    assert rows == [(o, k, b, born, h or None) for o, k, b, born, h, _t in want[start:]]

@@ -16,7 +16,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rstream import (
@@ -86,6 +86,19 @@ def _stateless(job: str) -> StreamBuilder:
     return b
 
 
+def _keys_as_read(body: bytes) -> tuple[Any, str]:
+    """A deserializer's keys: none, a string, or an unhashable list (not checked as key_by's are)."""
+    text = body.decode()
+    return ([text] if text.startswith("a") else None if " " in text or not text else text), text
+
+
+def _keyed_as_read(job: str) -> StreamBuilder:
+    """The deserializer's keys straight to a sink: keyless records stay in their queue's order."""
+    b = StreamBuilder(job)
+    b.source("in", _keys_as_read).map(_checked).sink(f"{job}-out", _serialize)
+    return b
+
+
 def _windowed(job: str) -> StreamBuilder:
     b = StreamBuilder(job)
     (b.source("in", TextDeserializer()).flat_map(str.split).select_timestamp(lambda w: 1_000 * len(w))
@@ -125,7 +138,8 @@ def _windowed_avg(job: str) -> StreamBuilder:
 
 
 PIPELINES: dict[str, Callable[[str], StreamBuilder]] = {
-    "by_word": _by_word, "summed": _summed, "stateless": _stateless, "windowed": _windowed,
+    "by_word": _by_word, "summed": _summed, "stateless": _stateless, "keyed_as_read": _keyed_as_read,
+    "windowed": _windowed,
     "windowed_stages": _windowed_stages, "windowed_avg": _windowed_avg}
 
 
@@ -179,6 +193,8 @@ def _run(tmp: Path, broker: EmbeddedBroker, make: Callable[[str], StreamBuilder]
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bodies=BODIES, pipeline=st.sampled_from(sorted(PIPELINES)), size=st.sampled_from([1, 2, 3, 64]),
        emit=st.sampled_from(["record", "batch"]), queues=st.integers(1, 2))
+@example(bodies=["a", "b c", "ab", "", "b", "x", "a", "bad", "b"], pipeline="keyed_as_read", size=64, emit="record",
+         queues=2)  # list keys, no keys and string keys in one chunk
 def test_chunks_write_what_record_by_record_writes(tmp_path: Path, bodies: list[str], pipeline: str, size: int,
                                                     emit: str, queues: int) -> None:
     root = tmp_path / f"{pipeline}-{size}-{emit}-{queues}-{abs(hash(tuple(bodies)))}"

@@ -138,9 +138,10 @@ def test_a_chunk_with_a_body_that_is_not_json_raises_as_that_body_does() -> None
 
 
 def test_serializers_write_a_chunk_as_they_write_each_record() -> None:
-    keys, values = ["a", 1, None, ("t", 2)], [1, "x", [1.5, None], {"k": "v"}]
-    for ser in (TextSerializer(), TextSerializer(with_key=True, separator="\t"), JsonSerializer(),
-                JsonSerializer(with_key=True)):
+    keys, values = ["a", 1, None, ("t", 2), "é"], [1, "x", [1.5, None], {"k": "v"}, "café"]
+    for ser in (TextSerializer(), TextSerializer(with_key=True, separator="\t"), TextSerializer(encoding="latin-1"),
+                TextSerializer(with_key=True, encoding="UTF_8"), TextSerializer(with_key=True, encoding="utf-16"),
+                JsonSerializer(), JsonSerializer(with_key=True)):
         assert ser.serialize_many(keys, values) == [ser.serialize(k, v) for k, v in zip(keys, values)]
 
 
