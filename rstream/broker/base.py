@@ -89,25 +89,66 @@ RecordTuple = tuple[MessageKey, bytes, int, "dict[str, str] | None", "str | None
 ReadRecord = tuple[int, MessageKey, bytes, int, int, "dict[str, str] | None"]
 
 
-class ItemRecords(Sequence[RecordTuple]):
-    """Records to append to one queue, kept as columns until a broker writes them: message keys,
-    *items* and born times, where a record's body is ``encode(item)``; a record appended whole
-    (``append``: a control record, with headers) sits in between.
+class _RecordColumns(Sequence[RecordTuple]):
+    """Records to append to one queue, kept as columns until a broker writes them: message keys and
+    born times here, what stands for the bodies in a subclass (``_body``), and records appended
+    whole (``whole``: index -> ``(key, body, born, headers, tags)``) in between. As a sequence, the
+    tuples any broker appends."""
 
-    As a sequence these are the ``(key, body, born, headers, tags)`` tuples any broker appends, each
-    body encoded when it is asked for. The embedded broker stores the items themselves, in one
-    marshal call per stored batch, and hands them back as ``RecordBlock.items``: a shuffle record is
-    then neither encoded nor decoded one by one. ``encode(item)`` must be
+    __slots__ = ("keys", "borns", "whole")
+
+    def __init__(self) -> None:
+        self.keys: list[MessageKey] = []
+        self.borns: list[int] = []
+        self.whole: dict[int, RecordTuple] = {}
+
+    def _body(self, i: int) -> bytes:
+        raise NotImplementedError
+
+    def _middle(self) -> list[Any]:
+        """The column between keys and born times."""
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        self.keys.clear()
+        self._middle().clear()
+        self.borns.clear()
+        self.whole.clear()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @overload
+    def __getitem__(self, at: int) -> RecordTuple: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> list[RecordTuple]: ...
+
+    def __getitem__(self, at: int | slice) -> RecordTuple | list[RecordTuple]:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self)))]
+        i = range(len(self.keys))[at]  # a negative index counts from the end; out of range: IndexError
+        whole = self.whole.get(i)
+        if whole is not None:
+            return whole
+        return (self.keys[i], self._body(i), self.borns[i], None, None)
+
+
+class ItemRecords(_RecordColumns):
+    """Records whose bodies are ``encode(item)``, kept as *items* (what shuffle sinks write), with
+    records appended whole (``append``: a control record, with headers) in between.
+
+    As a sequence, each body is encoded when it is asked for. The embedded broker stores the items
+    themselves, in one marshal call per stored batch, and hands them back as ``RecordBlock.items``:
+    a shuffle record is then neither encoded nor decoded one by one. ``encode(item)`` must be
     ``marshal.dumps(item, marshal_version)`` wherever marshal can write ``item``."""
 
-    __slots__ = ("keys", "items", "borns", "whole", "encode", "marshal_version")
+    __slots__ = ("items", "encode", "marshal_version")
 
     def __init__(self, encode: Callable[[Any], bytes], marshal_version: int) -> None:
+        super().__init__()
         self.encode, self.marshal_version = encode, marshal_version
-        self.keys: list[MessageKey] = []
         self.items: list[Any] = []
-        self.borns: list[int] = []
-        self.whole: dict[int, RecordTuple] = {}  # index -> a record appended whole
 
     def add(self, key: MessageKey, item: Any, born: int) -> None:
         """One record whose body is ``encode(item)``."""
@@ -122,29 +163,11 @@ class ItemRecords(Sequence[RecordTuple]):
         self.items.append(None)
         self.borns.append(record[2])
 
-    def clear(self) -> None:
-        self.keys.clear()
-        self.items.clear()
-        self.borns.clear()
-        self.whole.clear()
+    def _body(self, i: int) -> bytes:
+        return self.encode(self.items[i])
 
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    @overload
-    def __getitem__(self, at: int) -> RecordTuple: ...
-
-    @overload
-    def __getitem__(self, at: slice) -> list[RecordTuple]: ...
-
-    def __getitem__(self, at: int | slice) -> RecordTuple | list[RecordTuple]:
-        if isinstance(at, slice):
-            return [self[i] for i in range(*at.indices(len(self)))]
-        i = range(len(self.keys))[at]  # a negative index counts from the end; out of range: IndexError
-        whole = self.whole.get(i)
-        if whole is not None:
-            return whole
-        return (self.keys[i], self.encode(self.items[i]), self.borns[i], None, None)
+    def _middle(self) -> list[Any]:
+        return self.items
 
     def columns(self, lo: int, hi: int) -> tuple[list[MessageKey], list[Any], list[int], dict[int, RecordTuple]]:
         """Records ``lo:hi`` as ``(keys, items, borns, whole)``, ``whole`` indexed from ``lo``."""
@@ -152,20 +175,16 @@ class ItemRecords(Sequence[RecordTuple]):
         return self.keys[lo:hi], self.items[lo:hi], self.borns[lo:hi], whole
 
 
-class BodyRecords(Sequence[RecordTuple]):
-    """Records to append to one queue, kept as three columns until a broker writes them: message
-    keys, bodies and born times (what a sink writes: no headers, no tags). A record appended whole
-    with headers or tags (``append``) sits in between. As a sequence, the ``(key, body, born,
-    headers, tags)`` tuples any broker appends; the embedded broker stores the columns as they are,
-    with no tuple made per record and none taken apart again."""
+class BodyRecords(_RecordColumns):
+    """Records kept as three columns, keys, bodies and born times (what a sink writes: no headers,
+    no tags); a record with headers or tags sits in between. The embedded broker stores the columns
+    as they are, with no tuple made per record and none taken apart again."""
 
-    __slots__ = ("keys", "bodies", "borns", "whole")
+    __slots__ = ("bodies",)
 
     def __init__(self) -> None:
-        self.keys: list[MessageKey] = []
+        super().__init__()
         self.bodies: list[bytes] = []
-        self.borns: list[int] = []
-        self.whole: dict[int, RecordTuple] = {}  # index -> a record with headers or tags
 
     def append(self, record: RecordTuple) -> None:
         """One record as it is: ``(key, body, born, headers, tags)``."""
@@ -175,29 +194,11 @@ class BodyRecords(Sequence[RecordTuple]):
         self.bodies.append(record[1])
         self.borns.append(record[2])
 
-    def clear(self) -> None:
-        self.keys.clear()
-        self.bodies.clear()
-        self.borns.clear()
-        self.whole.clear()
+    def _body(self, i: int) -> bytes:
+        return self.bodies[i]
 
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    @overload
-    def __getitem__(self, at: int) -> RecordTuple: ...
-
-    @overload
-    def __getitem__(self, at: slice) -> list[RecordTuple]: ...
-
-    def __getitem__(self, at: int | slice) -> RecordTuple | list[RecordTuple]:
-        if isinstance(at, slice):
-            return [self[i] for i in range(*at.indices(len(self)))]
-        i = range(len(self.keys))[at]  # a negative index counts from the end; out of range: IndexError
-        whole = self.whole.get(i)
-        if whole is not None:
-            return whole
-        return (self.keys[i], self.bodies[i], self.borns[i], None, None)
+    def _middle(self) -> list[Any]:
+        return self.bodies
 
     def columns(self, lo: int, hi: int) -> tuple[list[MessageKey], list[bytes], list[int],
                                                    list[Any] | None, list[Any] | None]:
