@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -102,12 +103,13 @@ class _RecordColumns(Sequence[RecordTuple]):
         self.borns: list[int] = []
         self.whole: dict[int, RecordTuple] = {}
 
+    @abstractmethod
     def _body(self, i: int) -> bytes:
-        raise NotImplementedError
+        """The body of record ``i`` (not one appended whole)."""
 
+    @abstractmethod
     def _middle(self) -> list[Any]:
         """The column between keys and born times."""
-        raise NotImplementedError
 
     def clear(self) -> None:
         self.keys.clear()

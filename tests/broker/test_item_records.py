@@ -6,6 +6,7 @@ items themselves."""
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,23 +42,33 @@ def _both(entries: list[tuple[Any, ...]]) -> tuple[ItemRecords, list[tuple[Any, 
     return records, plain
 
 
+def _stored_both(root: Path, pairs: list[tuple[Sequence[Any], list[tuple[Any, ...]]]]) -> tuple[EmbeddedBroker, list[Any]]:
+    """Each ``(records, plain tuples)`` pair appended, the records to one broker and the tuples to
+    another: asserts that both read back the same messages, and returns the first broker and those
+    messages as ``(offset, key, body, born, headers, tags)``."""
+    given_broker, plain_broker = EmbeddedBroker(root / "given"), EmbeddedBroker(root / "plain")
+    for b in (given_broker, plain_broker):
+        b.create_topic("t", queues=1)
+    for records, plain in pairs:
+        assert list(records) == plain and records[1:3] == plain[1:3] and records[-1] == plain[-1]  # as a sequence
+        given_broker.append({("t", 0): records})
+        plain_broker.append({("t", 0): plain})
+    want = [(m.offset, m.key, m.body, m.born_timestamp, m.headers, m.tags) for m in plain_broker.read("t", 0)]
+    assert [(m.offset, m.key, m.body, m.born_timestamp, m.headers, m.tags) for m in given_broker.read("t", 0)] == want
+    return given_broker, want
+
+
+def _rows_of(messages: list[Any]) -> list[Any]:
+    """What a task's blocks give as rows (offset, key, body, born, headers) for those messages."""
+    return [(o, k, b, born, h or None) for o, k, b, born, h, _t in messages]
+
+
 @settings(max_examples=60, deadline=None)
 @given(appends=st.lists(st.lists(_entry, min_size=1, max_size=30), min_size=1, max_size=4),
        start=st.integers(0, 60))
 def test_items_read_back_as_the_bodies_a_list_of_tuples_gives(tmp_path_factory: Any, appends: list[Any],
                                                               start: int) -> None:
-    root = tmp_path_factory.mktemp("items")
-    items_broker, plain_broker = EmbeddedBroker(root / "items"), EmbeddedBroker(root / "plain")
-    for b in (items_broker, plain_broker):
-        b.create_topic("t", queues=1)
-    for entries in appends:
-        records, plain = _both(entries)
-        assert list(records) == plain and records[1:3] == plain[1:3] and records[-1] == plain[-1]  # as a sequence
-        items_broker.append({("t", 0): records})
-        plain_broker.append({("t", 0): plain})
-    want = [(m.offset, m.key, m.body, m.born_timestamp, m.headers, m.tags) for m in plain_broker.read("t", 0)]
-    got = [(m.offset, m.key, m.body, m.born_timestamp, m.headers, m.tags) for m in items_broker.read("t", 0)]
-    assert got == want
+    items_broker, want = _stored_both(tmp_path_factory.mktemp("items"), [_both(entries) for entries in appends])
     # a task's blocks: the same rows, and each data record's item is what its body decodes to
     rows, blocks = [], list(read_blocks(items_broker, "t", 0, start, len(want)))
     for block in blocks:
@@ -66,7 +77,7 @@ def test_items_read_back_as_the_bodies_a_list_of_tuples_gives(tmp_path_factory: 
         for body, headers, item in zip(block.bodies, block.headers, block.items):
             if item is not None:
                 assert headers is None and item == decode(body) and encode(item) == body
-    assert rows == [(o, k, b, born, h or None) for o, k, b, born, h, _t in want[start:]]
+    assert rows == _rows_of(want[start:])
 
 
 def test_an_item_marshal_cannot_write_is_stored_as_its_encoded_body(tmp_path: Path) -> None:
@@ -95,21 +106,15 @@ _body_entry = st.one_of(
 def test_records_kept_as_columns_read_back_as_the_tuples_they_stand_for(tmp_path_factory: Any, appends: list[Any],
                                                                          start: int) -> None:
     """What a sink writes (``BodyRecords``): stored from its columns, read back as a list of tuples is."""
-    root = tmp_path_factory.mktemp("bodies")
-    columns_broker, plain_broker = EmbeddedBroker(root / "columns"), EmbeddedBroker(root / "plain")
-    for b in (columns_broker, plain_broker):
-        b.create_topic("t", queues=1)
+    pairs = []
     for entries in appends:
         records, plain = BodyRecords(), []
         for e in entries:
             record = (e[1], e[2], e[3], None, None) if e[0] == "body" else e[1:]
             records.append(record)
             plain.append(record)
-        assert list(records) == plain and records[1:3] == plain[1:3] and records[-1] == plain[-1]
-        columns_broker.append({("t", 0): records})
-        plain_broker.append({("t", 0): plain})
-    want = [(m.offset, m.key, m.body, m.born_timestamp, m.headers, m.tags) for m in plain_broker.read("t", 0)]
-    assert [(m.offset, m.key, m.body, m.born_timestamp, m.headers, m.tags) for m in columns_broker.read("t", 0)] == want
+        pairs.append((records, plain))
+    columns_broker, want = _stored_both(tmp_path_factory.mktemp("bodies"), pairs)
     rows = [(o, k, b, born, h) for block in read_blocks(columns_broker, "t", 0, start, len(want))
             for o, k, b, born, _store, h in block.rows()]
-    assert rows == [(o, k, b, born, h or None) for o, k, b, born, h, _t in want[start:]]
+    assert rows == _rows_of(want[start:])
