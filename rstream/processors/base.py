@@ -263,19 +263,20 @@ class StreamContext:
         ``ItemRecords`` that a shuffle sink fills with ``add(key, item, born)``, so each body is
         encoded with its stored batch, not one by one. While a range is re-executed
         (``make_output``), the plain list of ``output``."""
-        key = (topic, queue)
-        out = self.outputs.get(key)
-        if out is None and self.make_output is None:
-            out = self.outputs[key] = ItemRecords(encode, MARSHAL_VERSION)
-        return out if out is not None else self.output(topic, queue)
+        return self._kept_output(topic, queue, lambda: ItemRecords(encode, MARSHAL_VERSION))
 
     def body_output(self, topic: str, queue: int) -> list[Any] | BodyRecords:
         """Like ``output``, kept as columns (``BodyRecords``) for a sink to fill: unless the range is
         re-executed (``make_output``) or another writer made the plain list first."""
+        return self._kept_output(topic, queue, BodyRecords)
+
+    def _kept_output(self, topic: str, queue: int, make: Callable[[], Any]) -> Any:
+        """The output of ``topic``/``queue``: the one already made, else ``make()``'s, else (a range
+        re-executed with ``make_output``) the plain list of ``output``."""
         key = (topic, queue)
         out = self.outputs.get(key)
         if out is None and self.make_output is None:
-            out = self.outputs[key] = BodyRecords()
+            out = self.outputs[key] = make()
         return out if out is not None else self.output(topic, queue)
 
     def record_error(self, operator: str, exc: BaseException, value: Any) -> RecordError:
