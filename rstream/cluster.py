@@ -350,7 +350,7 @@ class LocalCluster:
                                 ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui_port)], {})
             self._master_port, self._ui_port = port, ui_port
             while time.monotonic() < deadline:
-                if proc.poll() is not None:
+                if proc.poll() is not None or self._master_failed_to_bind():
                     break
                 state = self._master_json(quiet=True)
                 if state is not None and state.get("url") == self.master_url and state.get("status") == "ALIVE":
@@ -358,11 +358,21 @@ class LocalCluster:
                 time.sleep(0.2)
             else:
                 raise ClusterError(self._timeout_message("the Spark master did not answer"))
-            log = (self.log_dir / "master.log").read_text(errors="replace")
-            if "BindException" not in log and "Address already in use" not in log:
+            if not self._master_failed_to_bind():
                 break  # not a port race: retrying will not help
-        raise ClusterError(f"the Spark master exited with code {self._daemons['master'].poll()}; "
-                           f"see {self.log_dir / 'master.log'}:\n{_tail(self.log_dir / 'master.log')}")
+            # a port taken between _free_ports and the bind: the master may live on without serving; new ports
+            self._terminate([psutil.Process(proc.pid)] if proc.poll() is None else [])
+            proc.wait()
+        log = self.log_dir / "master.log"
+        raise ClusterError(f"the Spark master failed to start (exit code {self._daemons['master'].poll()}); "
+                           f"see {log}:\n{_tail(log)}")
+
+    def _master_failed_to_bind(self) -> bool:
+        try:
+            log = (self.log_dir / "master.log").read_text(errors="replace")
+        except OSError:
+            return False
+        return "BindException" in log or "Address already in use" in log
 
     def _launch(self, home: Path, name: str, main_class: str, args: list[str],
                 extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -375,7 +385,10 @@ class LocalCluster:
             "SPARK_CONF_DIR": str(self._work_dir / "conf"),  # empty: no stray spark-defaults/spark-env
             "SPARK_DAEMON_MEMORY": self.daemon_memory,
             "SPARK_DAEMON_JAVA_OPTS": f"{_DAEMON_JAVA_OPTS} -Djava.io.tmpdir={self._work_dir / 'tmp'} "
-                                      f"-Drstream.cluster.dir={self._work_dir} -Dspark.port.maxRetries=0",
+                                      f"-Drstream.cluster.dir={self._work_dir} -Dspark.port.maxRetries=0 "
+                                      # no REST submission server: it binds the fixed port 6066, so a second
+                                      # cluster on the machine (another notebook) would hang without it
+                                      "-Dspark.master.rest.enabled=false",
             "SPARK_LOCAL_IP": "127.0.0.1",
             # the real interpreter, never a local session's zygote script (made for its driver alone)
             "PYSPARK_PYTHON": real_python(os.environ.get("PYSPARK_PYTHON")),
@@ -414,8 +427,10 @@ class LocalCluster:
 
     def _timeout_message(self, what: str) -> str:
         logs = ", ".join(sorted(p.name for p in self.log_dir.glob("*.log")))
+        master = self.log_dir / "master.log"
         return (f"{what} within {self.start_timeout:.0f} s. See the daemon logs in {self.log_dir} ({logs}); "
-                "a busy machine may need LocalCluster(start_timeout=...) larger")
+                "a busy machine may need LocalCluster(start_timeout=...) larger. The end of master.log:\n"
+                f"{_tail(master)}")
 
     def _master_json(self, quiet: bool = False) -> dict[str, Any] | None:
         try:

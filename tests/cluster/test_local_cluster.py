@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -285,6 +286,65 @@ def test_rerunning_the_cell_replaces_the_cluster_and_the_stale_object_cannot_sto
         first.stop()
         second.stop()
     assert second.processes() == [] and _strays(work_dir, []) == []
+
+
+def _listen(port: int) -> socket.socket | None:
+    """A socket listening on loopback ``port``, or None where something else already listens there."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        sock.close()
+        return None
+    sock.listen()
+    return sock
+
+
+def test_two_clusters_run_side_by_side_with_spark_s_fixed_ports_taken(tmp_path: Path) -> None:
+    # Two notebooks on one machine (a workshop's shared server) each start a cluster. Spark's master
+    # binds 6066 for REST submissions unless told not to; the second master then never became ALIVE.
+    held = [sock for sock in (_listen(6066), _listen(7077), _listen(8080)) if sock is not None]
+    clusters = [LocalCluster(workers=1, work_dir=tmp_path / name, start_timeout=90) for name in ("a", "b")]
+    try:
+        for cluster in clusters:
+            cluster.start()
+        assert [c.alive_workers() for c in clusters] == [1, 1]
+        assert clusters[0].master_url != clusters[1].master_url
+        assert "6066" not in (clusters[1].log_dir / "master.log").read_text()
+    finally:
+        for cluster in clusters:
+            cluster.stop()
+        for sock in held:
+            sock.close()
+    assert all(c.processes() == [] for c in clusters)
+
+
+def test_a_port_taken_before_the_master_binds_it_gets_new_ports(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import rstream.cluster as cluster_module
+
+    real = cluster_module._free_ports
+    taken = _listen(0)
+    assert taken is not None
+    picks: list[list[int]] = []
+
+    def racy(count: int) -> list[int]:  # the first pick loses its port to another process, as in a race
+        ports = real(count)
+        if not picks:
+            ports[0] = taken.getsockname()[1]
+        picks.append(ports)
+        return ports
+
+    monkeypatch.setattr(cluster_module, "_free_ports", racy)
+    cluster = LocalCluster(workers=1, work_dir=tmp_path / "cluster", start_timeout=90)
+    try:
+        cluster.start()
+        assert len(picks) == 2 and cluster.master_url == f"spark://127.0.0.1:{picks[1][0]}"
+        assert cluster.alive_workers() == 1
+    finally:
+        cluster.stop()
+        taken.close()
+    assert cluster.processes() == [] and _strays(tmp_path / "cluster", []) == []
 
 
 def test_a_start_that_times_out_points_at_the_logs_and_leaves_nothing(tmp_path: Path) -> None:
