@@ -5,7 +5,7 @@ from __future__ import annotations
 import marshal
 from collections.abc import Callable, Mapping
 from itertools import chain, compress, repeat
-from operator import itemgetter
+from operator import is_not, itemgetter
 from typing import Any
 
 from rstream.broker.base import RecordBlock
@@ -236,9 +236,16 @@ class FlatMapProcessor(_FnProcessor):
     def chunk(self, chunk: Chunk) -> Chunk:
         made = [x if type(x) is list or type(x) is tuple else list(x) for x in map(self.fn, chunk.values)]
         counts = list(map(len, made))
+        values = list(chain.from_iterable(made))
         def spread(column: list[Any]) -> list[Any]:
             return list(chain.from_iterable(map(repeat, column, counts)))
-        return Chunk(spread(chunk.offsets), spread(chunk.keys), list(chain.from_iterable(made)), spread(chunk.times))
+        # a source's records have no key, and records appended together share their time: those
+        # columns are one value repeated (times are ints, so equal times are the same time)
+        keys, times, total = chunk.keys, chunk.times, len(values)
+        return Chunk(spread(chunk.offsets),
+                     [None] * total if not any(map(is_not, keys, repeat(None))) else spread(keys),
+                     values,
+                     [times[0]] * total if times and times.count(times[0]) == len(times) else spread(times))
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1

@@ -37,6 +37,17 @@ class StateError(RStreamError):
     """The state store cannot be opened or read."""
 
 
+def _options() -> Options:
+    """RocksDB options of a state store. A task opens its queue's store for every range, so the
+    open is kept cheap: one info log kept (each open starts a new one and would keep the old), no
+    pool of file-opening threads and no statistics read at open (a store holds few files)."""
+    options = Options(raw_mode=True)
+    options.set_keep_log_file_num(1)
+    options.set_max_file_opening_threads(1)
+    options.set_skip_stats_update_on_db_open(True)
+    return options
+
+
 def state_key(operator: str, key: Any) -> bytes:
     """The bytes of ``key`` in ``operator``'s namespace."""
     return operator.encode() + b"\x00" + encode(key)
@@ -127,10 +138,10 @@ class StateStore:
         while True:
             try:
                 if read_only:
-                    self.db = Rdict(str(self.folder), Options(raw_mode=True), access_type=AccessType.read_only())
+                    self.db = Rdict(str(self.folder), _options(), access_type=AccessType.read_only())
                 else:
                     self.folder.mkdir(parents=True, exist_ok=True)
-                    self.db = Rdict(str(self.folder), Options(raw_mode=True))
+                    self.db = Rdict(str(self.folder), _options())
                 return self
             except Exception as exc:
                 held = not read_only and "LOCK" in str(exc)

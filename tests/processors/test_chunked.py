@@ -201,7 +201,11 @@ def test_chunks_write_what_record_by_record_writes(tmp_path: Path, bodies: list[
     broker = EmbeddedBroker(root / "broker")
     broker.create_topic("in", queues=queues)
     broker.send_batch("in", bodies, born_timestamps=[1_000 * i for i in range(len(bodies))])
-    make = PIPELINES[pipeline]
+    _assert_chunks_write_what_records_write(root, broker, PIPELINES[pipeline], size, len(bodies), emit)
+
+
+def _assert_chunks_write_what_records_write(root: Path, broker: EmbeddedBroker, make: Callable[[str], StreamBuilder],
+                                            size: int, records: int, emit: str) -> None:
     # no source goes idle by the wall clock between runs (a slow machine would fire windows early in one
     # of them); the flush at the end of each run fires what is left
     props = {"aggregate_emit": emit, "time_type": "event_time", "allowed_lateness_ms": 1_000,
@@ -217,9 +221,30 @@ def test_chunks_write_what_record_by_record_writes(tmp_path: Path, bodies: list[
     with (mock.patch.object(task, "CHUNK_RECORDS", size), mock.patch.object(task, "MIN_CHUNK_RECORDS", 1),
           mock.patch.object(ChunkedPipeline, "run", counted)):
         chunked = _run(root, broker, make, "chk", chunked=True, **props)
-    assert runs and max(runs) <= size and sum(runs) >= len(bodies)  # every source record went through a chunk
+    assert runs and max(runs) <= size and sum(runs) >= records  # every source record went through a chunk
     assert _written(broker, "chk") == _written(broker, "ref")
     assert _metrics(chunked) == _metrics(reference)
+
+
+def _split_by_key(job: str) -> StreamBuilder:
+    """flat_map of records with keys (the deserializer's): every item keeps its record's key and time."""
+    b = StreamBuilder(job)
+    b.source("in", _keys_as_read).flat_map(_words).map(_checked).sink(f"{job}-out", _serialize)
+    return b
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bodies=BODIES, borns=st.lists(st.sampled_from([1_000, 2_000]), min_size=1, max_size=3),
+       pipeline=st.sampled_from(["split_by_key", "by_word"]), size=st.sampled_from([2, 64]))
+def test_a_flat_map_chunk_keeps_each_record_s_key_and_time(tmp_path: Path, bodies: list[str], borns: list[int],
+                                                           pipeline: str, size: int) -> None:
+    # records appended together share one born time (a chunk whose times are one value), or not
+    root = tmp_path / f"{pipeline}-{size}-{abs(hash((tuple(bodies), tuple(borns))))}"
+    broker = EmbeddedBroker(root / "broker")
+    broker.create_topic("in", queues=1)
+    broker.send_batch("in", bodies, born_timestamps=[borns[i % len(borns)] for i in range(len(bodies))])
+    make = _split_by_key if pipeline == "split_by_key" else PIPELINES[pipeline]
+    _assert_chunks_write_what_records_write(root, broker, make, size, len(bodies), "record")
 
 
 def test_a_word_count_in_chunks_equals_a_python_loop(tmp_path: Path) -> None:

@@ -35,6 +35,19 @@ def test_put_commit_get_and_applied_offset(tmp_path: Path, broker: EmbeddedBroke
         assert [k for _, k, _ in store.items("SUM-2")] == ["a"]
 
 
+def test_a_store_opened_once_per_batch_keeps_its_folder_small(tmp_path: Path, broker: EmbeddedBroker) -> None:
+    # a task opens its queue's store for every range: a long-running job opens it thousands of times
+    broker.create_topic("in-stateTopic", queues=1, compact=True)
+    for batch in range(12):
+        with StateStore(tmp_path / "s", "in-stateTopic", 0).open() as store:
+            store.put("COUNT-1", "a", batch)
+            _persist(broker, store, batch)
+    names = [p.name for p in (tmp_path / "s").iterdir()]
+    assert len([n for n in names if n.startswith("LOG")]) <= 2, names  # RocksDB's info log, and one old one
+    with StateStore(tmp_path / "s", "in-stateTopic", 0).open(read_only=True) as store:
+        assert store.get("COUNT-1", "a") == 11 and store.applied_offset == 12
+
+
 def test_replay_rebuilds_latest_values_and_skips_deletes(tmp_path: Path, broker: EmbeddedBroker) -> None:
     broker.create_topic("in-stateTopic", queues=1, compact=True)
     store = StateStore(tmp_path / "s", "in-stateTopic", 0).open()
