@@ -28,6 +28,13 @@ def row(children: Sequence[ipywidgets.Widget], **layout: Any) -> ipywidgets.HBox
                                                                    grid_gap="4px 16px", **layout))
 
 
+def select(dropdown: ipywidgets.Dropdown, value: Any) -> None:
+    """Choose the option of ``dropdown`` whose value is ``value``. By its index: ipywidgets takes a value
+    of None for no choice at all, so an option such as ("all", None) set through ``value`` shows an
+    empty box."""
+    dropdown.index = [v for _label, v in dropdown.options].index(value)
+
+
 def cell_text(value: Any) -> str:
     """A value as table text: ``-`` for nothing, numbers as they are, anything long cut short."""
     if value is None:

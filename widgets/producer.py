@@ -15,7 +15,7 @@ import ipywidgets
 
 from rstream import Broker
 
-from .html import ALERT, box, note, row, status, table
+from .html import ALERT, box, note, row, select, status, table
 from .live import LiveView
 
 #: How often a running producer sends what is due (seconds).
@@ -147,6 +147,7 @@ class ProducerPanel(LiveView):
         self.key = ipywidgets.Text(placeholder="(none)", description="key", layout=ipywidgets.Layout(width="220px"))
         self.queue = ipywidgets.Dropdown(options=[("by key / round robin", None), *[(str(q), q) for q in range(info.queues)]],
                                          description="queue", layout=ipywidgets.Layout(width="280px"))
+        select(self.queue, None)  # "by key / round robin" shown, not an empty box
         self.send_button = ipywidgets.Button(description="send", icon="paper-plane", layout=ipywidgets.Layout(width="110px"))
         self.result = box()
         self.offsets = box()

@@ -12,7 +12,7 @@ import ipywidgets
 
 from rstream import RocketMQStream
 
-from .html import ALERT, BLUE, GREEN, RED, RUNNING, YELLOW, box, cell_text, note, row, status, table
+from .html import ALERT, BLUE, GREEN, RED, RUNNING, YELLOW, box, cell_text, note, row, select, status, table
 from .live import LiveView
 
 STATE_COLUMNS = ["operator", "queue", "key", "value"]
@@ -193,8 +193,10 @@ class StateInspector(LiveView):
                                                 continuous_update=False, layout=ipywidgets.Layout(width="95%"))
         self.diff_to = ipywidgets.SelectionSlider(options=[-1], value=-1, description="batch",
                                                   continuous_update=False, layout=ipywidgets.Layout(width="95%"))
-        self.diff_from = ipywidgets.Dropdown(options=[("the batch before", None)], value=None, description="from",
+        self.diff_from = ipywidgets.Dropdown(options=[("the batch before", None)], description="from",
                                              layout=ipywidgets.Layout(width="260px"))
+        for dropdown in (self.operator, self.queue, self.diff_from):
+            select(dropdown, None)  # "all", "the batch before": shown, not an empty box
         self.state_table = box()
         self.diff_table = box()
         self.replay_button = ipywidgets.Button(description="delete local state and replay", icon="refresh",
@@ -272,7 +274,7 @@ class StateInspector(LiveView):
             self.diff_to.value = keep_to
             keep_from = self.diff_from.value if self.diff_from.value in batches else None
             self.diff_from.options = [("the batch before", None), *[(f"after batch {b}", b) for b in batches]]
-            self.diff_from.value = keep_from
+            select(self.diff_from, keep_from)
 
     def draw(self) -> Hashable:
         seen = self.seen()

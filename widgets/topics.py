@@ -18,7 +18,7 @@ import ipywidgets
 from rstream import Broker, RocketMQStream
 from rstream.runtime.inspect import Decoded, TopicRole, decode_message, topic_role
 
-from .html import ALERT, BLUE, RED, box, cell_text, note, row, status, table
+from .html import ALERT, BLUE, RED, box, cell_text, note, row, select, status, table
 from .live import LiveView
 
 MESSAGE_COLUMNS = ["queue", "offset", "kind", "key", "value", "born", "stored", "detail"]
@@ -213,6 +213,7 @@ class TopicBrowser(LiveView):
         self.topic = ipywidgets.Dropdown(description="topic", layout=ipywidgets.Layout(width="420px"))
         self.queue = ipywidgets.Dropdown(options=[("all", None)], description="queue",
                                          layout=ipywidgets.Layout(width="160px"))
+        select(self.queue, None)
         self.start_offset = ipywidgets.BoundedIntText(value=0, min=0, max=2**62, description="from offset",
                                                       layout=ipywidgets.Layout(width="200px"))
         self.previous = ipywidgets.Button(description="◀", layout=ipywidgets.Layout(width="36px"), tooltip="previous page")
@@ -293,7 +294,7 @@ class TopicBrowser(LiveView):
     def _topic_changed(self, _change: Any) -> None:
         queues = self.broker.topic(self.topic.value).queues if self.topic.value else 0
         self.queue.options = [("all", None), *[(str(q), q) for q in range(queues)]]
-        self.queue.value = None
+        select(self.queue, None)
         self._starts, self._history = {}, []
         self.trace_view.value = ""
         self._ask()

@@ -50,6 +50,8 @@ def test_a_rate_producer_sends_exactly_what_its_generator_makes(broker: Embedded
 def test_the_panel_sends_typed_records_and_runs_a_generator(broker: EmbeddedBroker) -> None:
     broker.create_topic("events", queues=2)
     panel = ProducerPanel(broker, "events", generator=lambda i: f"gen {i}")
+    # its queue box shows its choice, not an empty box (an option valued None chosen by value)
+    assert (panel.queue.index, panel.queue.label, panel.queue.value) == (0, "by key / round robin", None)
     panel.records.value = "first\n\nsecond"
     results = panel.send()
     assert [r.offset for r in results] and sum(broker.end_offsets("events")) == 2

@@ -85,6 +85,13 @@ def test_the_inspector_follows_its_controls_and_watches_a_replay(counted: Rocket
     assert ">cherry</td>" in unescape(inspector.state_table.value) and ">fig</td>" not in unescape(inspector.state_table.value)
     inspector.tabs.selected_index = 1
     assert inspector.diff_to.value == batches[-1] and "changes in the state" in inspector.status_line.value
+    # every dropdown shows its choice (an option whose value is None chosen by value shows an empty box)
+    for dropdown, label in ((inspector.diff_from, "the batch before"), (inspector.operator, "all operators"),
+                            (inspector.queue, "all")):
+        assert (dropdown.index, dropdown.label, dropdown.value) == (0, label, None)
+    inspector.diff_from.value = batches[0]
+    inspector.draw()
+    assert inspector.diff_from.label == f"after batch {batches[0]}"
 
     rows = inspector.replay()
     assert rows is not None and rows["replayed"].all()

@@ -132,6 +132,28 @@ def test_the_browser_lists_every_topic_shows_a_message_and_traces_it(finished_jo
     assert page is not None and len(page.messages) == len(browser.messages.options)
 
 
+def test_the_queue_dropdown_shows_all_queues_on_every_topic(tmp_path: Any) -> None:
+    """ipywidgets takes a value of None for no choice at all: "all" (None) chosen by value showed an
+    empty box. On every topic, and after a queue was picked, the box reads "all" and the page holds
+    every queue's messages."""
+    broker = EmbeddedBroker(tmp_path / "b")
+    broker.create_topic("one", queues=1)
+    broker.create_topic("two", queues=2)
+    broker.send_batch("one", ["a", "b"])
+    broker.send_batch("two", ["c", "d", "e"])
+    browser = TopicBrowser(broker)
+    for topic, queues in (("one", ["all", "0"]), ("two", ["all", "0", "1"]), ("one", ["all", "0"])):
+        browser.topic.value = topic
+        assert [label for label, _value in browser.queue.options] == queues
+        assert (browser.queue.index, browser.queue.label, browser.queue.value) == (0, "all", None)
+        assert len(browser.messages.options) == sum(broker.end_offsets(topic))
+    browser.topic.value = "two"
+    browser.queue.value = 1
+    assert browser.queue.label == "1" and len(browser.messages.options) == broker.end_offsets("two")[1]
+    browser.topic.value = "one"
+    assert (browser.queue.index, browser.queue.label) == (0, "all") and len(browser.messages.options) == 2
+
+
 def test_decoded_json_values_equal_what_a_producer_sent(tmp_path: Any) -> None:
     broker = EmbeddedBroker(tmp_path / "broker")
     broker.create_topic("orders", queues=1)
