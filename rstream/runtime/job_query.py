@@ -16,6 +16,7 @@ from rstream.progressbar import NoBar, progress_bar
 from rstream.runtime.job_core import JobTimeoutError
 from rstream.runtime.job_state import StateViews
 from rstream.runtime.progress import BatchProgress
+from rstream.runtime.session import await_warm_up
 from rstream.runtime.source import (
     committed_end,
     plan_tasks,
@@ -119,6 +120,7 @@ class QueryDriver(StateViews):
         }
 
     def _start_query(self, available_now: bool, flush_at_end: bool = False) -> Any:
+        await_warm_up()  # a new session's warm-up: this query then starts warm
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self._failure = None
         options = self._source_options()

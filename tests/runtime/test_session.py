@@ -49,3 +49,54 @@ def test_the_jvm_prints_nothing_into_the_callers_stderr_and_stop_spark_ends_it(t
     assert done.stderr == "", f"the JVM wrote into stderr: {done.stderr!r}"
     log = (tmp_path / "spark-tmp" / "spark-driver.log").read_text()
     assert "incubator" in log  # Spark 4 on Java 17 always says it: it went here instead
+
+
+def test_a_new_session_warms_up_and_its_first_job_waits_for_it_then_runs_warm(tmp_path: Path) -> None:
+    """A fresh process: ``get_spark()`` runs a small job of its own in the background. A job started
+    at once waits for it (two first queries of a new session at once can fail in Spark), counts
+    right, and a job after it finds the Python workers its tasks need already forked; the warm-up
+    leaves no query or folder behind."""
+    script = textwrap.dedent(f"""
+        from collections import Counter
+        from pathlib import Path
+        import psutil
+        from rstream import EmbeddedBroker, RocketMQStream, StreamBuilder, TextDeserializer, TextSerializer, get_spark
+        from rstream.runtime import session
+        tmp = Path({str(tmp_path / "spark-tmp")!r})
+        spark = get_spark("local[2]", tmp_dir=tmp)
+        print(session._WARM_UP.is_alive())  # it runs while the next cells are read
+        def workers():
+            found = set()
+            for p in psutil.Process().children(recursive=True):
+                try:
+                    if "pyspark.worker" in " ".join(p.cmdline()):
+                        found.add(p.pid)
+                except psutil.Error:
+                    pass
+            return found
+        broker = EmbeddedBroker({str(tmp_path / "broker")!r})
+        broker.create_topic("sentences", queues=2)
+        text = ["a rose is a rose", "is it", "a b c"] * 5
+        broker.send_batch("sentences", text)
+        def job(name):
+            b = StreamBuilder(name)
+            (b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()
+             .to_rstream().sink(name + "-counts", TextSerializer(with_key=True)))
+            return RocketMQStream(b.build(), {{"data_dir": {str(tmp_path / "data")!r}}}, broker=broker, spark=spark)
+        def counts(name):
+            out = {{}}
+            for m in broker.read(name + "-counts"):
+                word, _, n = m.body.decode().rpartition(":")
+                out[word] = int(n)
+            return out
+        job("first").run_until_idle(progress=False)  # started at once: it waits for the warm-up
+        print(session._WARM_UP.is_alive(), counts("first") == Counter(w for s in text for w in s.split()))
+        before = workers()
+        job("second").run_until_idle(progress=False)
+        print(len(before) > 0, workers() == before)  # no Python worker forked for it
+        print(len(spark.streams.active), sorted(p.name for p in tmp.iterdir() if p.name.startswith("warm-up")))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=CLEAN_ENV, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False", "True", "True", "True", "0", "[]"], done.stdout
