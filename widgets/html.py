@@ -35,6 +35,11 @@ def select(dropdown: ipywidgets.Dropdown, value: Any) -> None:
     dropdown.index = [v for _label, v in dropdown.options].index(value)
 
 
+def counted(n: int, noun: str) -> str:
+    """``"1 queue"``, ``"2 queues"``: a count and its noun, plural unless it is one."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def cell_text(value: Any) -> str:
     """A value as table text: ``-`` for nothing, numbers as they are, anything long cut short."""
     if value is None:

@@ -18,7 +18,7 @@ import ipywidgets
 from rstream import Broker, RocketMQStream
 from rstream.runtime.inspect import Decoded, TopicRole, decode_message, topic_role
 
-from .html import ALERT, BLUE, RED, box, cell_text, note, row, select, status, table
+from .html import ALERT, BLUE, RED, box, cell_text, counted, note, row, select, status, table
 from .live import LiveView
 
 MESSAGE_COLUMNS = ["queue", "offset", "kind", "key", "value", "born", "stored", "detail"]
@@ -151,10 +151,10 @@ class TopicPage:
 
     @property
     def status(self) -> str:
-        where = f"queue {self.queue}" if self.queue is not None else f"{len(self.end_offsets)} queues"
+        where = f"queue {self.queue}" if self.queue is not None else counted(len(self.end_offsets), "queue")
         frm = ", ".join(f"{q}:{o}" for q, o in self.starts.items())
         return (f"topic {self.topic!r} ({self.role.role}{', feeds windows/joins' if self.role.framed else ''}), "
-                f"{where}: {len(self.messages)} messages from offsets (queue:offset) {frm}; "
+                f"{where}: {counted(len(self.messages), 'message')} from offsets (queue:offset) {frm}; "
                 f"{sum(self.end_offsets)} in all")
 
     def _repr_html_(self) -> str:
@@ -282,7 +282,7 @@ class TopicBrowser(LiveView):
         options = []
         for info in self.broker.topics():
             role = topic_role(info.name, topology, None)
-            options.append((f"{info.name}  ({role.role}, {info.queues} queue{'s' if info.queues != 1 else ''})", info.name))
+            options.append((f"{info.name}  ({role.role}, {counted(info.queues, 'queue')})", info.name))
         if [o[1] for o in options] != [o[1] for o in self.topic.options]:
             keep = self.topic.value if self.topic.value in [o[1] for o in options] else None
             self.topic.options = options

@@ -40,7 +40,11 @@ def test_source_shuffle_state_dead_letter_and_sink_topics_decode_to_what_was_sen
         latest[m.decoded.key] = m.decoded.value
     assert latest == dict(zip(finished_job.state()["key"], finished_job.state()["value"])) == dict(words)
 
-    [letter] = TopicPage.of(broker, finished_job.dlq_topic, job=finished_job).messages
+    letters = TopicPage.of(broker, finished_job.dlq_topic, job=finished_job)
+    [letter] = letters.messages
+    queues = broker.topic(finished_job.dlq_topic).queues
+    assert ": 1 message from offsets" in letters.status  # one of each, not "1 messages"
+    assert (f"{queues} queues:" if queues > 1 else "1 queue:") in letters.status
     assert (letter.decoded.kind, letter.decoded.value, letter.body) == ("dead letter", "boom", b"boom")
     assert letter.decoded.detail["operator"] == "FLAT_MAP-2" and "a sentence that cannot be split" in letter.decoded.detail["error"]
 
