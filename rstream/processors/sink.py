@@ -297,6 +297,8 @@ class SinkProcessor(Processor):
         """Write a chunk's items with their ``bodies``, each to its key's queue."""
         self.records_in += len(bodies)
         if self._columns:  # three appends per record; no tuple made for the broker to take apart
+            if self._extend_one_queue(chunk, bodies):
+                return
             adds, find = self._adds, self._adder
             for key, body, ts in zip(chunk.keys, bodies, chunk.times):
                 try:
@@ -320,6 +322,32 @@ class SinkProcessor(Processor):
                 if route is None:
                     route = routes[key] = self._route(key)
             route[0].append((route[1], body, ts, None, None))
+
+    def _extend_one_queue(self, chunk: Chunk, bodies: list[bytes]) -> bool:
+        """Append the whole chunk with three ``extend`` calls when every distinct key of it goes to
+        the same queue and is its own message key (a str, bytes or None key): a keyed count's results
+        after a shuffle, whose queues split the keys as the sink's do (each of its queues' keys fall
+        in one sink queue). False, and nothing appended, otherwise."""
+        keys = chunk.keys
+        try:
+            distinct = set(keys)
+        except TypeError:  # an unhashable key from a deserializer
+            return False
+        adds, find = self._adds, self._adder
+        target = None
+        for key in distinct:
+            add = adds.get(key) or find(key)
+            if add[3] is not key:
+                return False
+            if target is None:
+                target = add
+            elif add[0].__self__ is not target[0].__self__:
+                return False
+        if target is not None:
+            target[0].__self__.extend(keys)
+            target[1].__self__.extend(bodies)
+            target[2].__self__.extend(chunk.times)
+        return True
 
     def _adder(self, key: Any, cache: bool = True) -> tuple[Any, Any, Any, Any]:
         """The appends of the columns of the key's queue (the input queue's for no key), and the
