@@ -9,29 +9,33 @@ from pathlib import Path
 
 from tests.notebooks.test_notebooks import CLEAN_ENV
 
+#: Put in front of a test's script: the pids of this process's Python workers (Spark's daemons' forks).
+WORKERS = textwrap.dedent("""
+    import psutil
+    def workers():
+        found = set()
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if "pyspark.worker" in " ".join(p.cmdline()):
+                    found.add(p.pid)
+            except psutil.Error:  # a short-lived process, gone already
+                pass
+        return found
+""")
+
 
 def test_the_jvm_prints_nothing_into_the_callers_stderr_and_stop_spark_ends_it(tmp_path: Path) -> None:
     """A fresh process (the test session's own Spark is already running): what the JVM prints at
     start-up, such as "WARNING: Using incubator modules", reaches the log file, never stderr; and
     ``stop_spark()`` ends the JVM, after which ``get_spark()`` starts a new one. The session's warm-up
     leaves a Python worker the next SQL task uses."""
-    script = textwrap.dedent(f"""
-        import psutil
+    script = WORKERS + textwrap.dedent(f"""
         from pyspark import SparkContext
         from rstream import get_spark, stop_spark
         spark = get_spark("local[1]", tmp_dir={str(tmp_path / "spark-tmp")!r})
         print(spark.range(7).count())
         from rstream.runtime import session
         session._WARM_UP.join(120)  # the Python workers a source's tasks need, forked in the background
-        def workers():
-            found = set()
-            for p in psutil.Process().children(recursive=True):
-                try:
-                    if "pyspark.worker" in " ".join(p.cmdline()):
-                        found.add(p.pid)
-                except psutil.Error:  # a short-lived process, gone already
-                    pass
-            return found
         warm = workers()
         spark.range(0, 1, 1, 1).mapInArrow(lambda batches: batches, "id long").collect()
         print(len(warm) >= 2, workers() == warm)  # their daemon and a worker; the task forked none
@@ -56,24 +60,14 @@ def test_a_new_session_warms_up_and_its_first_job_waits_for_it_then_runs_warm(tm
     at once waits for it (two first queries of a new session at once can fail in Spark), counts
     right, and a job after it finds the Python workers its tasks need already forked; the warm-up
     leaves no query or folder behind."""
-    script = textwrap.dedent(f"""
+    script = WORKERS + textwrap.dedent(f"""
         from collections import Counter
         from pathlib import Path
-        import psutil
         from rstream import EmbeddedBroker, RocketMQStream, StreamBuilder, TextDeserializer, TextSerializer, get_spark
         from rstream.runtime import session
         tmp = Path({str(tmp_path / "spark-tmp")!r})
         spark = get_spark("local[2]", tmp_dir=tmp)
         print(session._WARM_UP.is_alive())  # it runs while the next cells are read
-        def workers():
-            found = set()
-            for p in psutil.Process().children(recursive=True):
-                try:
-                    if "pyspark.worker" in " ".join(p.cmdline()):
-                        found.add(p.pid)
-                except psutil.Error:
-                    pass
-            return found
         broker = EmbeddedBroker({str(tmp_path / "broker")!r})
         broker.create_topic("sentences", queues=2)
         text = ["a rose is a rose", "is it", "a b c"] * 5
