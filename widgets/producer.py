@@ -15,7 +15,7 @@ import ipywidgets
 
 from rstream import Broker
 
-from .html import ALERT, box, note, row, select, status, table
+from .html import ALERT, box, counted, note, row, select, status, table
 from .live import LiveView
 
 #: How often a running producer sends what is due (seconds).
@@ -217,7 +217,7 @@ class ProducerPanel(LiveView):
         results = self.broker.send_batch(self.topic, bodies, key=self.key.value or None, queue=self.queue.value,
                                          progress=False)
         where = ", ".join(f"{r.queue_id}/{r.offset}" for r in results[:10]) + (" …" if len(results) > 10 else "")
-        self.result.value = status(f"sent {len(results)} record{'s' if len(results) != 1 else ''} (queue/offset: {where})")
+        self.result.value = status(f"sent {counted(len(results), 'record')} (queue/offset: {where})")
         if not self.is_monitoring:
             self.refresh()
         return list(results)
