@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import marshal
 import re
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -214,6 +216,127 @@ class BodyRecords(_RecordColumns):
             for i, r in whole:
                 headers[i], tags[i] = r[3], r[4]
         return self.keys[lo:hi], self.bodies[lo:hi], self.borns[lo:hi], headers, tags
+
+
+#: A run of consecutive records in ``FrameRecords``: ``(values, watermarks, source offsets,
+#: producer, side)``, the values as one marshal blob (a list if marshal cannot write them), or None
+#: for one record appended whole.
+FramePart = Union[tuple[Union[bytes, Sequence[Any]], Sequence[int], Sequence[int], str, int], None]
+
+#: marshal's version for the values of a ``FrameRecords`` part: 2, which has no back-references,
+#: so each record's value reads back as objects of its own (as if its body had been decoded alone).
+FRAME_VALUES_VERSION = 2
+
+
+class FrameRecords(_RecordColumns):
+    """Records whose bodies are ``encode(frame)``, each frame a tuple ``(value, watermark, producer,
+    source offset, side)`` (what a framed shuffle sink writes), kept in *parts*: runs of records
+    added together, of one producer and side, whose values are encoded as one marshal blob when the
+    run is added (``extend``), while they are fresh in the processor's cache; records appended whole
+    (``append``: a control record) in between. No tuple and no body is made per record.
+
+    As a sequence, each body is made when it is asked for, the same bytes as ``encode`` of the
+    frame's tuple. The embedded broker stores the parts as they are and hands the frames back as
+    ``Fields`` (``RecordBlock.items``). ``encode(frame)`` must be ``marshal.dumps(frame,
+    marshal_version)`` wherever marshal can write ``frame``."""
+
+    __slots__ = ("parts", "starts", "encode", "marshal_version")
+
+    def __init__(self, encode: Callable[[Any], bytes], marshal_version: int) -> None:
+        super().__init__()
+        self.encode, self.marshal_version = encode, marshal_version
+        self.parts: list[FramePart] = []
+        self.starts: list[int] = []  # the index of each part's first record
+
+    def extend(self, keys: Sequence[MessageKey], borns: Sequence[int], values: list[Any] | tuple[Any, ...],
+               watermarks: Sequence[int], offsets: Sequence[int], producer: str, side: int) -> None:
+        """Records of one producer and side, their frames given as columns (each as long as ``keys``)."""
+        try:
+            blob: bytes | Sequence[Any] = marshal.dumps(values, FRAME_VALUES_VERSION)
+        except ValueError:  # a value marshal cannot write: kept as it is (encoded, pickled, with its batch)
+            blob = list(values)
+        self.starts.append(len(self.keys))
+        self.parts.append((blob, watermarks, offsets, producer, side))
+        self.keys.extend(keys)
+        self.borns.extend(borns)
+
+    def add(self, key: MessageKey, frame: tuple[Any, int, str, int, int], born: int) -> None:
+        """One record whose body is ``encode(frame)``."""
+        value, watermark, producer, offset, side = frame
+        self.extend((key,), (born,), (value,), (watermark,), (offset,), producer, side)
+
+    def append(self, record: RecordTuple) -> None:
+        """One record as it is: ``(key, body, born, headers, tags)``."""
+        self.whole[len(self.keys)] = record
+        self.starts.append(len(self.keys))
+        self.parts.append(None)
+        self.keys.append(record[0])
+        self.borns.append(record[2])
+
+    def clear(self) -> None:
+        super().clear()
+        self.starts.clear()
+
+    def _middle(self) -> list[Any]:
+        return self.parts
+
+    def _body(self, i: int) -> bytes:
+        j = bisect.bisect_right(self.starts, i) - 1
+        part = self.parts[j]
+        assert part is not None  # a record appended whole is in ``whole``
+        k = i - self.starts[j]
+        values = part[0] if not isinstance(part[0], bytes) else marshal.loads(part[0])
+        return self.encode((values[k], part[1][k], part[3], part[2][k], part[4]))
+
+    def columns(self, lo: int, hi: int) -> tuple[list[MessageKey], list[int], dict[int, RecordTuple], list[FramePart]]:
+        """Records ``lo:hi`` as ``(keys, borns, whole, parts)``: ``whole`` indexed from ``lo``, the
+        parts cut to ``lo:hi`` (a part's values re-encoded where it is cut)."""
+        whole = {i - lo: r for i, r in self.whole.items() if lo <= i < hi} if self.whole else {}
+        parts: list[FramePart] = []
+        starts, n = self.starts, len(self.keys)
+        for j in range(max(bisect.bisect_right(starts, lo) - 1, 0), bisect.bisect_left(starts, hi)):
+            part, first = self.parts[j], starts[j]
+            end = starts[j + 1] if j + 1 < len(starts) else n
+            if part is None or (first >= lo and end <= hi):
+                parts.append(part)
+                continue
+            a, b = max(lo, first) - first, min(hi, end) - first
+            values = list(part[0]) if not isinstance(part[0], bytes) else marshal.loads(part[0])
+            try:
+                blob: bytes | Sequence[Any] = marshal.dumps(values[a:b], FRAME_VALUES_VERSION)
+            except ValueError:
+                blob = list(values[a:b])
+            parts.append((blob, part[1][a:b], part[2][a:b], part[3], part[4]))
+        return self.keys[lo:hi], self.borns[lo:hi], whole, parts
+
+
+class Fields(Sequence[tuple[Any, ...]]):
+    """Tuples of one width kept as one column per field (``fields[j][i]``: field ``j`` of tuple
+    ``i``): how a broker may hand back the frames of ``FrameRecords`` (``RecordBlock.items``). As a
+    sequence, each tuple is made when it is asked for; a reader that needs one field of every
+    record takes its column instead."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: Sequence[Sequence[Any]]) -> None:
+        self.fields = tuple(fields)
+
+    def __len__(self) -> int:
+        return len(self.fields[-1])
+
+    @overload
+    def __getitem__(self, at: int) -> tuple[Any, ...]: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> Fields: ...
+
+    def __getitem__(self, at: int | slice) -> tuple[Any, ...] | Fields:
+        if isinstance(at, slice):
+            return Fields([column[at] for column in self.fields])
+        return tuple(column[at] for column in self.fields)
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return zip(*self.fields)
 
 
 class RecordBlock:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rstream.broker.base import BodyRecords, ItemRecords
+from rstream.broker.base import BodyRecords, FrameRecords, ItemRecords
 from rstream.enums import TextEnum
 from rstream.errors import RStreamError
 from rstream.processors.metrics import OperatorMetrics
@@ -176,7 +176,7 @@ class StreamContext:
     chunked: bool = True
 
     def __post_init__(self) -> None:
-        self.outputs: dict[tuple[str, int], Any] = {}  # lists, ItemRecords (``item_output``), BodyRecords
+        self.outputs: dict[tuple[str, int], Any] = {}  # lists, ItemRecords (``item_output``), FrameRecords, BodyRecords
         self.errors: list[dict[str, Any]] = []
         self.printed: list[str] = []
         self.frame = NO_FRAME  # what the current record of a framed shuffle topic carried
@@ -264,6 +264,12 @@ class StreamContext:
         encoded with its stored batch, not one by one. While a range is re-executed
         (``make_output``), the plain list of ``output``."""
         return self._kept_output(topic, queue, lambda: ItemRecords(encode, MARSHAL_VERSION))
+
+    def frame_output(self, topic: str, queue: int) -> list[Any] | FrameRecords:
+        """Like ``output``, for records whose bodies are ``encode(frame)`` (a framed shuffle sink's):
+        a ``FrameRecords`` that keeps the frames in parts, as columns. While a range is re-executed
+        (``make_output``), or where another writer made the plain list first, that list."""
+        return self._kept_output(topic, queue, lambda: FrameRecords(encode, MARSHAL_VERSION))
 
     def body_output(self, topic: str, queue: int) -> list[Any] | BodyRecords:
         """Like ``output``, kept as columns (``BodyRecords``) for a sink to fill: unless the range is

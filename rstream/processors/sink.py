@@ -6,10 +6,10 @@ import marshal
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from itertools import accumulate, islice, repeat
-from operator import sub
+from operator import itemgetter, sub
 from typing import Any
 
-from rstream.broker.base import BodyRecords, ItemRecords
+from rstream.broker.base import BodyRecords, FrameRecords, ItemRecords
 from rstream.processors.base import Processor
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.fold import CountFold, Fold
@@ -22,6 +22,7 @@ from rstream.time.watermark import NO_WATERMARK
 from rstream.time.windows import WindowKey
 
 _dumps = marshal.dumps
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 class ShuffleSinkProcessor(Processor):
@@ -35,9 +36,11 @@ class ShuffleSinkProcessor(Processor):
 
     With ``defer`` (set by the task where no other branch sees its records, so no one can change a
     value after it took it), an unframed sink hands each value to the broker as it is, an item of
-    ``ItemRecords``, encoded with its stored batch instead of one by one here. Frames are encoded
-    when taken all the same: kept as items, each holds its value (a dict, often) alive until the
-    batch ends, which measured slower than encoding it at once."""
+    ``ItemRecords``, encoded with its stored batch instead of one by one here. A framed sink keeps
+    its frames in ``FrameRecords``: per chunk and queue, one part whose values are encoded at once,
+    while they are fresh in the cache (kept as objects until the batch ends, encoding them then
+    measured slower), and whose watermarks and source offsets stay columns: no tuple and no body
+    per record, and the reading side decodes the values only where it needs them."""
 
     #: Whether values may be kept as they are until the batch is appended (see the class docstring).
     defer = False
@@ -54,13 +57,19 @@ class ShuffleSinkProcessor(Processor):
     def open(self, ctx: Any) -> None:
         super().open(ctx)
         self.markers_sent = 0  # the watermark markers ``flush`` sent (they are not records out)
-        output = ctx.item_output if self.defer and not self.framed else ctx.output
-        self._outs = [output(self.topic, q) for q in range(self.queues)]
+        self.from_source = ctx.watermarks is None  # in a shuffle pipeline, time comes from upstream
+        if self.framed:
+            self._outs = [ctx.frame_output(self.topic, q) for q in range(self.queues)]
+        else:
+            output = ctx.item_output if self.defer else ctx.output
+            self._outs = [output(self.topic, q) for q in range(self.queues)]
         self._deferred = all(isinstance(out, ItemRecords) for out in self._outs)
+        #: every queue's output keeps frames as columns (``FrameRecords``): a chunk goes in as columns
+        self._fielded = self.framed and all(type(out) is FrameRecords for out in self._outs)
         self._routes: dict[Any, tuple[Any, bytes]] = {}  # key -> (its queue's output, serialized key)
         self._adders: dict[Any, tuple[Any, Any, Any, bytes]] = {}  # key -> its queue's appends, serialized key
+        self._slots: dict[Any, tuple[int, bytes]] = {}  # key -> (its queue, serialized key)
         self.producer = f"{ctx.topic}/{ctx.queue}/{self.name}"
-        self.from_source = ctx.watermarks is None  # in a shuffle pipeline, time comes from upstream
         self.watermark = ctx.source_watermarks.get(self.name, NO_WATERMARK)
         self.lateness = ctx.settings.allowed_lateness_ms
 
@@ -87,7 +96,10 @@ class ShuffleSinkProcessor(Processor):
         else:
             wm = self.watermark = max(self.watermark, ctx.emit_watermark)  # type: ignore[union-attr]
             offset = ctx.frame.source_offset  # type: ignore[union-attr]
-        out.append((kb, encode((value, wm, self.producer, offset, self.side)), ts, None, None))
+        if type(out) is FrameRecords:
+            out.add(kb, (value, wm, self.producer, offset, self.side), ts)
+        else:
+            out.append((kb, encode((value, wm, self.producer, offset, self.side)), ts, None, None))
 
     def _route(self, key: Any) -> tuple[Any, bytes]:
         """The key's queue's output (a list or ``ItemRecords``) and serialized key, cached for the batch."""
@@ -102,6 +114,9 @@ class ShuffleSinkProcessor(Processor):
         self.records_in += len(chunk.offsets)
         if self._deferred:
             self._add_chunk(chunk)
+            return
+        if self._fielded:
+            self._add_frames(chunk)
             return
         if not self.framed:
             try:  # every value at once; one that marshal cannot write: each pickled or not, as encode() does
@@ -126,6 +141,41 @@ class ShuffleSinkProcessor(Processor):
         for key, body, ts in zip(chunk.keys, bodies, chunk.times):
             route = get(key) or find(key)
             route[0].append((route[1], body, ts, None, None))
+
+    def _add_frames(self, chunk: Chunk) -> None:
+        """``take_chunk`` of a framed sink whose outputs keep frames in parts (``FrameRecords``):
+        each column of the chunk reordered once by queue (a stable sort, so each queue keeps the
+        chunk's order), then each queue's run added as one part, with no tuple made per record."""
+        n = len(chunk.offsets)
+        if not n:
+            return
+        # each record carries its queue's watermark so far: a running max of time - lateness
+        marks = list(accumulate(map(sub, chunk.times, repeat(self.lateness)), max, initial=self.watermark))
+        self.watermark = marks[-1]
+        del marks[0]  # the watermark before the chunk
+        get, find = self._slots.get, self._slot
+        placed = [get(key) or find(key) for key in chunk.keys]
+        queues = list(map(_FIRST, placed))
+        kbs = list(map(_SECOND, placed))
+        producer, side, outs = self.producer, self.side, self._outs
+        if queues.count(queues[0]) == n:  # every record to one queue: the columns as they are
+            outs[queues[0]].extend(kbs, chunk.times, chunk.values, marks, chunk.offsets, producer, side)
+            return
+        pick = itemgetter(*sorted(range(n), key=queues.__getitem__))
+        kbs, times, values, marks, offsets = (pick(kbs), pick(chunk.times), pick(chunk.values), pick(marks),
+                                              pick(chunk.offsets))
+        counts = Counter(queues)
+        lo = 0
+        for q in sorted(counts):
+            hi = lo + counts[q]
+            outs[q].extend(kbs[lo:hi], times[lo:hi], values[lo:hi], marks[lo:hi], offsets[lo:hi], producer, side)
+            lo = hi
+
+    def _slot(self, key: Any) -> tuple[int, bytes]:
+        """The key's queue and serialized key, cached for the batch."""
+        kb = encode(key)
+        slot = self._slots[key] = (stable_queue(kb, self.queues), kb)
+        return slot
 
     def _add_chunk(self, chunk: Chunk) -> None:
         """``take_chunk`` when deferred (unframed): each value to its key's queue, as an item."""

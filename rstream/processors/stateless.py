@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import marshal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from itertools import chain, compress, repeat
 from operator import is_not, itemgetter
 from typing import Any
 
-from rstream.broker.base import RecordBlock
+from rstream.broker.base import Fields, RecordBlock
 from rstream.processors.base import Frame, Partial, Processor, UnhashableKeyError
 from rstream.processors.chunk import Chunk
 from rstream.processors.metrics import OperatorMetrics
@@ -103,9 +103,9 @@ class ShuffleSourceProcessor(Processor):
         super().__init__(name)
         self.framed = framed
         self.markers = 0
-        #: A framed chunk's frames: per record, its decoded ``(value, watermark, producer, source
-        #: offset, side)``, for the processor after this one (``frame_at``).
-        self.frames: list[tuple[Any, ...]] = []
+        #: A framed chunk's frames as columns, for the processor after this one (``frame_at``):
+        #: values, watermarks, producers, source offsets and sides, each in the chunk's order.
+        self.fields: Sequence[Sequence[Any]] = ((),) * 5
 
     @property
     def chunked_root(self) -> bool:  # type: ignore[override]
@@ -172,21 +172,25 @@ class ShuffleSourceProcessor(Processor):
         if any(records.headers):
             raise ValueError("a control record in a framed chunk")  # QueueRun.feed splits them out
         keys = self._chunk_keys(records)
-        if records.items is not None:  # stored as they are (``ItemRecords``): nothing to decode
-            frames = list(records.items)
+        items = records.items
+        if isinstance(items, Fields):  # stored as columns (``FrameRecords``): values decoded when read
+            fields = items.fields
         else:
-            try:
-                frames = list(map(_loads, records.bodies))
-            except (ValueError, EOFError):  # a pickled frame (a value marshal cannot write)
-                frames = list(map(decode, records.bodies))
-        chunk = Chunk(list(records.offsets), keys, list(map(_PAIR_KEY, frames)), list(records.borns))
-        self.frames = frames
-        return chunk
+            if items is not None:  # stored as they are (``ItemRecords``): nothing to decode
+                frames = list(items)
+            else:
+                try:
+                    frames = list(map(_loads, records.bodies))
+                except (ValueError, EOFError):  # a pickled frame (a value marshal cannot write)
+                    frames = list(map(decode, records.bodies))
+            fields = tuple(map(list, zip(*frames, strict=True))) if frames else ([],) * 5
+        self.fields = fields
+        return Chunk(list(records.offsets), keys, fields[0], list(records.borns))  # type: ignore[arg-type]
 
     def frame_at(self, i: int) -> Frame:
         """The frame of the ``i``-th record of the last framed chunk."""
-        _value, watermark, producer, source_offset, side = self.frames[i]
-        return Frame(watermark, producer, source_offset, side)
+        _values, watermarks, producers, source_offsets, sides = self.fields
+        return Frame(watermarks[i], producers[i], source_offsets[i], sides[i])
 
     def chunk_done(self, records: RecordBlock) -> None:
         """After a chunk went through: the context as ``receive`` leaves it after the last record."""

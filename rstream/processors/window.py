@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import compress, repeat
-from operator import itemgetter, le, lt, not_, or_
+from operator import le, lt, not_, or_
 from typing import Any
 
 from rstream.processors.base import LateCause, Processor, StreamContext, _short_repr
@@ -28,7 +28,6 @@ from rstream.time.windows import SessionWindow, TumblingWindow, Window, WindowEr
 #: Pending windows listed per operator and queue in the progress (for "why has it not fired?").
 MAX_PENDING = 20
 #: The carried watermark of a decoded frame ``(value, watermark, producer, source offset, side)``.
-_WATERMARK = itemgetter(1)
 
 
 class WindowedOperator(Processor):
@@ -170,11 +169,11 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def _window_counts(self, chunk: Chunk, root: Any) -> dict[tuple[Any, int, int], int]:
         """Per window key, the chunk's records in it (in order of first appearance); late ones reported."""
-        frames, horizon, assign = root.frames, self.horizon, self.window.assign  # type: ignore[union-attr]
+        marks, horizon, assign = root.fields[1], self.horizon, self.window.assign  # type: ignore[union-attr]
         added: dict[tuple[Any, int, int], int] = {}
         get = added.get
         for i, (key, ts) in enumerate(zip(chunk.keys, chunk.times)):
-            carried = frames[i][1]
+            carried = marks[i]
             if ts < carried:
                 self._late_behind(*self._at(root, chunk, i), carried)
                 continue
@@ -191,7 +190,7 @@ class WindowAggregateProcessor(WindowedOperator):
         are late, then one ``Counter`` of (key, window start) over the others."""
         keys, times, size, horizon = chunk.keys, chunk.times, self.window.size, self.horizon  # type: ignore[union-attr]
         starts = [t - t % size for t in times]
-        carried = list(map(_WATERMARK, root.frames))
+        carried = root.fields[1]
         behind = list(map(lt, times, carried))
         late = behind
         if min(starts) <= horizon - size:  # some window already fired (its end is at or before the horizon)

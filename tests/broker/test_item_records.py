@@ -1,7 +1,8 @@
-"""Records appended as items (``ItemRecords``, what shuffle sinks write): the embedded broker stores
-the items and encodes each body only when it is read, so every reader sees the bodies a list of
-``(key, encode(item), born, None, None)`` tuples would have given, and a task's blocks carry the
-items themselves."""
+"""Records appended as items (``ItemRecords``, what shuffle sinks write) or frames (``FrameRecords``,
+what framed shuffle sinks write): the embedded broker stores the items or the frames' parts and
+encodes each body only when it is read, so every reader sees the bodies a list of ``(key,
+encode(item), born, None, None)`` tuples would have given, and a task's blocks carry the items
+themselves (the frames as ``Fields``: a column per field)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstream import EmbeddedBroker
-from rstream.broker.base import BodyRecords, ItemRecords, read_blocks
+from rstream.broker import embedded
+from rstream.broker.base import BodyRecords, Fields, FrameRecords, ItemRecords, read_blocks
 from rstream.serde.codec import MARSHAL_VERSION, decode, encode
 
 _leaf = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
@@ -118,3 +121,109 @@ def test_records_kept_as_columns_read_back_as_the_tuples_they_stand_for(tmp_path
     rows = [(o, k, b, born, h) for block in read_blocks(columns_broker, "t", 0, start, len(want))
             for o, k, b, born, _store, h in block.rows()]
     assert rows == _rows_of(want[start:])
+
+
+#: ("part", producer, side, [(key, value, watermark, source offset, born), ...]), ("one", the same for
+#: one record, through ``add``) or a marker appended whole: what a framed shuffle sink writes
+_frame = st.tuples(st.sampled_from([b"k1", b"k2", None]), _item, st.integers(-2**62, 2**50), st.integers(0, 2**40),
+                   st.integers(0, 2**50))
+_frame_entry = st.one_of(
+    st.tuples(st.just("part"), st.sampled_from(["src/0/shuffle", "src/1/shuffle"]), st.integers(0, 1),
+              st.lists(_frame, min_size=1, max_size=12)),
+    st.tuples(st.just("one"), st.just("src/0/shuffle"), st.just(1), st.lists(_frame, min_size=1, max_size=1)),
+    st.tuples(st.just("whole"), st.just(None), st.just(b""), st.integers(0, 2**50), st.just({"rstream-wm": "5"}),
+              st.one_of(st.none(), st.just("WATERMARK"))),
+)
+
+
+def _frames_both(entries: list[tuple[Any, ...]]) -> tuple[FrameRecords, list[tuple[Any, ...]], list[Any]]:
+    """The entries as ``FrameRecords``, as the plain record tuples they stand for, and each record's
+    frame (None for one appended whole)."""
+    records, plain, frames = FrameRecords(encode, MARSHAL_VERSION), [], []
+    for e in entries:
+        if e[0] == "whole":
+            records.append(e[1:])
+            plain.append(e[1:])
+            frames.append(None)
+            continue
+        _kind, producer, side, rows = e
+        if e[0] == "one":
+            key, value, mark, offset, born = rows[0]
+            records.add(key, (value, mark, producer, offset, side), born)
+        else:
+            keys, values, marks, offsets, borns = (list(c) for c in zip(*rows))
+            records.extend(keys, borns, values, marks, offsets, producer, side)
+        for key, value, mark, offset, born in rows:
+            frame = (value, mark, producer, offset, side)
+            plain.append((key, encode(frame), born, None, None))
+            frames.append(frame)
+    return records, plain, frames
+
+
+@settings(max_examples=60, deadline=None)
+@given(appends=st.lists(st.lists(_frame_entry, min_size=1, max_size=10), min_size=1, max_size=3),
+       start=st.integers(0, 60), batch=st.sampled_from([3, 7, 4096]))
+def test_frames_read_back_as_the_bodies_a_list_of_tuples_gives_and_as_fields(
+        tmp_path_factory: Any, appends: list[Any], start: int, batch: int) -> None:
+    """What a framed shuffle sink writes (``FrameRecords``): stored in parts (cut where a stored
+    batch ends: ``batch``), read back as a list of tuples is, and by a task as ``Fields``: one
+    column per field of the frame, each value what its body decodes to."""
+    triples = [_frames_both(entries) for entries in appends]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(embedded, "BATCH_RECORDS", batch)
+        frames_broker, want = _stored_both(tmp_path_factory.mktemp("frames"), [(r, p) for r, p, _f in triples])
+    frames = [f for _r, _p, fs in triples for f in fs]
+    rows, got = [], []
+    for block in read_blocks(frames_broker, "t", 0, start, len(want)):
+        rows += [(o, k, b, born, h) for o, k, b, born, _store, h in block.rows()]
+        assert isinstance(block.items, Fields)
+        whole = [frame or (None,) * 5 for frame in frames[block.offsets[0]:block.offsets[-1] + 1]]
+        assert list(block.items) == whole and block.items[-1] == whole[-1]  # every frame, at once
+        for i in range(len(block)):  # as sliced at each control record, as a task splits them out
+            part = block[i:i + 1].items
+            assert isinstance(part, Fields) and len(part) == 1
+            got.append(tuple(column[0] for column in part.fields) if block.headers[i] is None else None)
+    assert rows == _rows_of(want[start:])
+    assert got == frames[start:]
+
+
+def test_frames_share_no_value_between_records_when_read_back(tmp_path: Path) -> None:
+    """A value that two records of a part held (one dict) reads back as two dicts: changing one
+    record's value downstream cannot change the other's."""
+    broker = EmbeddedBroker(tmp_path / "b")
+    broker.create_topic("t", queues=1)
+    shared = {"page": ["a"]}
+    records = FrameRecords(encode, MARSHAL_VERSION)
+    records.extend([b"k", b"k"], [1, 2], [shared, shared], [0, 0], [5, 6], "src/0/s", 0)
+    broker.append({("t", 0): records})
+    (block,) = read_blocks(broker, "t", 0, 0, 2)
+    assert isinstance(block.items, Fields)
+    first, second = block.items.fields[0]
+    assert first == second == shared and first is not second and first["page"] is not second["page"]
+
+
+def test_a_frame_marshal_cannot_write_is_stored_as_its_encoded_body(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(tmp_path / "b")
+    broker.create_topic("t", queues=1)
+    records = FrameRecords(encode, MARSHAL_VERSION)
+    when = datetime.date(2026, 11, 24)  # marshal cannot write it: encode pickles the frame
+    records.extend([b"k", b"k"], [7, 8], [{"day": when}, "plain"], [1, 2], [10, 11], "src/0/s", 0)
+    broker.append({("t", 0): records})
+    assert [decode(m.body) for m in broker.read("t", 0)] == [({"day": when}, 1, "src/0/s", 10, 0),
+                                                             ("plain", 2, "src/0/s", 11, 0)]
+    (block,) = read_blocks(broker, "t", 0, 0, 2)
+    assert block.items is None  # stored as bodies: readers decode them as before
+
+
+def test_a_data_record_appended_whole_among_frames_has_the_batch_read_as_bodies(tmp_path: Path) -> None:
+    """A frame some writer appended as a plain tuple (no headers) has no fields: the stored batch
+    is then read as bodies, each what was appended."""
+    broker = EmbeddedBroker(tmp_path / "b")
+    broker.create_topic("t", queues=1)
+    records = FrameRecords(encode, MARSHAL_VERSION)
+    records.extend([b"k"], [7], ["a"], [1], [10], "src/0/s", 0)
+    records.append((b"k", encode(("b", 2, "src/1/s", 11, 1)), 8, None, None))
+    broker.append({("t", 0): records})
+    (block,) = read_blocks(broker, "t", 0, 0, 2)
+    assert block.items is None
+    assert list(map(decode, block.bodies)) == [("a", 1, "src/0/s", 10, 0), ("b", 2, "src/1/s", 11, 1)]
