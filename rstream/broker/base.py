@@ -8,7 +8,7 @@ import re
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, repeat
 from typing import Any, NamedTuple, Protocol, Union, overload, runtime_checkable
 
 from rstream.errors import RStreamError
@@ -219,21 +219,25 @@ class BodyRecords(_RecordColumns):
 
 
 #: A run of consecutive records in ``FrameRecords``: ``(values, watermarks, source offsets,
-#: producer, side)``, the values as one marshal blob (a list if marshal cannot write them), or None
-#: for one record appended whole.
-FramePart = Union[tuple[Union[bytes, Sequence[Any]], Sequence[int], Sequence[int], str, int], None]
+#: producer, side)``, each value encoded on its own (``RawValues`` if marshal cannot write one), or
+#: None for one record appended whole.
+FramePart = Union[tuple[Sequence[Any], Sequence[int], Sequence[int], str, int], None]
 
-#: marshal's version for the values of a ``FrameRecords`` part: 2, which has no back-references,
-#: so each record's value reads back as objects of its own (as if its body had been decoded alone).
-FRAME_VALUES_VERSION = 2
+
+class RawValues(list):  # type: ignore[type-arg]
+    """The values of a ``FrameRecords`` part that marshal cannot write, kept as they are (each
+    record's body is then ``encode`` of its frame, a pickle)."""
+
+    __slots__ = ()
 
 
 class FrameRecords(_RecordColumns):
     """Records whose bodies are ``encode(frame)``, each frame a tuple ``(value, watermark, producer,
     source offset, side)`` (what a framed shuffle sink writes), kept in *parts*: runs of records
-    added together, of one producer and side, whose values are encoded as one marshal blob when the
-    run is added (``extend``), while they are fresh in the processor's cache; records appended whole
-    (``append``: a control record) in between. No tuple and no body is made per record.
+    added together, of one producer and side, each value encoded on its own when the run is added
+    (``extend``: fresh in the processor's cache, and a reader decodes only the values it reads), the
+    watermarks and source offsets as columns; records appended whole (``append``: a control record)
+    in between. No tuple and no body is made per record.
 
     As a sequence, each body is made when it is asked for, the same bytes as ``encode`` of the
     frame's tuple. The embedded broker stores the parts as they are and hands the frames back as
@@ -248,15 +252,15 @@ class FrameRecords(_RecordColumns):
         self.parts: list[FramePart] = []
         self.starts: list[int] = []  # the index of each part's first record
 
-    def extend(self, keys: Sequence[MessageKey], borns: Sequence[int], values: list[Any] | tuple[Any, ...],
+    def extend(self, keys: Sequence[MessageKey], borns: Sequence[int], values: Sequence[Any],
                watermarks: Sequence[int], offsets: Sequence[int], producer: str, side: int) -> None:
         """Records of one producer and side, their frames given as columns (each as long as ``keys``)."""
         try:
-            blob: bytes | Sequence[Any] = marshal.dumps(values, FRAME_VALUES_VERSION)
-        except ValueError:  # a value marshal cannot write: kept as it is (encoded, pickled, with its batch)
-            blob = list(values)
+            encoded: Sequence[Any] = list(map(marshal.dumps, values, repeat(self.marshal_version)))
+        except ValueError:  # a value marshal cannot write: kept as they are (the bodies are pickles)
+            encoded = RawValues(values)
         self.starts.append(len(self.keys))
-        self.parts.append((blob, watermarks, offsets, producer, side))
+        self.parts.append((encoded, watermarks, offsets, producer, side))
         self.keys.extend(keys)
         self.borns.extend(borns)
 
@@ -285,12 +289,12 @@ class FrameRecords(_RecordColumns):
         part = self.parts[j]
         assert part is not None  # a record appended whole is in ``whole``
         k = i - self.starts[j]
-        values = part[0] if not isinstance(part[0], bytes) else marshal.loads(part[0])
-        return self.encode((values[k], part[1][k], part[3], part[2][k], part[4]))
+        value = part[0][k] if type(part[0]) is RawValues else marshal.loads(part[0][k])
+        return self.encode((value, part[1][k], part[3], part[2][k], part[4]))
 
     def columns(self, lo: int, hi: int) -> tuple[list[MessageKey], list[int], dict[int, RecordTuple], list[FramePart]]:
         """Records ``lo:hi`` as ``(keys, borns, whole, parts)``: ``whole`` indexed from ``lo``, the
-        parts cut to ``lo:hi`` (a part's values re-encoded where it is cut)."""
+        parts cut to ``lo:hi``."""
         whole = {i - lo: r for i, r in self.whole.items() if lo <= i < hi} if self.whole else {}
         parts: list[FramePart] = []
         starts, n = self.starts, len(self.keys)
@@ -301,12 +305,9 @@ class FrameRecords(_RecordColumns):
                 parts.append(part)
                 continue
             a, b = max(lo, first) - first, min(hi, end) - first
-            values = list(part[0]) if not isinstance(part[0], bytes) else marshal.loads(part[0])
-            try:
-                blob: bytes | Sequence[Any] = marshal.dumps(values[a:b], FRAME_VALUES_VERSION)
-            except ValueError:
-                blob = list(values[a:b])
-            parts.append((blob, part[1][a:b], part[2][a:b], part[3], part[4]))
+            values = part[0][a:b]
+            parts.append((RawValues(values) if type(part[0]) is RawValues else values, part[1][a:b], part[2][a:b],
+                          part[3], part[4]))
         return self.keys[lo:hi], self.borns[lo:hi], whole, parts
 
 

@@ -31,6 +31,7 @@ from rstream.broker.base import (
     ItemRecords,
     Message,
     MessageKey,
+    RawValues,
     RecordBlock,
     RecordTuple,
     SendResult,
@@ -93,11 +94,11 @@ _ITEMS = 3
 #: reads back as objects of its own, as if its body had been decoded alone (with references, a dict
 #: that two records shared in the writing task would be one dict in the reading task too).
 _PAYLOAD_VERSION = 2
-#: First item of a stored batch of ``FrameRecords``: the records' parts (each part's values one
-#: blob, decoded when first read: ``_Encoded``) instead of their bodies.
+#: First item of a stored batch of ``FrameRecords``: the records' parts (each value encoded on its
+#: own, decoded when read: ``_Encoded``) instead of their bodies.
 _FRAMES = 4
-#: marshal's version for a stored batch of frames: besides the values' blobs (each at version 2,
-#: ``FRAME_VALUES_VERSION``), it holds keys, ints and producer names, which may share objects.
+#: marshal's version for a stored batch of frames: besides the values' bytes, it holds keys, ints
+#: and producer names, which may share objects.
 _FRAMES_VERSION = 4
 
 
@@ -138,27 +139,16 @@ class _ItemBodies(Sequence[bytes]):
 
 
 class _Encoded(Sequence[Any]):
-    """The values of a stored batch of frames, kept as their parts' marshal blobs (None: one record
-    appended whole, whose value is None), each decoded when one of its values is first read: a
-    windowed count reads its records' values only to report a late one. ``starts[j]`` is the index
-    of blob ``j``'s first value; slices share the blobs decoded."""
+    """Values stored each encoded on its own (a stored batch of frames), decoded when read: a
+    windowed count reads its records' values only to report a late one."""
 
-    __slots__ = ("_blobs", "_starts", "_lo", "_hi", "_decoded")
+    __slots__ = ("_bodies",)
 
-    def __init__(self, blobs: Sequence[bytes | None], starts: Sequence[int], lo: int, hi: int,
-                 decoded: dict[int, list[Any]] | None = None) -> None:
-        self._blobs, self._starts, self._lo, self._hi = blobs, starts, lo, hi
-        self._decoded: dict[int, list[Any]] = decoded if decoded is not None else {}  # blob index -> its values
-
-    def _blob(self, j: int) -> list[Any]:
-        values = self._decoded.get(j)
-        if values is None:
-            blob = self._blobs[j]
-            values = self._decoded[j] = [None] if blob is None else marshal.loads(blob)
-        return values
+    def __init__(self, bodies: Sequence[bytes | None]) -> None:
+        self._bodies = bodies  # None: a record appended whole, whose value is None
 
     def __len__(self) -> int:
-        return self._hi - self._lo
+        return len(self._bodies)
 
     @overload
     def __getitem__(self, at: int) -> Any: ...
@@ -167,23 +157,14 @@ class _Encoded(Sequence[Any]):
     def __getitem__(self, at: slice) -> Sequence[Any]: ...
 
     def __getitem__(self, at: int | slice) -> Any:
-        lo, hi = self._lo, self._hi
         if isinstance(at, slice):
-            start, stop, step = at.indices(hi - lo)
-            if step == 1:
-                return _Encoded(self._blobs, self._starts, lo + start, lo + max(start, stop), self._decoded)
-            return list(self)[at]
-        i = lo + range(hi - lo)[at]
-        j = bisect.bisect_right(self._starts, i) - 1
-        return self._blob(j)[i - self._starts[j]]
+            return _Encoded(self._bodies[at])
+        body = self._bodies[at]
+        return None if body is None else marshal.loads(body)
 
     def __iter__(self) -> Iterator[Any]:
-        lo, hi, starts = self._lo, self._hi, self._starts
-        values: list[Any] = []
-        for j in range(max(bisect.bisect_right(starts, lo) - 1, 0), bisect.bisect_left(starts, hi)):
-            values.extend(self._blob(j))
-        first = starts[bisect.bisect_right(starts, lo) - 1] if values else lo
-        return iter(values[lo - first:hi - first])
+        loads = marshal.loads
+        return (None if body is None else loads(body) for body in self._bodies)
 
 
 class _Columns(NamedTuple):
@@ -267,40 +248,35 @@ def _encode_items(records: ItemRecords, lo: int, hi: int) -> bytes:
 
 
 def _encode_frames(records: FrameRecords, lo: int, hi: int) -> bytes:
-    """A stored batch of records ``lo:hi`` of ``records``: their parts as they are (each part's
-    values one blob); as ``_encode_payload`` when marshal cannot write a value."""
+    """A stored batch of records ``lo:hi`` of ``records``: their parts as they are (each value
+    encoded on its own); as ``_encode_payload`` when marshal cannot write a value."""
     keys, borns, whole, parts = records.columns(lo, hi)
     kept = {i: (r[1], r[3], r[4]) for i, r in whole.items()}  # index -> (body, headers, tags)
-    if any(part is not None and not isinstance(part[0], bytes) for part in parts):
+    if any(part is not None and type(part[0]) is RawValues for part in parts):
         return _encode_payload(records[lo:hi])  # values kept as they are: marshal cannot write one
     return marshal.dumps((_FRAMES, None, _all_none(keys), parts, borns, kept or None, records.marshal_version),
                          _FRAMES_VERSION)
 
 
-def _decode_frames(parts: Sequence[Any], n: int) -> Fields:
-    """The frames of a stored batch's parts as ``Fields``, the values decoded when first read."""
-    blobs: list[bytes | None] = []
-    starts: list[int] = []
+def _decode_frames(parts: Sequence[Any]) -> Fields:
+    """The frames of a stored batch's parts as ``Fields``, each value decoded when read."""
+    values: list[Any] = []
     marks: list[Any] = []
     offsets: list[Any] = []
     producers: list[Any] = []
     sides: list[Any] = []
     for part in parts:
-        starts.append(len(marks))
         if part is None:  # a record appended whole
-            blobs.append(None)
-            marks.append(None)
-            offsets.append(None)
-            producers.append(None)
-            sides.append(None)
+            for column in (values, marks, offsets, producers, sides):
+                column.append(None)
             continue
-        blob, part_marks, part_offsets, producer, side = part
-        blobs.append(blob)
+        part_values, part_marks, part_offsets, producer, side = part
+        values.extend(part_values)
         marks.extend(part_marks)
         offsets.extend(part_offsets)
         producers.extend(repeat(producer, len(part_marks)))
         sides.extend(repeat(side, len(part_marks)))
-    return Fields((_Encoded(blobs, starts, 0, n), marks, producers, offsets, sides))
+    return Fields((_Encoded(values), marks, producers, offsets, sides))
 
 
 def _kept_columns(n: int, kept: Mapping[int, tuple[bytes, Any, Any]] | None) -> tuple[dict[int, bytes], Any, Any]:
@@ -325,7 +301,7 @@ def _decode_payload(payload: bytes) -> _Columns:
         return _Columns(offsets, keys, _ItemBodies(items, whole, version), borns, heads, tags, items)
     if data[0] == _FRAMES:
         _, offsets, keys, parts, borns, kept, version = data
-        frames = _decode_frames(parts, len(borns))
+        frames = _decode_frames(parts)
         whole, heads, tags = _kept_columns(len(borns), kept)
         # a data record appended whole (no headers) has no fields: then the batch is read as bodies
         fielded = not kept or all(hdrs is not None for _, hdrs, _ in kept.values())
