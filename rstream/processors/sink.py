@@ -103,8 +103,8 @@ class ShuffleSinkProcessor(Processor):
 
     def _route(self, key: Any) -> tuple[Any, bytes]:
         """The key's queue's output (a list or ``ItemRecords``) and serialized key, cached for the batch."""
-        kb = encode(key)
-        route = self._routes[key] = (self._outs[stable_queue(kb, self.queues)], kb)
+        q, kb = self._slots.get(key) or self._slot(key)
+        route = self._routes[key] = (self._outs[q], kb)
         return route
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
