@@ -77,6 +77,11 @@ CREATE TABLE IF NOT EXISTS consumer_offsets (
 """
 
 
+#: SQLite page size of a new broker file (bytes). With 4 KiB pages, the window count of the bench
+#: (1 M clicks, in one process) took 3.6-4.1 s against 3.4-3.7 s with 64 KiB pages; 32 KiB: 3.5-3.6 s.
+_PAGE_SIZE = 65536
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -442,6 +447,10 @@ class EmbeddedBroker:
                 check_same_thread=False,
             )
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            # a new broker file gets 64 KiB pages (SQLite's default is 4 KiB): a stored batch is a blob
+            # of tens to hundreds of KiB, which small pages chain over dozens of overflow pages; an
+            # older file keeps its page size (this pragma does nothing once the file has a table)
+            conn.execute(f"PRAGMA page_size={_PAGE_SIZE}")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             setattr(local, name, conn)

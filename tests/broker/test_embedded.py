@@ -135,6 +135,36 @@ def test_a_broker_file_of_an_earlier_schema_is_migrated(tmp_path: Path) -> None:
     assert [t.end_offset for t in broker.commits("job")] == [10, 20]
 
 
+def test_a_broker_file_with_small_pages_keeps_them_and_its_records(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new broker file gets large pages; one written with SQLite's default 4 KiB pages (by an
+    earlier rstream) keeps them, and its records, and takes new ones (several pages long)."""
+    import sqlite3
+
+    from rstream.broker import embedded
+
+    def page_size(folder: Path) -> int:
+        with sqlite3.connect(folder / "broker.sqlite") as conn:
+            return int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+    new = EmbeddedBroker(tmp_path / "new")
+    new.create_topic("t", queues=1)
+    assert page_size(tmp_path / "new") == embedded._PAGE_SIZE > 4096
+
+    monkeypatch.setattr(embedded, "_PAGE_SIZE", 4096)
+    old = EmbeddedBroker(tmp_path / "old")
+    old.create_topic("t", queues=1)
+    before = [b"x%d" % i * 50 for i in range(3000)]
+    old.send_batch("t", before, queue=0)
+    monkeypatch.undo()
+
+    again = EmbeddedBroker(tmp_path / "old")
+    after = [b"y%d" % i * 50 for i in range(3000)]
+    again.send_batch("t", after, queue=0)
+    assert page_size(tmp_path / "old") == 4096
+    assert [m.body for m in again.read("t", 0)] == before + after
+
+
 def test_failed_transaction_writes_nothing(broker: EmbeddedBroker) -> None:
     broker.create_topic("out", queues=1)
     records = {("out", 0): [(None, b"x", 1, None, None)], ("missing", 0): [(None, b"y", 1, None, None)]}
