@@ -12,9 +12,11 @@ import re
 from collections.abc import Callable, Sequence
 from itertools import repeat
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
+from operator import itemgetter
 from typing import Any, Protocol, runtime_checkable
 
 from rstream.errors import RStreamError
+from rstream.time.windows import WindowKey
 
 __all__ = [
     "Deserializer",
@@ -138,6 +140,20 @@ class JsonDeserializer:
         return "JsonDeserializer()"
 
 
+def _flat_field(items: Sequence[Any]) -> str | None:
+    """How ``json`` writes every item of a column, as a ``str.format`` field, when that is the item
+    as ``format`` writes it: ``"{}"`` for ints (not bools), ``'"{}"'`` for plain str (printable ASCII,
+    no quote, no backslash: nothing to escape); None otherwise (an empty column too)."""
+    types = set(map(type, items))
+    if types == {int}:
+        return "{}"
+    if types == {str}:
+        text = "".join(items)
+        if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+            return '"{}"'
+    return None
+
+
 class JsonSerializer:
     """JSON of the value, or of ``{"key": key, "value": value}`` with ``with_key``."""
 
@@ -153,7 +169,11 @@ class JsonSerializer:
     def serialize_many(self, keys: Sequence[Any], values: Sequence[Any]) -> list[bytes]:
         """``serialize`` over parallel lists (a sink's chunk), without a call per record: one
         encoder of the standard library's C code for the whole chunk (``JSONEncoder.encode`` makes
-        one per document), so the bytes are exactly ``serialize``'s."""
+        one per document), so the bytes are exactly ``serialize``'s; a chunk of flat values (ints or
+        plain str, see ``_flat_many``) without it, in a third of the time, with the same bytes."""
+        flat = self._flat_many(keys, values)
+        if flat is not None:
+            return flat
         enc = self._encoder
         make: Callable[[Any], str] = self._encode
         if c_make_encoder is not None:  # (None: a Python without json's C speedups)
@@ -166,6 +186,32 @@ class JsonSerializer:
         if self.with_key:
             return [make({"key": key, "value": value}).encode() for key, value in zip(keys, values)]
         return [make(value).encode() for value in values]
+
+    def _flat_many(self, keys: Sequence[Any], values: Sequence[Any]) -> list[bytes] | None:
+        """The chunk's documents written with one ``str.format`` template each, when every value (and
+        with ``with_key`` every key, or every part of a window key) is an int, or every one is a plain
+        str: printable ASCII with no quote and no backslash, which ``json`` writes as it is between
+        quotes. The bytes are ``json``'s, at about a third of its time (window results are such
+        chunks). None (nothing written) for any other chunk."""
+        value = _flat_field(values)
+        if value is None:
+            return None
+        if not self.with_key:
+            template = value
+        else:
+            key = _flat_field(keys)
+            if key is None and set(map(type, keys)) == {WindowKey}:  # a window's result: [key, start, end]
+                names, starts, ends = (list(map(itemgetter(i), keys)) for i in range(3))
+                name = _flat_field(names)
+                if name is None or _flat_field(starts) != "{}" or _flat_field(ends) != "{}":
+                    return None
+                template = '{{"key":[' + name + ',{},{}],"value":' + value + "}}"  # {{ }}: a brace
+                return list(map(str.encode, map(template.format, names, starts, ends, values)))
+            if key is None:
+                return None
+            template = '{{"key":' + key + ',"value":' + value + "}}"
+            return list(map(str.encode, map(template.format, keys, values)))
+        return list(map(str.encode, map(template.format, values)))
 
     def __repr__(self) -> str:
         return f"JsonSerializer(with_key={self.with_key})"

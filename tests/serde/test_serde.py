@@ -177,3 +177,27 @@ def test_json_serializer_chunk_raises_on_a_circular_value_and_writes_the_next_ch
     with pytest.raises(ValueError, match="Circular reference"):
         ser.serialize_many([None, None], [[1], loop])
     assert ser.serialize_many([None, None], [[1], [[1]]]) == [b"[1]", b"[[1]]"]
+
+
+FLAT = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
+                 st.text(st.characters(max_codepoint=0x80), max_size=6), st.sampled_from(["a", "{}", "/p/1", "x y", 'say "hi"', "C:\\dir"]))
+
+
+@given(st.lists(st.tuples(st.one_of(FLAT, st.builds(WindowKey, FLAT, FLAT, FLAT)), FLAT), min_size=1, max_size=6))
+def test_json_serializer_writes_flat_chunks_byte_for_byte(pairs: list[tuple[object, object]]) -> None:
+    """Chunks of flat values (str, int, bool, None; keys of those or window keys of those), which
+    ``serialize_many`` writes without ``json``'s encoder where it can (ints, plain str): the same
+    bytes as ``serialize``, also next to quotes, backslashes, braces, control characters, DEL, a
+    non-ASCII character, bools and Nones."""
+    keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    for ser in (JsonSerializer(), JsonSerializer(with_key=True)):
+        assert ser.serialize_many(keys, values) == [ser.serialize(k, v) for k, v in zip(keys, values)]
+
+
+def test_json_serializer_writes_window_counts_without_jsons_encoder() -> None:
+    ser = JsonSerializer(with_key=True)
+    keys = [WindowKey("/page/1", 0, 10_000), WindowKey("/page/2", 10_000, 20_000)]
+    assert ser._flat_many(keys, [3, 4]) == [b'{"key":["/page/1",0,10000],"value":3}',
+                                            b'{"key":["/page/2",10000,20000],"value":4}']
+    assert ser._flat_many(keys, [3, 4.5]) is None  # a float: json's own encoder writes the chunk
+    assert ser._flat_many([WindowKey('a"b', 0, 1)], [1]) is None  # a quote to escape: the same
