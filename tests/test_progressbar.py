@@ -57,3 +57,26 @@ def test_a_run_shows_records_left_and_a_replay_its_queues(broker: EmbeddedBroker
     messages = sum(broker.end_offsets(state_topic))
     assert [q for q, _, _ in seen] == list(rows["queue"]) and seen[-1][1:] == (messages, messages)
     assert rows["replayed_keys"].sum() == len(job.state()) == 7  # w0 .. w6
+
+
+def test_a_run_waiting_for_the_session_warm_up_says_so(broker: EmbeddedBroker, make_job: Any, no_delay: None,
+                                                        monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """A new session's warm-up holds a run's first query back for seconds: its bar says why it
+    stays at 0 %, and the run goes on once the warm-up ended."""
+    import threading
+    import time
+
+    from rstream.runtime import job_query, session
+    from tests.conftest import job_id
+    from tests.runtime.test_wordcount import wordcount
+
+    broker.create_topic("sentences", queues=1)
+    broker.send_batch("sentences", ["a b a"], progress=False)
+    warm_up = threading.Thread(target=time.sleep, args=(0.8,), name="a warm-up that takes a while")
+    monkeypatch.setattr(session, "_WARM_UP", warm_up)
+    warm_up.start()
+    job = make_job(wordcount(job_id("warmbar")))
+    job.run_until_idle()
+    assert not warm_up.is_alive()
+    assert job_query.WARM_UP_NOTE in capsys.readouterr().err
+    assert job.state() is not None and len(job.state()) == 2  # a, b

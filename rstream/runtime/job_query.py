@@ -11,12 +11,13 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
+from rstream import progressbar
 from rstream.processors.watermarks import send_ticks
 from rstream.progressbar import NoBar, progress_bar
 from rstream.runtime.job_core import JobTimeoutError
 from rstream.runtime.job_state import StateViews
 from rstream.runtime.progress import BatchProgress
-from rstream.runtime.session import await_warm_up
+from rstream.runtime.session import await_warm_up, warming_up
 from rstream.runtime.source import (
     committed_end,
     plan_tasks,
@@ -211,6 +212,7 @@ class QueryDriver(StateViews):
         with progress_bar(None, f"{self.job_id}: run until idle", enabled=progress) as bar:
             watch = _BacklogBar(self._job(), bar)
             watch.update(final=True)  # what is left before the first batch: a run may end within 0.25 s
+            _await_warm_up(bar, deadline)
             if self.is_running:
                 self._drain(deadline, timeout, watch=watch)
                 if flush:
@@ -446,6 +448,21 @@ class QueryDriver(StateViews):
             lines, self._printed = self._printed, []
         for line in lines:
             print(line)
+
+
+#: What a run's bar says while a new session's warm-up holds its first query back.
+WARM_UP_NOTE = "waiting for the new Spark session's warm-up (once per session)"
+
+
+def _await_warm_up(bar: Any, deadline: float | None) -> None:
+    """Wait for a new session's warm-up before a run's first query (it would wait anyway, see
+    ``await_warm_up``), saying so on the bar once the wait is long enough to show one: otherwise it
+    sits at 0 % for seconds with no reason given."""
+    began = time.monotonic()
+    while warming_up() and (deadline is None or time.monotonic() < deadline):
+        await_warm_up(timeout=0.25)
+        if warming_up() and time.monotonic() - began >= progressbar.DELAY_S:
+            bar.set_postfix_str(WARM_UP_NOTE)
 
 
 class _BacklogBar:

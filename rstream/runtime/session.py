@@ -215,6 +215,12 @@ def await_warm_up(timeout: float = WARM_UP_TIMEOUT_S) -> None:
         warm_up.join(timeout)
 
 
+def warming_up() -> bool:
+    """Whether the session's warm-up still runs: a query started now waits for it (``await_warm_up``)."""
+    warm_up = _WARM_UP
+    return warm_up is not None and warm_up.is_alive() and warm_up is not threading.current_thread()
+
+
 def _identity(x: Any) -> Any:
     return x
 
