@@ -170,7 +170,7 @@ class JsonSerializer:
         """``serialize`` over parallel lists (a sink's chunk), without a call per record: one
         encoder of the standard library's C code for the whole chunk (``JSONEncoder.encode`` makes
         one per document), so the bytes are exactly ``serialize``'s; a chunk of flat values (ints or
-        plain str, see ``_flat_many``) without it, in a third of the time, with the same bytes."""
+        plain str, see ``_flat_many``) without it, in under half the time, with the same bytes."""
         flat = self._flat_many(keys, values)
         if flat is not None:
             return flat
@@ -191,8 +191,8 @@ class JsonSerializer:
         """The chunk's documents written with one ``str.format`` template each, when every value (and
         with ``with_key`` every key, or every part of a window key) is an int, or every one is a plain
         str: printable ASCII with no quote and no backslash, which ``json`` writes as it is between
-        quotes. The bytes are ``json``'s, at about a third of its time (window results are such
-        chunks). None (nothing written) for any other chunk."""
+        quotes. The bytes are ``json``'s, in under half its time (90 793 window results: 57 ms against
+        128 ms). None (nothing written) for any other chunk."""
         value = _flat_field(values)
         if value is None:
             return None
