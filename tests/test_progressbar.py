@@ -80,3 +80,32 @@ def test_a_run_waiting_for_the_session_warm_up_says_so(broker: EmbeddedBroker, m
     assert not warm_up.is_alive()
     assert job_query.WARM_UP_NOTE in capsys.readouterr().err
     assert job.state() is not None and len(job.state()) == 2  # a, b
+
+
+def test_a_run_after_the_warm_up_times_its_own_work_only(broker: EmbeddedBroker, make_job: Any, no_delay: None,
+                                                          monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """Once the warm-up ended, the bar names the wait in its description and starts its clock again:
+    its elapsed time and rate count the run's work, not the seconds it waited for the session."""
+    import re
+    import threading
+    import time
+
+    from rstream.runtime import session
+    from tests.conftest import job_id
+    from tests.runtime.test_wordcount import wordcount
+
+    broker.create_topic("sentences", queues=1)
+    broker.send_batch("sentences", ["a b a", "c"], progress=False)
+    ended: list[float] = []
+    warm_up = threading.Thread(target=lambda: (time.sleep(1.6), ended.append(time.monotonic())),
+                               name="a warm-up that takes a while")
+    monkeypatch.setattr(session, "_WARM_UP", warm_up)
+    warm_up.start()
+    job = make_job(wordcount(job_id("warmclock")))
+    job.run_until_idle()
+    since_warm_up = time.monotonic() - ended[0]
+    last = capsys.readouterr().err.rsplit("\r", 1)[-1]
+    assert "s of Spark warm-up)" in last and "left: none" in last, last
+    minutes, seconds = map(int, re.search(r"\[(\d+):(\d+)<", last).groups())  # type: ignore[union-attr]
+    assert minutes * 60 + seconds <= int(since_warm_up), (last, since_warm_up)  # 1.6 s more without the reset
+    assert len(job.state()) == 3  # a, b, c
