@@ -100,6 +100,11 @@ class UnhashableKeyError(ProcessingError, TypeError):
     """A ``key_by`` function returned a value that cannot be a key."""
 
 
+#: A late record's row as JSON: ``json.dumps(row, default=str)``, with one encoder for every row (``dumps``
+#: with ``default`` builds a new one per call: about 1 µs of the 10 that reporting a late record costs).
+_LATE_ROW = json.JSONEncoder(default=str).encode
+
+
 def _short_repr(value: Any, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -234,8 +239,7 @@ class StreamContext:
             "offset": frame.source_offset if frame.producer else self.offset,
             "shuffle_topic": self.topic, "shuffle_queue": self.queue, "shuffle_offset": self.offset,
         }
-        self.output(self.late_topic, 0).append(
-            (None, json.dumps(row, default=str).encode(), data_time, None, None))
+        self.output(self.late_topic, 0).append((None, _LATE_ROW(row).encode(), data_time, None, None))
 
     def dead_letter(self, error: RecordError, key: Any, body: bytes, born: int) -> None:
         """Send the input record user code raised on to the dead-letter topic, as it was read (key,

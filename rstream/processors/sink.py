@@ -5,8 +5,8 @@ from __future__ import annotations
 import marshal
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from itertools import accumulate, islice, repeat
-from operator import itemgetter, sub
+from itertools import accumulate, compress, islice, repeat
+from operator import eq, itemgetter, sub
 from typing import Any
 
 from rstream.broker.base import BodyRecords, FrameRecords, ItemRecords
@@ -347,7 +347,7 @@ class SinkProcessor(Processor):
         """Write a chunk's items with their ``bodies``, each to its key's queue."""
         self.records_in += len(bodies)
         if self._columns:  # three appends per record; no tuple made for the broker to take apart
-            if self._extend_one_queue(chunk, bodies):
+            if self._extend_windows(chunk, bodies) or self._extend_one_queue(chunk, bodies):
                 return
             adds, find = self._adds, self._adder
             for key, body, ts in zip(chunk.keys, bodies, chunk.times):
@@ -399,6 +399,37 @@ class SinkProcessor(Processor):
             target[2].__self__.extend(chunk.times)
         return True
 
+    def _extend_windows(self, chunk: Chunk, bodies: list[bytes]) -> bool:
+        """Append a chunk of window results (every key a ``WindowKey``: fired windows, each one new
+        to this sink, so a route cached per key would only cost) column by column: the message keys
+        (``str(key)``) with one format, the queues from the keys' bytes as ``_route`` has them, then
+        each queue's share with ``compress``, in the chunk's order. False, and nothing appended,
+        for any other chunk or a key that marshal cannot write."""
+        keys = chunk.keys
+        if not keys or type(keys[0]) is not WindowKey or set(map(type, keys)) != {WindowKey}:
+            return False
+        if self.queues == 1:
+            queues = None
+        else:
+            try:
+                kbs = list(map(marshal.dumps, map(tuple, keys), repeat(MARSHAL_VERSION)))
+            except ValueError:  # a key marshal cannot write: routed one by one (pickled, as encode does)
+                return False
+            queues = list(map(stable_queue, kbs, repeat(self.queues)))
+        mkeys = list(map(_WINDOW_NAME, *zip(*keys)))  # WindowKey.__str__, per column
+        for q in sorted(set(queues)) if queues is not None else (0,):
+            out = self._outs[q]
+            if queues is None or queues.count(q) == len(queues):
+                out.keys.extend(mkeys)
+                out.bodies.extend(bodies)
+                out.borns.extend(chunk.times)
+                continue
+            mask = list(map(eq, queues, repeat(q)))
+            out.keys.extend(compress(mkeys, mask))
+            out.bodies.extend(compress(bodies, mask))
+            out.borns.extend(compress(chunk.times, mask))
+        return True
+
     def _adder(self, key: Any, cache: bool = True) -> tuple[Any, Any, Any, Any]:
         """The appends of the columns of the key's queue (the input queue's for no key), and the
         message key; cached for the batch."""
@@ -418,6 +449,10 @@ class SinkProcessor(Processor):
         else:
             out = self._outs[stable_queue(encode(tuple(key) if type(key) is WindowKey else key), self.queues)]
         return out, key if type(key) is str or type(key) is bytes else str(key)
+
+
+#: ``str`` of a ``WindowKey`` from its columns (key, start, end): ``WindowKey.__str__``'s format.
+_WINDOW_NAME = "{}@[{},{})".format
 
 
 def _as_bytes(body: Any) -> bytes:
