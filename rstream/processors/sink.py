@@ -19,7 +19,7 @@ from rstream.processors.watermarks import ACTIVE_HEADER, BEHIND_HEADER, PRODUCER
 from rstream.serde.codec import MARSHAL_VERSION, encode, stable_queue
 from rstream.settings import JobProperties
 from rstream.time.watermark import NO_WATERMARK
-from rstream.time.windows import WindowKey
+from rstream.time.windows import WINDOW_KEY_FORMAT, WindowKey
 
 _dumps = marshal.dumps
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
@@ -416,7 +416,7 @@ class SinkProcessor(Processor):
             except ValueError:  # a key marshal cannot write: routed one by one (pickled, as encode does)
                 return False
             queues = list(map(stable_queue, kbs, repeat(self.queues)))
-        mkeys = list(map(_WINDOW_NAME, *zip(*keys)))  # WindowKey.__str__, per column
+        mkeys = list(map(WINDOW_KEY_FORMAT.format, *zip(*keys)))  # str(key), per column
         for q in sorted(set(queues)) if queues is not None else (0,):
             out = self._outs[q]
             if queues is None or queues.count(q) == len(queues):
@@ -449,10 +449,6 @@ class SinkProcessor(Processor):
         else:
             out = self._outs[stable_queue(encode(tuple(key) if type(key) is WindowKey else key), self.queues)]
         return out, key if type(key) is str or type(key) is bytes else str(key)
-
-
-#: ``str`` of a ``WindowKey`` from its columns (key, start, end): ``WindowKey.__str__``'s format.
-_WINDOW_NAME = "{}@[{},{})".format
 
 
 def _as_bytes(body: Any) -> bytes:

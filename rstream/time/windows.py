@@ -12,6 +12,10 @@ class WindowError(RStreamError, ValueError):
     """A window was given a size, slide or gap it cannot have."""
 
 
+#: How a ``WindowKey`` reads (its ``str``, and a window result's message key): key, start, end.
+WINDOW_KEY_FORMAT = "{}@[{},{})"
+
+
 class WindowKey(NamedTuple):
     """The key of a window's result: the record key and the window ``[start, end)`` in epoch ms
     (RocketMQ Streams' ``WindowKey``, Kafka Streams' ``Windowed``)."""
@@ -21,7 +25,7 @@ class WindowKey(NamedTuple):
     end: int
 
     def __str__(self) -> str:
-        return f"{self.key}@[{self.start},{self.end})"
+        return WINDOW_KEY_FORMAT.format(self.key, self.start, self.end)
 
 
 def _positive(value: Any, what: str) -> int:
