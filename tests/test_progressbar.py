@@ -109,3 +109,27 @@ def test_a_run_after_the_warm_up_times_its_own_work_only(broker: EmbeddedBroker,
     minutes, seconds = map(int, re.search(r"\[(\d+):(\d+)<", last).groups())  # type: ignore[union-attr]
     assert minutes * 60 + seconds <= int(since_warm_up), (last, since_warm_up)  # 1.6 s more without the reset
     assert len(job.state()) == 3  # a, b, c
+
+
+def test_the_warm_up_is_named_after_what_is_left_not_in_the_description(
+        broker: EmbeddedBroker, make_job: Any, no_delay: None, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """A long description leaves a notebook's bar a stub: the wait goes after what is left, and the
+    description stays the run's own."""
+    import re
+    import threading
+    import time
+
+    from rstream.runtime import session
+    from tests.conftest import job_id
+    from tests.runtime.test_wordcount import wordcount
+
+    broker.create_topic("sentences", queues=1)
+    broker.send_batch("sentences", ["x y"], progress=False)
+    warm_up = threading.Thread(target=lambda: time.sleep(1.6), name="a warm-up that takes a while")
+    monkeypatch.setattr(session, "_WARM_UP", warm_up)
+    warm_up.start()
+    job = make_job(wordcount(job_id("warmnote")))
+    job.run_until_idle()
+    last = capsys.readouterr().err.rsplit("\r", 1)[-1]
+    assert last.startswith(f"{job.job_id}: run until idle: 100%"), last
+    assert re.search(r"left: none \(after \d+ s of Spark warm-up\)\]$", last.rstrip()), last

@@ -213,7 +213,9 @@ class QueryDriver(StateViews):
         with progress_bar(None, desc, enabled=progress) as bar:
             watch = _BacklogBar(self._job(), bar)
             watch.update(final=True)  # what is left before the first batch: a run may end within 0.25 s
-            _await_warm_up(bar, desc, deadline)
+            waited = _await_warm_up(bar, deadline)
+            if waited is not None:
+                watch.note = f" (after {waited:.0f} s of Spark warm-up)"
             if self.is_running:
                 self._drain(deadline, timeout, watch=watch)
                 if flush:
@@ -455,12 +457,13 @@ class QueryDriver(StateViews):
 WARM_UP_NOTE = "waiting for the new Spark session's warm-up (once per session)"
 
 
-def _await_warm_up(bar: Any, desc: str, deadline: float | None) -> None:
+def _await_warm_up(bar: Any, deadline: float | None) -> float | None:
     """Wait for a new session's warm-up before a run's first query (it would wait anyway, see
     ``await_warm_up``), saying so on the bar once the wait is long enough to show one: otherwise it
-    sits at 0 % for seconds with no reason given. A wait the bar showed is then named in its
-    description, and the bar's clock starts again, so its time and rate count the run's work only
-    (not "00:11, 1.78 records/s" for 20 records that took a second)."""
+    sits at 0 % for seconds with no reason given. Once a wait the bar showed is over, the bar's clock
+    starts again, so its time and rate count the run's work only (not "00:11, 1.78 records/s" for 20
+    records that took a second); returns how long that wait was (s), for the bar to name it, else None.
+    (Named after the bar, not in its description: a long description leaves a notebook's bar a stub.)"""
     began = time.monotonic()
     noted = False
     while warming_up() and (deadline is None or time.monotonic() < deadline):
@@ -469,8 +472,9 @@ def _await_warm_up(bar: Any, desc: str, deadline: float | None) -> None:
             bar.set_postfix_str(WARM_UP_NOTE)
             noted = True
     if noted and not warming_up():
-        bar.set_description_str(f"{desc} (after {time.monotonic() - began:.0f} s of Spark warm-up)", refresh=False)
         bar.reset(total=bar.total)
+        return time.monotonic() - began
+    return None
 
 
 class _BacklogBar:
@@ -481,6 +485,8 @@ class _BacklogBar:
         self.job, self.bar = job, bar
         self.start = {k: done for k, (_end, done) in job._backlog().items()}
         self.shown = 0.0
+        #: said after what is left, e.g. how long the run waited for the session's warm-up
+        self.note = ""
 
     def update(self, final: bool = False) -> None:
         if isinstance(self.bar, NoBar) or (not final and time.monotonic() - self.shown < 0.2):
@@ -493,7 +499,7 @@ class _BacklogBar:
         self.bar.n = done
         top = sorted(left.items(), key=lambda kv: -kv[1])[:3]
         self.bar.set_postfix_str("left: " + (", ".join(f"{self._short(t)}/{q} {n}" for (t, q), n in top) or "none")
-                                 + (f" (+{len(left) - 3} queues)" if len(left) > 3 else ""))
+                                 + (f" (+{len(left) - 3} queues)" if len(left) > 3 else "") + self.note)
 
     def _short(self, topic: str) -> str:
         """``COUNT-4 shuffle`` for ``<job>-ROCKETMQ-COUNT-4-shuffleTopic``: bars are one line."""
