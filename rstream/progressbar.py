@@ -53,3 +53,28 @@ def progress_bar(total: int | None, desc: str, unit: str = "records", enabled: b
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, delay=DELAY_S, leave=True, mininterval=0.2)
+
+
+#: The width of a notebook bar whose total came later (``set_total``): tqdm's own is 300 px.
+BAR_WIDTH = "200px"
+
+
+def set_total(bar: Any, total: int) -> None:
+    """Give a bar its total once it is known, or a new one. tqdm's notebook bar draws a bar made
+    with no total as a full 20 px stub and never reads ``total`` again (only ``reset`` does, which
+    also sets the count back to 0): its widget gets the new maximum and, the first time, its width."""
+    was = bar.total
+    bar.total = total
+    container = getattr(bar, "container", None)  # tqdm.notebook's HBox: (description, bar, text)
+    if container is None or total == was:
+        return
+    widget = container.children[1]
+    widget.max = total
+    if not was and getattr(bar, "ncols", None) is None:  # the stub of an unknown total
+        # a bar that leaves its line to the description and the text after it; a text too long for
+        # that line (what is left, a warm-up) goes to a line of its own rather than squeeze the bar
+        # and the description, or run past the output's edge
+        widget.layout.width = BAR_WIDTH
+        container.layout.flex_flow = "row wrap"
+        if widget.bar_style == "info":
+            widget.bar_style = ""

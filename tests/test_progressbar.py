@@ -133,3 +133,26 @@ def test_the_warm_up_is_named_after_what_is_left_not_in_the_description(
     last = capsys.readouterr().err.rsplit("\r", 1)[-1]
     assert last.startswith(f"{job.job_id}: run until idle: 100%"), last
     assert re.search(r"left: none \(after \d+ s of Spark warm-up\)\]$", last.rstrip()), last
+
+
+def test_a_notebook_bar_made_without_a_total_gets_its_width_and_maximum_once_the_total_is_known() -> None:
+    """tqdm's notebook bar for an unknown total is a full 20 px stub; ``run_until_idle`` learns its
+    total a moment later, and the widget must then show progress against it, at full width."""
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    from rstream.progressbar import set_total
+
+    bar = notebook_tqdm(total=None, desc="job: run until idle", unit="records", delay=60)
+    try:
+        widget = bar.container.children[1]
+        assert widget.layout.width == "20px" and widget.max == 1  # what tqdm makes of an unknown total
+        set_total(bar, 40)
+        bar.update(10)
+        bar.refresh()
+        assert (widget.layout.width, widget.max, widget.value, widget.bar_style) == ("200px", 40, 10, "")
+        assert bar.container.layout.flex_flow == "row wrap"  # a long text after it goes to the next line
+        set_total(bar, 60)  # shuffle queues filled: the total grows, the count stays
+        bar.refresh()
+        assert (widget.max, widget.value, bar.total, bar.n) == (60, 10, 60, 10)
+    finally:
+        bar.close()

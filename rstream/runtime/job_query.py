@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rstream import progressbar
 from rstream.processors.watermarks import send_ticks
-from rstream.progressbar import NoBar, progress_bar
+from rstream.progressbar import NoBar, progress_bar, set_total
 from rstream.runtime.job_core import JobTimeoutError
 from rstream.runtime.job_state import StateViews
 from rstream.runtime.progress import BatchProgress
@@ -495,7 +495,7 @@ class _BacklogBar:
         backlog = self.job._backlog()
         done = sum(committed - self.start.get(k, 0) for k, (_end, committed) in backlog.items())
         left = {k: end - committed for k, (end, committed) in backlog.items() if end > committed}
-        self.bar.total = done + sum(left.values())
+        set_total(self.bar, done + sum(left.values()))
         self.bar.n = done
         top = sorted(left.items(), key=lambda kv: -kv[1])[:3]
         self.bar.set_postfix_str("left: " + (", ".join(f"{self._short(t)}/{q} {n}" for (t, q), n in top) or "none")

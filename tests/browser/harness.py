@@ -536,6 +536,9 @@ _PAGE_HELPERS = r"""
                        over: Math.round(r.right - box.right)});
           }
         }
+        // a progress bar drawn as a stub (tqdm's notebook bar for an unknown total is 20 px wide and full)
+        const stubBars = area ? Array.from(area.querySelectorAll(".widget-hprogress"))
+          .map(el => Math.round(el.getBoundingClientRect().width)).filter(w => w >= 1 && w < 60) : [];
         const text = area ? area.innerText : "";
         const widgetErrors = [];
         if (area) {
@@ -551,7 +554,7 @@ _PAGE_HELPERS = r"""
           errors: errors.concat(outs.filter(o => mime(o) === "application/vnd.jupyter.error").map(o => o.innerText)),
           traceback: text.includes("Traceback (most recent call last)"),
           stderr: outs.filter(o => mime(o) === "application/vnd.jupyter.stderr" && !errorBoxes.has(o)).map(o => o.innerText),
-          widget_errors: widgetErrors, wide, blank,
+          widget_errors: widgetErrors, wide, blank, stub_bars: stubBars,
         });
       }
       return {cells, kernel: kernelStatus(p), notebook: p.context.model.toJSON(),
@@ -677,6 +680,8 @@ class CellReport:
     wide: list[dict[str, Any]]
     blank: list[str]
     screenshot: str | None = None
+    #: the widths (px) of progress bars drawn as stubs, under 60 px: a bar that shows no progress
+    stub_bars: list[int] = dataclasses.field(default_factory=list)
 
     def problems(self, check_ran: bool = True) -> list[str]:
         """One line per thing wrong with this cell, each starting with the cell's index (``check_ran``:
@@ -693,6 +698,7 @@ class CellReport:
         found += [f"{where}: output wider than the notebook: <{w['tag']} class={w['cls']!r}> {w['width']} px wide, "
                   f"{w['over']} px past the output area's right edge" for w in self.wide]
         found += [f"{where}: blank output ({b}): nothing visible" for b in self.blank]
+        found += [f"{where}: a progress bar only {w} px wide: a stub that shows no progress" for w in self.stub_bars]
         return found
 
 

@@ -181,6 +181,33 @@ def test_harness_reports_what_is_wrong(lab: JupyterLab, page: Any, artifacts: Pa
     assert not run.leftover_processes, report
 
 
+@pytest.mark.timeout(300)
+def test_harness_reports_a_progress_bar_drawn_as_a_stub(lab: JupyterLab, page: Any, artifacts: Path) -> None:
+    """tqdm's notebook bar made without a total is a full 20 px stub that shows no progress (what every
+    ``run_until_idle()`` bar was until it set its total through ``rstream.progressbar.set_total``): the
+    harness reports it, and not a bar whose total came later that way, nor one made with its total."""
+    import nbformat
+
+    cells = [
+        ("stub", "from tqdm.notebook import tqdm\nbar = tqdm(total=None, desc='unknown total')\nbar.update(3)\nbar.close()"),
+        ("set later", "from rstream.progressbar import set_total\nbar = tqdm(total=None, desc='total set later')\n"
+                      "set_total(bar, 10)\nbar.update(10)\nbar.close()"),
+        ("known", "bar = tqdm(total=10, desc='known total')\nbar.update(4)\nbar.close()"),
+    ]
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(src) for _kind, src in cells]
+    folder = lab.root / "harness-stub-bar"
+    folder.mkdir(exist_ok=True)
+    nbformat.write(nb, folder / "stub_bar.ipynb")
+    run = run_notebook(page, "harness-stub-bar/stub_bar.ipynb", lab, artifacts=artifacts / "harness-stub-bar")
+    report = run.report()
+    assert run.finished, report
+    by_cell = {i: [p for p in run.problems() if p.startswith(f"cell {i} ")] for i in range(len(cells))}
+    assert [p for p in by_cell[0] if "a progress bar only 20 px wide" in p] == by_cell[0] != [], report
+    assert by_cell[1] == [] and by_cell[2] == [], report
+
+
 # --------------------------------------------------------------------------------------------
 # the notebooks
 
