@@ -113,8 +113,7 @@ def test_a_run_after_the_warm_up_times_its_own_work_only(broker: EmbeddedBroker,
 
 def test_the_warm_up_is_named_after_what_is_left_not_in_the_description(
         broker: EmbeddedBroker, make_job: Any, no_delay: None, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    """A long description leaves a notebook's bar a stub: the wait goes after what is left, and the
-    description stays the run's own."""
+    """The wait goes after what is left, and the description stays the run's own."""
     import re
     import threading
     import time

@@ -462,8 +462,8 @@ def _await_warm_up(bar: Any, deadline: float | None) -> float | None:
     ``await_warm_up``), saying so on the bar once the wait is long enough to show one: otherwise it
     sits at 0 % for seconds with no reason given. Once a wait the bar showed is over, the bar's clock
     starts again, so its time and rate count the run's work only (not "00:11, 1.78 records/s" for 20
-    records that took a second); returns how long that wait was (s), for the bar to name it, else None.
-    (Named after the bar, not in its description: a long description leaves a notebook's bar a stub.)"""
+    records that took a second); returns how long that wait was (s), for the bar to name it after what
+    is left (its description stays the run's own), else None."""
     began = time.monotonic()
     noted = False
     while warming_up() and (deadline is None or time.monotonic() < deadline):
