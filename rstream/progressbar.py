@@ -28,9 +28,6 @@ class NoBar:
     def refresh(self) -> None:
         pass
 
-    def set_description_str(self, desc: str | None = None, refresh: bool = True) -> None:
-        pass
-
     def reset(self, total: int | None = None) -> None:
         self.n = 0
 
@@ -45,9 +42,8 @@ class NoBar:
 
 
 def progress_bar(total: int | None, desc: str, unit: str = "records", enabled: bool = True) -> Any:
-    """A tqdm bar (``update(n)``, ``total``, ``set_postfix_str``, ``set_description_str``, ``reset``,
-    ``close()``; a context manager), or
-    one that shows nothing when ``enabled`` is False."""
+    """A tqdm bar (``update(n)``, ``total``, ``set_postfix_str``, ``reset``, ``close()``; a context
+    manager), or one that shows nothing when ``enabled`` is False."""
     if not enabled:
         return NoBar()
     from tqdm.auto import tqdm

@@ -209,8 +209,7 @@ class QueryDriver(StateViews):
         with the most records left (``progress=False``: none)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         flush = fire_idle and bool(self.topology.framed_topics)
-        desc = f"{self.job_id}: run until idle"
-        with progress_bar(None, desc, enabled=progress) as bar:
+        with progress_bar(None, f"{self.job_id}: run until idle", enabled=progress) as bar:
             watch = _BacklogBar(self._job(), bar)
             watch.update(final=True)  # what is left before the first batch: a run may end within 0.25 s
             waited = _await_warm_up(bar, deadline)
