@@ -64,9 +64,10 @@ class JobProperties:
       key's updated result) or ``"batch"`` (each key's result once per micro-batch; count, sum,
       min and max then combine values before the shuffle, as Spark does; far faster, fewer updates).
     - ``shuffle_in_source_job``: a batch's source tasks also run its shuffle side, once all its
-      source ranges are committed, where the shuffle topic is written by sources only and feeds no
-      window or join (True, default: one Spark job per batch instead of two); False: always as a
-      second Spark job, which the driver starts when the first has ended.
+      source ranges are committed, where the shuffle topic is written by sources only (True,
+      default: one Spark job per batch instead of two; for windows and joins, not in the batch that
+      ``run_until_idle``'s idle flush follows); False: always as a second Spark job, which the
+      driver starts when the first has ended.
     """
 
     data_dir: str = "rstream-data"

@@ -118,12 +118,23 @@ class Topology:
         """The shuffle topics written by source pipelines only and carrying no frames (no window, no
         join): once a batch's source ranges are committed, such a topic holds all the batch gives it,
         and no tick ever goes there. A batch's source tasks may then run its queues themselves."""
+        return [topic for topic in self._written_by_sources() if topic not in self.framed_topics]
+
+    @property
+    def framed_after_sources(self) -> list[str]:
+        """The window and join topics written by source pipelines only. Once a batch's source ranges
+        are committed such a topic holds all the batch gives it, but for the idle ticks the driver
+        sends: a batch's source tasks may run its queues too, while the driver sends none (see
+        ``QueryDriver.tick``) and no idle flush is due after the batch (the driver sends it first)."""
+        return [topic for topic in self._written_by_sources() if topic in self.framed_topics]
+
+    def _written_by_sources(self) -> list[str]:
         writers: dict[str, list[str]] = {}
         for node in self.nodes:
             if node.spec is SHUFFLE_SINK:
                 writers.setdefault(node.params["topic"], []).append(node.pipeline)
-        return [topic for topic in self.shuffle_topics if topic not in self.framed_topics
-                and all(pipeline in self.source_topics for pipeline in writers.get(topic, []))]
+        return [topic for topic in self.shuffle_topics
+                if all(pipeline in self.source_topics for pipeline in writers.get(topic, []))]
 
     # -- queries ----------------------------------------------------------------------------------
     @property

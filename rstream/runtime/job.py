@@ -62,6 +62,7 @@ class RocketMQStream(QueryDriver):
         self.spark = spark
         self._query: Any = None
         self._lock = threading.RLock()
+        self._batch_lock = threading.RLock()
         # progress, read from the commit tags: every batch of the job (also of earlier job objects
         # and runs), and the batches this object ran or saw committed
         self._seen_seq = 0

@@ -36,6 +36,7 @@ class JobCore:
     spark: Any
     _query: Any
     _lock: threading.RLock
+    _batch_lock: threading.RLock  # held while a batch's Spark jobs run (see QueryDriver.tick)
     _seen_seq: int
     _tags: dict[tuple[str, int], list[CommitTag]]
     _state_cache: dict[tuple[str, int, int, int], dict[bytes, tuple[str, Any, Any]]]

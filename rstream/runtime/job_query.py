@@ -117,6 +117,8 @@ class QueryDriver(StateViews):
             "maxRecordsPerQueue": str(self.properties.max_records_per_queue),
             "shufflesInTasks": json.dumps(self.topology.shuffles_after_sources
                                           if self.properties.shuffle_in_source_job else []),
+            "framedInTasks": json.dumps(self.topology.framed_after_sources
+                                        if self.properties.shuffle_in_source_job else []),
             "slots": str(self.spark.sparkContext.defaultParallelism),
         }
 
@@ -141,6 +143,7 @@ class QueryDriver(StateViews):
                     self.tick(flush=True)
                 else:
                     self._flush_target = target
+                    options["flushAtEnd"] = "1"  # the source's tasks leave the last batch's windows to it
         if not available_now:
             options["waitMs"] = str(self.properties.trigger_interval_ms)
         df = self.spark.readStream.format("rstream").options(**options).load()
@@ -262,8 +265,12 @@ class QueryDriver(StateViews):
 
     def tick(self, flush: bool = False) -> None:
         """Send an idle tick to every queue of the job's window and join topics, so their operators
-        check idleness (with ``flush``: treat every source as idle now) even when no data comes."""
-        send_ticks(self.broker, self.topology.framed_topics, flush)
+        check idleness (with ``flush``: treat every source as idle now) even when no data comes.
+        Never while a batch's Spark jobs run (it waits for them): a batch's source tasks plan the
+        window queues' ranges they run from where those queues end, each on its own, so the ends
+        must hold still (``rstream.runtime.task.run_with_share``)."""
+        with self._batch_lock:
+            send_ticks(self.broker, self.topology.framed_topics, flush)
 
     def _drain(self, deadline: float | None, timeout: float | None, flush_at_end: bool = False,
                watch: _BacklogBar | None = None) -> None:
@@ -362,10 +369,11 @@ class QueryDriver(StateViews):
         return True
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
-        infos = [json.loads(row["info"]) for row in df.collect()]
-        self._raise_fatal(infos, batch_id)
-        if self.topology.shuffle_topics:
-            infos += self._run_shuffles(batch_id)
+        with self._batch_lock:  # no idle tick from another thread while the batch's jobs run
+            infos = [json.loads(row["info"]) for row in df.collect()]
+            self._raise_fatal(infos, batch_id)
+            if self.topology.shuffle_topics:
+                infos += self._run_shuffles(batch_id)
         printed = [line for info in infos for line in info.get("printed", [])]
         with self._lock:
             self._sync_progress()

@@ -14,9 +14,10 @@ one small metrics row per queue range.
 
 Shuffle queues are drained in the same trigger: what a batch's source tasks wrote to them is counted
 before the batch ends, instead of one whole trigger later. A shuffle topic that only source pipelines
-write and that carries no frames is run by the source job's own tasks, once all of the batch's source
-ranges are committed (``rstream.runtime.task.run_with_share``); what is left, and every other shuffle
-topic, the driver runs as a second Spark job of the batch (``QueryDriver._run_shuffles``). Such a
+write is run by the source job's own tasks, once all of the batch's source ranges are committed
+(``rstream.runtime.task.run_with_share``), a window or join topic but in the batch that the idle flush
+of ``run_until_idle`` follows; what is left, and every other shuffle topic, the driver runs as a
+second Spark job of the batch (``QueryDriver._run_shuffles``). Such a
 range is committed with its tag like any other, and the tag is what says how far a shuffle queue is
 done: the source plans a shuffle queue from ``max(its offset, its last commit)``, and its offset
 moves only when the source plans it (for a tick sent while the job idles, say). A batch rerun after
@@ -88,6 +89,10 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # shuffle topics the source job's tasks may run themselves (``run_with_share``), and the
         # cores that can run a batch's tasks at once: with more tasks than that, some would wait
         self.shuffles_in_tasks: list[str] = json.loads(options.get("shufflesintasks", "[]"))
+        # window and join topics they may run too, but for a batch after which the driver sends the
+        # idle flush of ``run_until_idle`` (``flushatend``): it runs them after the flush, in one job
+        self.framed_in_tasks: list[str] = json.loads(options.get("framedintasks", "[]"))
+        self.flush_at_end = options.get("flushatend") == "1"
         self.slots = int(options.get("slots", "0"))
         self._target: dict[str, int] | None = None
         self._broker: Any = None
@@ -181,15 +186,25 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 topic, queue = split_queue_key(key)
                 ranges.append([topic, queue, begin, stop, batch])
         groups = plan_tasks(ranges, self.tasks)
-        if not self.shuffles_in_tasks or not groups or len(groups) > self.slots:
+        shared = self._shared(end)
+        if not shared or not groups or len(groups) > self.slots:
             return [InputPartition((group, None)) for group in groups]
         # every task runs its part of the shuffle side once the whole batch is committed: where each
         # of those queues starts is fixed now (nothing else commits them while the batch runs)
         begins = {key: self._committed(key, stop) for key, stop in end.items()
-                  if key != BATCH_KEY and split_queue_key(key)[0] in self.shuffles_in_tasks}
+                  if key != BATCH_KEY and split_queue_key(key)[0] in shared}
         return [InputPartition((group, {"index": i, "count": len(groups), "barrier": ranges, "begins": begins,
                                         "batch": batch, "max_per_queue": self.max_per_queue}))
                 for i, group in enumerate(groups)]
+
+    def _shared(self, end: dict[str, int]) -> list[str]:
+        """The shuffle topics the tasks of the batch that ends at ``end`` run themselves: window and
+        join topics too, unless the batch reads the sources up to an ``availableNow`` run's target that
+        ends with the idle flush (the driver sends it, then runs them with their last records)."""
+        target = self._target
+        if self.flush_at_end and target is not None and all(end.get(k, 0) >= v for k, v in target.items()):
+            return self.shuffles_in_tasks
+        return self.shuffles_in_tasks + self.framed_in_tasks
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, int, str]]:
         from rstream.runtime.task import run_with_share

@@ -449,9 +449,10 @@ def run_with_share(cfg_blob: str, ranges: list[list[Any]], share: dict[str, Any]
     them: every task plans their ranges alike, from those begins and the queues' ends, spreads them
     over ``share["count"]`` bins as the driver would (``plan_tasks``) and runs bin ``share["index"]``.
     That saves the batch a second Spark job (the driver's, ``QueryDriver._run_shuffles``), which
-    still runs what is left: ranges over ``max_records_per_queue``, or all of them when a task gave up
-    waiting (a source range not committed within ``SHARE_WAIT_S``: its task failed, or found no free
-    core). A range a task ran is committed with its tag like any other, so none runs twice."""
+    still runs what is left: all of it when a task gave up waiting (a source range not committed
+    within ``SHARE_WAIT_S``: its task failed, or found no free core), and what came after the tasks
+    planned (the driver's idle ticks and flush). A range a task ran is committed with its tag like
+    any other, so none runs twice."""
     began = time.perf_counter()
     rows = run_partition(cfg_blob, ranges)
     if share is None or any("fatal" in json.loads(row[4]) for row in rows):
@@ -490,20 +491,24 @@ def _committed_all(broker: Broker, job: str, ranges: list[list[Any]], wait_s: fl
 
 def share_ranges(broker: Broker, share: dict[str, Any]) -> list[list[Any]]:
     """The shuffle ranges of bin ``share["index"]`` of the batch's shuffle side, as every task of the
-    batch plans them once the batch's source ranges are committed (see ``run_with_share``)."""
+    batch plans them once the batch's source ranges are committed (see ``run_with_share``): each
+    queue from its begin to its end now, in ranges of at most ``share["max_per_queue"]`` records,
+    all in one bin and in order; the bins are planned from the queues' whole spans."""
     from rstream.runtime.source import plan_tasks, split_queue_key
 
     ends: dict[str, list[int]] = {}
-    ranges = []
+    spans = []
     for key, begin in sorted(share["begins"].items()):
         topic, queue = split_queue_key(key)
         if topic not in ends:
             ends[topic] = broker.end_offsets(topic)
-        end = min(ends[topic][queue], begin + share["max_per_queue"])
-        if end > begin:
-            ranges.append([topic, queue, begin, end, share["batch"]])
-    bins = plan_tasks(ranges, share["count"])
-    return bins[share["index"]] if share["index"] < len(bins) else []
+        if ends[topic][queue] > begin:
+            spans.append([topic, queue, begin, ends[topic][queue], share["batch"]])
+    bins = plan_tasks(spans, share["count"])
+    step = share["max_per_queue"]
+    mine = bins[share["index"]] if share["index"] < len(bins) else []
+    return [[topic, queue, lo, min(lo + step, end), batch]
+            for topic, queue, begin, end, batch in mine for lo in range(begin, end, step)]
 
 
 def run_partition(cfg_blob: str, ranges: list[list[Any]]) -> list[tuple[str, int, int, int, str]]:

@@ -235,3 +235,101 @@ def test_two_attempts_of_the_same_shuffle_ranges_at_once_commit_each_once(broker
         assert sorted(attempt[q]["skipped"] for attempt in infos) == [False, True]
     assert _shuffle_tags(broker, job, shuffle) == sorted((r[1], r[2], r[3]) for r in left)
     assert_exact_counts(broker, "counts", SENTENCES)
+
+
+def test_a_task_drains_each_queue_of_its_bin_in_ranges_of_at_most_max_records_per_queue(
+        broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """A task's share is each of its queues from where it begins to where it ends once the batch is
+    committed, cut into ranges of at most ``max_records_per_queue``, in order and all in the same
+    bin (a queue's ranges must run one after the other); the bins are planned from whole queues, so
+    every task plans alike. The counts are exact and the driver finds nothing left."""
+    blob, shuffle, groups, plan = _setup(broker, tmp_path)
+    job = task.config_from_blob(blob).job
+    for group in groups:
+        run_partition(blob, group)
+    ends = broker.end_offsets(shuffle)
+    plan = {**plan, "max_per_queue": 7}
+    bins = [task.share_ranges(broker, {**plan, "index": i}) for i in range(plan["count"])]
+    for mine in bins:
+        for q in {r[1] for r in mine}:
+            steps = [(r[2], r[3]) for r in mine if r[1] == q]
+            assert steps == [(lo, min(lo + 7, ends[q])) for lo in range(0, ends[q], 7)]
+    assert sorted(r[1] for mine in bins for r in mine if r[2] == 0) == [q for q, end in enumerate(ends) if end]
+    for mine in bins:
+        run_partition(blob, mine)
+    assert_exact_counts(broker, "counts", SENTENCES)
+    assert shuffle_ranges(broker, job, [shuffle], 7, 1) == []
+    assert max(end - start for _q, start, end in _shuffle_tags(broker, job, shuffle)) == 7
+
+
+@pytest.mark.parametrize("kind", ["window", "join"])
+def test_window_and_join_queues_run_in_the_source_job_in_every_batch_the_idle_flush_does_not_follow(
+        broker: EmbeddedBroker, make_job: Any, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """An ``availableNow`` run in several batches (``max_records_per_queue``): the source tasks run the
+    window (join) queues of every batch but the one that reads the sources to the run's end, whose
+    windows the driver runs after it sent the idle flush. So no batch before that one starts a second
+    Spark job, and the results are exact."""
+    from rstream import Time, TumblingWindow
+    from tests.runtime.reference import split_late, window_frame
+    from tests.runtime.test_joins import emitted, events, join_job, windowed_pairs
+    from tests.runtime.test_windows import EXACT, LATENESS, clicks, produce, results, windowed
+
+    if kind == "window":
+        per_queue = {"clicks": produce(broker, "clicks", clicks(150, seed=31))}
+        builder = windowed(job_id("wshare"), TumblingWindow(Time.seconds(5)), "count")
+    else:
+        per_queue = {"left": produce(broker, "left", events(120, 1, "L")),
+                     "right": produce(broker, "right", events(90, 2, "R"))}
+        builder = join_job(job_id("jshare"), "inner", TumblingWindow(Time.seconds(10)))
+    driver_batches: list[int] = []
+    real = job_query.plan_tasks
+
+    def counted(ranges: list[list[Any]], tasks: int) -> list[list[list[Any]]]:
+        driver_batches.append(ranges[0][4])
+        return real(ranges, tasks)
+
+    monkeypatch.setattr(job_query, "plan_tasks", counted)
+    job = make_job(builder, max_records_per_queue=20, **EXACT)
+    assert job.topology.framed_after_sources == list(job.topology.framed_topics)
+    job.run_until_idle(timeout=180)
+    last_read = max(p.batch_id for p in job.progress
+                    for q in p.queues if q.topic in job.topology.source_topics and q.records_in)
+    assert last_read >= 2  # batches that read the sources before the last one
+    assert driver_batches and min(driver_batches) == last_read
+    framed = [q for p in job.progress if p.batch_id < last_read for q in p.queues if q.topic in job.topology.framed_topics]
+    assert framed and all(q.records_in for q in framed)  # their windows ran in those batches' source jobs
+    if kind == "window":
+        on_time, late = split_late(per_queue["clicks"], lambda e: e["ts"], LATENESS)
+        frame = window_frame(on_time, lambda e: e["user"], lambda e: e["ts"], lambda e: 1, 5000)
+        assert results(broker) == frame.groupby(["key", "start", "end"]).size().to_dict()
+        assert len(job.late_records()) == len(late)
+    else:
+        lefts, late_l = split_late(per_queue["left"], lambda e: e["ts"], LATENESS)
+        rights, late_r = split_late(per_queue["right"], lambda e: e["ts"], LATENESS)
+        assert emitted(broker) == windowed_pairs(lefts, rights, 10_000, "inner")
+        assert len(job.late_records()) == len(late_l) + len(late_r)
+    assert (job.lag()["lag"] == 0).all()
+
+
+def test_an_idle_tick_waits_while_a_batch_runs(broker: EmbeddedBroker, make_job: Any) -> None:
+    """A batch's source tasks plan the window queues' ranges from where those queues end, each task on
+    its own: a tick another thread sends (a started job's ticker, ``run_until_idle`` on a running job)
+    waits until the batch's jobs are done, so the ends hold still while the tasks plan."""
+    from rstream import Time, TumblingWindow
+    from tests.runtime.test_windows import produce, windowed
+
+    produce(broker, "clicks", [{"user": "u", "ts": 1}])
+    job = make_job(windowed(job_id("tlock"), TumblingWindow(Time.seconds(5)), "count"))
+    window_topic = next(iter(job.topology.framed_topics))
+    for topic, queues in job.topology.shuffle_topics.items():
+        broker.create_topic(topic, queues=queues)
+    before = broker.end_offsets(window_topic)
+    with job._batch_lock:  # what _on_batch holds while the batch's jobs run
+        sender = threading.Thread(target=job.tick)
+        sender.start()
+        sender.join(timeout=0.5)
+        assert sender.is_alive() and broker.end_offsets(window_topic) == before
+    sender.join(timeout=30)
+    assert not sender.is_alive() and broker.end_offsets(window_topic) == [n + 1 for n in before]
+    job.tick()  # the batch's own thread may tick (the idle flush): the lock is its own
+    assert broker.end_offsets(window_topic) == [n + 2 for n in before]

@@ -107,3 +107,25 @@ def test_the_source_tasks_get_a_share_of_the_shuffle_side_from_where_each_queue_
     assert all(share is None for _g, share in (p.value for p in reader(
         broker, initial, shufflesintasks=json.dumps(["sh"]), slots="1", tasks="2").partitions(start, end)))
     assert all(share is None for _g, share in (p.value for p in reader(broker, initial).partitions(start, end)))
+
+
+def test_window_topics_are_shared_except_in_the_batch_the_idle_flush_follows(broker: EmbeddedBroker) -> None:
+    """A window or join topic (``framedintasks``) goes to the source tasks like any other, but not in
+    the batch of an ``availableNow`` run that reads the sources up to the driver's target when that
+    run ends with the idle flush (``flushatend``): the driver sends the flush after that batch's
+    source ranges, then runs the windows with their last records, in one job."""
+    initial = setup(broker)
+    start = {**initial, BATCH_KEY: -1}
+
+    def begins(**options: str) -> list[Any]:
+        r = reader(broker, initial, framedintasks=json.dumps(["sh"]), slots="2", tasks="2", **options)
+        if "target" in options:
+            r.prepareForTriggerAvailableNow()
+        end = r.latestOffset(start)
+        return [share if share is None else share["begins"] for _g, share in (p.value for p in r.partitions(start, end))]
+
+    assert begins() == [{"sh/0": 0, "sh/1": 0}]  # a started job: every batch shares its windows
+    assert begins(target=json.dumps({"src/0": 3})) == [{"sh/0": 0, "sh/1": 0}]  # no flush at the end
+    assert begins(target=json.dumps({"src/0": 3}), flushatend="1") == [None]  # the flush follows this batch
+    # a batch short of the target (more input than one range holds): the flush does not follow it
+    assert begins(target=json.dumps({"src/0": 3}), flushatend="1", maxrecordsperqueue="2") == [{"sh/0": 0, "sh/1": 0}]
