@@ -281,11 +281,11 @@ def test_window_and_join_queues_run_in_the_source_job_in_every_batch_the_idle_fl
         per_queue = {"left": produce(broker, "left", events(120, 1, "L")),
                      "right": produce(broker, "right", events(90, 2, "R"))}
         builder = join_job(job_id("jshare"), "inner", TumblingWindow(Time.seconds(10)))
-    driver_batches: list[int] = []
+    driver_ranges: list[list[Any]] = []
     real = job_query.plan_tasks
 
     def counted(ranges: list[list[Any]], tasks: int) -> list[list[list[Any]]]:
-        driver_batches.append(ranges[0][4])
+        driver_ranges.extend(ranges)
         return real(ranges, tasks)
 
     monkeypatch.setattr(job_query, "plan_tasks", counted)
@@ -295,7 +295,10 @@ def test_window_and_join_queues_run_in_the_source_job_in_every_batch_the_idle_fl
     last_read = max(p.batch_id for p in job.progress
                     for q in p.queues if q.topic in job.topology.source_topics and q.records_in)
     assert last_read >= 2  # batches that read the sources before the last one
+    driver_batches = [r[4] for r in driver_ranges]
     assert driver_batches and min(driver_batches) == last_read
+    # that batch's windows ran in the driver's job with the flush (not only the flush's ticks, one a queue)
+    assert any(r[3] - r[2] > 1 for r in driver_ranges if r[4] == last_read and r[0] in job.topology.framed_topics)
     framed = [q for p in job.progress if p.batch_id < last_read for q in p.queues if q.topic in job.topology.framed_topics]
     assert framed and all(q.records_in for q in framed)  # their windows ran in those batches' source jobs
     if kind == "window":
