@@ -32,8 +32,8 @@ LATENESS = [0, 1_000, 3_000, 10_000]
 WINDOW_MS = 10_000
 
 
-def readings(sensors: int = 3, per_sensor: int = 120, seed: int = 3) -> list[dict[str, int]]:
-    """Notebook 03's readings, in the order the broker receives them (by arrival)."""
+def readings(sensors: int = 3, per_sensor: int = 120, seed: int = 3) -> list[dict[str, Any]]:
+    """Notebook 03's readings (the same draws), in the order the broker receives them (by arrival)."""
     rng = random.Random(seed)
     out = []
     for sensor in range(sensors):
@@ -41,12 +41,12 @@ def readings(sensors: int = 3, per_sensor: int = 120, seed: int = 3) -> list[dic
             ts = i * 500
             delay = rng.choice([0, 100, 200, 300, 500, 800]) if rng.random() < 0.9 else rng.choice(
                 [1_500, 3_000, 6_000, 9_000])
-            out.append({"sensor": sensor, "ts": ts, "arrival": ts + delay})
+            out.append({"sensor": sensor, "ts": ts, "temp": round(20 + rng.gauss(0, 2), 1), "arrival": ts + delay})
     out.sort(key=lambda r: (r["arrival"], r["sensor"]))
     return out
 
 
-def reference(rows: list[dict[str, int]], lateness: int) -> tuple[int, int]:
+def reference(rows: list[dict[str, Any]], lateness: int) -> tuple[int, int]:
     """(late, counted): a reading is late when its time is behind its queue's watermark (the largest
     time seen before it on its sensor's queue, minus ``lateness``); every other one is counted."""
     late = 0
