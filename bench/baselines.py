@@ -156,8 +156,10 @@ def python_windows(per_queue: list[list[bytes]], lateness: int, size: int,
     return {(page, start, start + size): c for (page, start), c in counts.items()}, late
 
 
-def python_windows_parsed(per_queue: list[list[dict[str, Any]]], lateness: int, size: int) -> dict[tuple[str, int], int]:
-    """The same loop over already parsed dicts (to show what ``json.loads`` costs in (b))."""
+def python_windows_parsed(per_queue: list[list[dict[str, Any]]], lateness: int, size: int,
+                          key: str = "page") -> dict[tuple[Any, int], int]:
+    """The same loop over already parsed dicts (to show what ``json.loads`` costs in (b)), counted
+    per (``e[key]``, window start)."""
     counts: dict[tuple[str, int], int] = {}
     get = counts.get
     for events in per_queue:
@@ -168,7 +170,7 @@ def python_windows_parsed(per_queue: list[list[dict[str, Any]]], lateness: int, 
                 wm = t - lateness
             if t < wm:
                 continue
-            k = (e["page"], t - t % size)
+            k = (e[key], t - t % size)
             counts[k] = get(k, 0) + 1
     return counts
 

@@ -8,8 +8,8 @@ against the same job with the driver's second Spark job per batch (``False``), i
 The input is notebook 03's: 3 sensors, 120 readings each, 0.5 s apart, about a tenth delayed by 1.5 to
 9 s, one broker queue per sensor. The job counts readings per sensor in 10 s tumbling windows with
 ``max_records_per_queue=20`` (seven batches, as if live), once per allowed lateness of 0, 1, 3 and 10 s.
-Each round runs the four jobs both ways, alternating which way goes first, and each job's results (late
-records and counted readings) must equal its twin's and a plain Python reference's.
+Each round runs the four jobs both ways, alternating which way goes first, and each job's windows and late
+records must equal a plain Python reference's (``bench.baselines.python_windows_parsed``).
 One process, one SparkSession (``local[2]``); a warm-up round first, not counted.
 """
 
@@ -46,19 +46,6 @@ def readings(sensors: int = 3, per_sensor: int = 120, seed: int = 3) -> list[dic
     return out
 
 
-def reference(rows: list[dict[str, Any]], lateness: int) -> tuple[int, int]:
-    """(late, counted): a reading is late when its time is behind its queue's watermark (the largest
-    time seen before it on its sensor's queue, minus ``lateness``); every other one is counted."""
-    late = 0
-    seen: dict[int, int] = {}
-    for r in rows:
-        wm = seen.get(r["sensor"])
-        if wm is not None and r["ts"] < wm - lateness:
-            late += 1
-        seen[r["sensor"]] = max(r["ts"], wm if wm is not None else r["ts"])
-    return late, len(rows) - late
-
-
 def build(job_id: str) -> Any:
     from rstream import JsonDeserializer, JsonSerializer, StreamBuilder, Time, TumblingWindow
 
@@ -78,8 +65,12 @@ def run_job(spark: Any, broker: Any, root: Path, job_id: str, lateness: int, in_
     began = time.perf_counter()
     job.run_until_idle(progress=False)
     seconds = time.perf_counter() - began
-    counted = sum(json.loads(m.body)["value"] for m in broker.read(f"{job_id}-counts"))
-    return {"seconds": seconds, "batches": len(job.progress), "late": len(job.late_records()), "counted": counted}
+    windows = {}
+    for m in broker.read(f"{job_id}-counts"):
+        doc = json.loads(m.body)
+        key, start, _end = doc["key"]
+        windows[(int(key.removeprefix("sensor-")), start)] = doc["value"]
+    return {"seconds": seconds, "batches": len(job.progress), "late": len(job.late_records()), "windows": windows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the results as JSON here")
     args = ap.parse_args(argv)
 
+    from bench.baselines import python_windows_parsed
     from rstream import EmbeddedBroker, get_spark
 
     root = Path(tempfile.mkdtemp(prefix="rstream-batches-"))
@@ -100,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         broker.create_topic("readings", queues=3)
         for sensor in range(3):
             broker.send_batch("readings", [json.dumps(r) for r in rows if r["sensor"] == sensor], queue=sensor)
-        expected = {lateness: reference(rows, lateness) for lateness in LATENESS}
+        # the reference: per sensor's queue, in arrival order, watermark = max(watermark, ts - lateness), a
+        # reading behind it is late, the others are counted per (sensor, window start)
+        per_queue = [[r for r in rows if r["sensor"] == sensor] for sensor in range(3)]
+        expected = {lateness: python_windows_parsed(per_queue, lateness, WINDOW_MS, key="sensor")
+                    for lateness in LATENESS}
         times: dict[str, list[float]] = {"in_source_job": [], "driver_job": []}
         batches: dict[str, list[int]] = {"in_source_job": [], "driver_job": []}
         for r in range(args.rounds + 1):
@@ -111,9 +107,10 @@ def main(argv: list[str] | None = None) -> int:
                 for lateness in LATENESS:
                     res = run_job(spark, broker, root, f"b{r}-{name}-{lateness}".replace("_", "-"), lateness,
                                   in_source_job)
-                    got = (res["late"], res["counted"])
-                    if got != expected[lateness]:
-                        raise SystemExit(f"wrong result: lateness {lateness}, {name}: {got} != {expected[lateness]}")
+                    late = len(rows) - sum(expected[lateness].values())
+                    if res["windows"] != expected[lateness] or res["late"] != late:
+                        raise SystemExit(f"wrong result: lateness {lateness}, {name}: {res['late']} late (expected "
+                                         f"{late}), windows {res['windows']} != {expected[lateness]}")
                     total += res["seconds"]
                     if r:
                         batches[name].append(res["batches"])
