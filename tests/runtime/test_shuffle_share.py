@@ -15,13 +15,16 @@ from typing import Any
 
 import pytest
 
-from rstream import EmbeddedBroker, StreamBuilder, TextDeserializer, TextSerializer
+from rstream import EmbeddedBroker, StreamBuilder, TextDeserializer, TextSerializer, Time, TumblingWindow
 from rstream.runtime import job_query, task
 from rstream.runtime.source import plan_tasks, shuffle_ranges
 from rstream.runtime.task import dump_blob, run_partition, run_with_share
 from rstream.runtime.topics import task_config
 from rstream.settings import JobProperties
 from tests.conftest import job_id
+from tests.runtime.reference import split_late, window_frame
+from tests.runtime.test_joins import emitted, events, join_job, windowed_pairs
+from tests.runtime.test_windows import EXACT, LATENESS, clicks, produce, results, windowed
 from tests.runtime.test_wordcount import assert_exact_counts, wordcount
 
 SENTENCES = [f"w{i % 7} w{i % 3} w{i % 11} w{(i * 5) % 13}" for i in range(120)]
@@ -269,10 +272,6 @@ def test_window_and_join_queues_run_in_the_source_job_in_every_batch_the_idle_fl
     window (join) queues of every batch but the one that reads the sources to the run's end, whose
     windows the driver runs after it sent the idle flush. So no batch before that one starts a second
     Spark job, and the results are exact."""
-    from rstream import Time, TumblingWindow
-    from tests.runtime.reference import split_late, window_frame
-    from tests.runtime.test_joins import emitted, events, join_job, windowed_pairs
-    from tests.runtime.test_windows import EXACT, LATENESS, clicks, produce, results, windowed
 
     if kind == "window":
         per_queue = {"clicks": produce(broker, "clicks", clicks(150, seed=31))}
@@ -318,8 +317,6 @@ def test_an_idle_tick_waits_while_a_batch_runs(broker: EmbeddedBroker, make_job:
     """A batch's source tasks plan the window queues' ranges from where those queues end, each task on
     its own: a tick another thread sends (a started job's ticker, ``run_until_idle`` on a running job)
     waits until the batch's jobs are done, so the ends hold still while the tasks plan."""
-    from rstream import Time, TumblingWindow
-    from tests.runtime.test_windows import produce, windowed
 
     produce(broker, "clicks", [{"user": "u", "ts": 1}])
     job = make_job(windowed(job_id("tlock"), TumblingWindow(Time.seconds(5)), "count"))
