@@ -148,8 +148,8 @@ class _Checkpointer:
                 self._running += 1
             try:
                 checkpoint(db_file, busy_timeout_s)
-            except sqlite3.Error:
-                pass  # the folder is gone, or the file is not a broker's: a later commit asks again
+            except Exception:  # the folder is gone, or the file is not a broker's: a later commit asks again
+                pass
             finally:
                 with cond:
                     self._running -= 1
