@@ -481,7 +481,7 @@ class EmbeddedBroker:
     ) -> None:
         self.path = Path(path).absolute()
         self.busy_timeout_s = busy_timeout_s
-        if checkpoint_wal_bytes is not None and (not isinstance(checkpoint_wal_bytes, int) or checkpoint_wal_bytes < 0):
+        if checkpoint_wal_bytes is not None and (type(checkpoint_wal_bytes) is not int or checkpoint_wal_bytes < 0):
             raise BrokerError(f"checkpoint_wal_bytes must be a number of bytes >= 0 or None, got {checkpoint_wal_bytes!r}")
         self.checkpoint_wal_bytes = checkpoint_wal_bytes
         if compact_min_dirty is not None and compact_min_dirty < 1:
@@ -613,15 +613,15 @@ class EmbeddedBroker:
         limit = self.checkpoint_wal_bytes
         if limit is None:
             return
-        try:
+        try:  # the write is committed: nothing here may make it look failed (a retry would write it twice)
             size = os.stat(self._wal_file).st_size
-        except OSError:
-            return
-        if size > _WAL_INLINE * limit:  # this process's thread first: the two would not run at once
-            _CHECKPOINTER.wait(self.busy_timeout_s)
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        elif size > limit:
-            _CHECKPOINTER.request(self.db_file, self.busy_timeout_s)
+            if size > _WAL_INLINE * limit:  # this process's thread first: the two would not run at once
+                _CHECKPOINTER.wait(self.busy_timeout_s)
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            elif size > limit:
+                _CHECKPOINTER.request(self.db_file, self.busy_timeout_s)
+        except Exception:  # no log file (yet), or no thread to be had: a later commit asks again
+            pass
 
     def wait_for_checkpoints(self, timeout_s: float = 60.0) -> bool:
         """Wait until the checkpoints this process asked for are done (False on timeout). Nothing

@@ -65,8 +65,25 @@ def test_none_leaves_checkpoints_to_sqlite_and_the_setting_is_checked(tmp_path: 
     assert EmbeddedBroker(tmp_path / "c").checkpoint_wal_bytes == CHECKPOINT_WAL_BYTES == 1000 * 65536
     clone = pickle.loads(pickle.dumps(EmbeddedBroker(tmp_path / "d", checkpoint_wal_bytes=12345)))
     assert clone.checkpoint_wal_bytes == 12345  # Spark tasks get the same setting
-    with pytest.raises(BrokerError, match="checkpoint_wal_bytes"):
-        EmbeddedBroker(tmp_path / "e", checkpoint_wal_bytes=-1)
+    for bad in (-1, 1.5, "64M", True):
+        with pytest.raises(BrokerError, match="checkpoint_wal_bytes"):
+            EmbeddedBroker(tmp_path / "e", checkpoint_wal_bytes=bad)  # type: ignore[arg-type]
+
+
+def test_a_committed_write_never_fails_for_its_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint comes after the commit: when it cannot be had, the write still succeeds
+    (an error would make the caller send it again) and is there once."""
+    from rstream.broker import embedded
+
+    def no_thread(*args: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(embedded._CHECKPOINTER, "request", no_thread)
+    monkeypatch.setattr(embedded, "_WAL_INLINE", 10**9)  # the thread's turn, however long the log
+    broker = EmbeddedBroker(tmp_path / "b", checkpoint_wal_bytes=1)  # every commit asks for one
+    broker.create_topic("t", queues=1)
+    assert [r.offset for r in broker.send_batch("t", [b"a", b"b"])] == [0, 1]
+    assert [m.body for m in broker.read("t")] == [b"a", b"b"]
 
 
 def test_a_checkpoint_never_creates_a_missing_broker_file(tmp_path: Path) -> None:
