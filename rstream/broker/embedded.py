@@ -87,8 +87,8 @@ _PAGE_SIZE = 65536
 CHECKPOINT_WAL_BYTES = 1000 * _PAGE_SIZE
 
 #: The size (bytes) the first commit after SQLite starts its log over cuts the log file down to
-#: (``PRAGMA journal_size_limit``); SQLite keeps the file at its largest otherwise, and then its size
-#: would not say how much log there is.
+#: (``PRAGMA journal_size_limit``; ``checkpoint_wal_bytes`` if that is less); SQLite keeps the file at
+#: its largest otherwise, and then its size would not say how much log there is.
 _WAL_KEEP_BYTES = 4 * 1024 * 1024
 
 
@@ -550,7 +550,7 @@ class EmbeddedBroker:
             conn.execute("PRAGMA synchronous=NORMAL")
             if self.checkpoint_wal_bytes is not None:  # checkpoints on a thread of their own, not in commits
                 conn.execute("PRAGMA wal_autocheckpoint=0")
-                conn.execute(f"PRAGMA journal_size_limit={_WAL_KEEP_BYTES}")
+                conn.execute(f"PRAGMA journal_size_limit={min(_WAL_KEEP_BYTES, self.checkpoint_wal_bytes)}")
             setattr(local, name, conn)
             setattr(local, name + "_pid", os.getpid())
         return conn
