@@ -162,10 +162,14 @@ def checkpoint(db_file: Path, busy_timeout_s: float = 5.0) -> tuple[int, int, in
     conn = sqlite3.connect(f"{db_file.absolute().as_uri()}?mode=rw", uri=True, timeout=busy_timeout_s,
                            isolation_level=None)
     try:
-        row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        return int(row[0]), int(row[1]), int(row[2])
+        return _passive_checkpoint(conn)
     finally:
         conn.close()
+
+
+def _passive_checkpoint(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return int(row[0]), int(row[1]), int(row[2])
 
 
 _CHECKPOINTER = _Checkpointer()
@@ -617,7 +621,7 @@ class EmbeddedBroker:
             size = os.stat(self._wal_file).st_size
             if size > _WAL_INLINE * limit:  # this process's thread first: the two would not run at once
                 _CHECKPOINTER.wait(self.busy_timeout_s)
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                _passive_checkpoint(conn)
             elif size > limit:
                 _CHECKPOINTER.request(self.db_file, self.busy_timeout_s)
         except Exception:  # no log file (yet), or no thread to be had: a later commit asks again
