@@ -21,7 +21,7 @@ from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.sink import SinkProcessor
 from rstream.processors.spec import WINDOW_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import FIRE_ALL, finite
-from rstream.state.store import MISSING
+from rstream.state.store import MISSING, timer_key
 from rstream.time.watermark import NO_WATERMARK
 from rstream.time.windows import SessionWindow, TumblingWindow, Window, WindowError, WindowKey
 
@@ -80,15 +80,24 @@ class WindowAggregateProcessor(WindowedOperator):
         # this batch's accumulators of fixed windows, staged in the store at flush (sessions, which
         # merge, go straight to the store)
         self.cache: dict[tuple[Any, int, int], Any] = {}
-        # fixed windows opened in this batch, with their timer's key: one that also fires in it leaves
-        # nothing in the state topic (its count is in ``cache`` only, and its timer is unstaged)
+        # fixed windows opened in this batch, with their timer's key, also by end: their timers stay
+        # here until ``flush`` stages those still open in the store, so one that also fires in the
+        # batch leaves nothing in the state topic and costs the store nothing
         self.fresh: dict[tuple[Any, int, int], bytes] = {}
+        self.fresh_ends: dict[int, dict[tuple[Any, int, int], bytes]] = {}
+        # whether the store holds any window of this operator from an earlier batch: without one, a
+        # window not in ``cache`` is new, and the store is not asked (a window's state and its timer
+        # are staged together and deleted together)
+        self.committed_windows = self.store.has_timers(self.name)
 
     def flush(self) -> None:
-        put, name = self.store.put, self.name
+        put, name, stage_timer = self.store.put, self.name, self.store.stage_timer
+        for kb in self.fresh.values():
+            stage_timer(kb)
         for wk, acc in self.cache.items():
             put(name, wk, acc)
-        self.fresh = {}  # their counts are staged now: a window that fires later deletes them
+        # their timers and counts are staged now: a window that fires later deletes them
+        self.fresh, self.fresh_ends = {}, {}
         super().flush()
 
     def staged(self) -> list[tuple[Any, Any]]:
@@ -121,10 +130,11 @@ class WindowAggregateProcessor(WindowedOperator):
             wk = (key, start, end)
             acc = cache.get(wk, MISSING)
             if acc is MISSING:
-                acc = store.get(name, wk)
+                if self.committed_windows:
+                    acc = store.get(name, wk)
                 if acc is MISSING:
                     acc = fold.initial()
-                    self.fresh[wk] = store.set_timer(name, end, (key, start))
+                    self._open(wk)
             try:
                 cache[wk] = fold.add(acc, x)
             except Exception as exc:
@@ -144,15 +154,38 @@ class WindowAggregateProcessor(WindowedOperator):
         else:
             added = self._window_counts(chunk, plan.root)
         self.records_in += len(chunk.offsets)
-        store, name, cache, fresh = self.store, self.name, self.cache, self.fresh
+        store, name, cache, committed, open_window = self.store, self.name, self.cache, self.committed_windows, self._open
         for wk, n in added.items():
             acc = cache.get(wk, MISSING)
             if acc is MISSING:
-                acc = store.get(name, wk)
+                if committed:
+                    acc = store.get(name, wk)
                 if acc is MISSING:
                     acc = 0
-                    fresh[wk] = store.set_timer(name, wk[2], (wk[0], wk[1]))
+                    open_window(wk)
             cache[wk] = acc + n
+
+    def _open(self, wk: tuple[Any, int, int]) -> None:
+        """A new fixed window: its timer, kept in ``fresh`` until ``flush``."""
+        key, start, end = wk
+        kb = self.fresh[wk] = timer_key(self.name, end, (key, start))
+        at = self.fresh_ends.get(end)
+        if at is None:
+            at = self.fresh_ends[end] = {}
+        at[wk] = kb
+
+    def _with_fresh(self, stored: list[tuple[int, Any]], watermark: int | None) -> list[tuple[int, Any]]:
+        """The store's timers ``stored`` (due at ``watermark``; None: all) and the fresh windows' due
+        with them, in the store's order (by timer key): what the store would answer had the fresh
+        timers been staged in it."""
+        ends = [end for end in self.fresh_ends if watermark is None or end <= watermark]
+        if not ends:
+            return stored
+        found = {kb: wk for end in ends for wk, kb in self.fresh_ends[end].items()}
+        if stored:
+            name = self.name
+            found.update((timer_key(name, end, payload), (payload[0], payload[1], end)) for end, payload in stored)
+        return [(wk[2], (wk[0], wk[1])) for wk in map(found.__getitem__, sorted(found))]
 
     def _late_behind(self, key: Any, value: Any, ts: int, carried: int) -> None:
         self._late(key, value, ts, carried, LateCause.BEHIND_WATERMARK,
@@ -239,6 +272,8 @@ class WindowAggregateProcessor(WindowedOperator):
         """Fire every window whose end the watermark reached, earliest first, then delete its state."""
         store, name = self.store, self.name
         due = store.timers_due(name, watermark)
+        if self.fresh_ends:
+            due = self._with_fresh(due, watermark)
         if due and not self.session and self._fire_to_sink(due):
             self._fired_up_to(watermark, due[-1][0])
             return
@@ -265,9 +300,11 @@ class WindowAggregateProcessor(WindowedOperator):
     def _forget(self, wk: tuple[Any, int, int]) -> None:
         """Stage the delete of a fired window's state and timer (for one opened in this batch,
         drop its timer: its count never left ``cache``, and nothing of it reaches the state topic)."""
-        timer = self.fresh.pop(wk, None)
-        if timer is not None:
-            self.store.unstage(timer)
+        if self.fresh.pop(wk, None) is not None:  # never staged: nothing to undo in the store
+            at = self.fresh_ends[wk[2]]
+            del at[wk]
+            if not at:
+                del self.fresh_ends[wk[2]]
             return
         key, start, end = wk
         self.store.delete(self.name, wk)
@@ -327,7 +364,7 @@ class WindowAggregateProcessor(WindowedOperator):
         return True
 
     def pending(self) -> list[tuple[int, Any]]:
-        return self.store.timers(self.name)
+        return self._with_fresh(self.store.timers(self.name), None)
 
     def metrics(self) -> OperatorMetrics:
         pending = self.pending()

@@ -202,9 +202,21 @@ class StateStore:
         """Stage a timer: ``timers_due`` returns it once the watermark reaches ``end``. Returns its
         key (for ``unstage``)."""
         kb = timer_key(operator, end, payload)
+        self.stage_timer(kb)
+        return kb
+
+    def stage_timer(self, kb: bytes) -> None:
+        """Stage a timer by its key (``timer_key``), as ``set_timer`` does: for an operator that keeps
+        the timers it sets in a batch to itself until the batch ends."""
         self._changes[kb] = b""
         self._stage_timer(kb)
-        return kb
+
+    def has_timers(self, operator: str) -> bool:
+        """Whether the store holds a committed timer of ``operator`` (staged changes not counted)."""
+        prefix = operator.encode() + b"\x01"
+        for kb in self._require().keys(from_key=prefix):
+            return isinstance(kb, bytes) and kb.startswith(prefix)
+        return False
 
     def unstage(self, kb: bytes) -> None:
         """Drop what this batch staged for ``kb`` (a key the store never held, such as a timer set

@@ -24,6 +24,7 @@ from rstream import (
     StreamBuilder,
     TumblingWindow,
 )
+from rstream.runtime.inprocess import InProcessJob
 from tests.processors.harness import produce, run
 from tests.runtime.reference import sessions, split_late, window_frame
 
@@ -185,3 +186,29 @@ def test_window_results_go_to_the_sink_queue_of_their_plain_tuple(tmp_path: Path
     placed = [(tuple(json.loads(m.body)["key"]), m.queue_id) for m in broker.read("results")]
     assert len(placed) > 20 and len({q for _, q in placed}) == 4
     assert [q for _, q in placed] == [stable_queue(encode(key), 4) for key, _ in placed]
+
+
+def test_windows_left_open_by_a_batch_fire_in_key_order_with_the_batch_s_own(tmp_path: Path) -> None:
+    """Windows with one end fire in one order (by key), whether an earlier batch opened them (the
+    store holds them) or the batch that fires them did (the operator holds them until the batch
+    ends): here "a" and "c" stay open through batch 1; batch 2 opens "b" and "d", adds to "a" (read
+    back from the store) and fires all four."""
+    broker, root = fresh(tmp_path)
+    broker.create_topic("clicks", queues=1)
+    broker.create_topic("results", queues=1)  # one queue: the sink's order is the firing order
+    b = StreamBuilder("order", shuffle_queues=1)
+    (b.source("clicks", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["user"])
+     .window(TumblingWindow(2000)).count().to_rstream().sink("results", JsonSerializer(with_key=True)))
+    job = InProcessJob(b.build(), broker, root / "job", {"allowed_lateness_ms": 0, "idle_timeout_ms": 600_000})
+
+    def send(*clicks: tuple[str, int]) -> None:
+        broker.send_batch("clicks", [json.dumps({"user": u, "ts": t}) for u, t in clicks], queue=0)
+        job.run_until_idle(fire_idle=False)
+
+    send(("c", 1000), ("a", 1500), ("c", 1600))
+    assert broker.read("results") == []  # the watermark (1600) is below the windows' end
+    send(("d", 1700), ("a", 1750), ("b", 1800), ("x", 5000))  # "a" adds to its window of batch 1
+    fired = [json.loads(m.body) for m in broker.read("results")]
+    assert fired == [{"key": [k, 0, 2000], "value": n} for k, n in (("a", 2), ("b", 1), ("c", 2), ("d", 1))]
+    send(("y", 9000))  # fires x's window, opened in batch 2 and left open
+    assert json.loads(broker.read("results")[-1].body) == {"key": ["x", 4000, 6000], "value": 1}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from rstream import EmbeddedBroker, StateStore
 from rstream.broker import CommitTag
 from rstream.state import MISSING
-from rstream.state.store import StateError
+from rstream.state.store import StateError, timer_key
 
 
 def _persist(broker: EmbeddedBroker, store: StateStore, offset: int) -> None:
@@ -165,6 +165,20 @@ def _hold(folder: str, seconds: float, opened: Any) -> None:
         opened.set()
         time.sleep(seconds)
 
+
+
+def test_has_timers_sees_committed_timers_of_one_operator_only(tmp_path: Path, broker: EmbeddedBroker) -> None:
+    broker.create_topic("in-stateTopic", queues=1, compact=True)
+    with StateStore(tmp_path / "s", "in-stateTopic", 0).open() as store:
+        store.put("COUNT-1", ("a", 0, 10), 1)  # a value is not a timer
+        store.stage_timer(timer_key("COUNT-1", 10, ("a", 0)))
+        assert not store.has_timers("COUNT-1")  # staged, not committed
+        assert store.timers_due("COUNT-1", 10) == [(10, ("a", 0))]  # as set_timer would have staged it
+        _persist(broker, store, 0)
+        assert store.has_timers("COUNT-1") and not store.has_timers("COUNT-") and not store.has_timers("COUNT-2")
+        store.cancel_timer("COUNT-1", 10, ("a", 0))
+        _persist(broker, store, 1)
+        assert not store.has_timers("COUNT-1") and store.get("COUNT-1", ("a", 0, 10)) == 1
 
 def test_open_waits_for_another_process_that_holds_the_store(tmp_path: Path) -> None:
     folder = str(tmp_path / "s")
