@@ -80,11 +80,11 @@ class WindowAggregateProcessor(WindowedOperator):
         # this batch's accumulators of fixed windows, staged in the store at flush (sessions, which
         # merge, go straight to the store)
         self.cache: dict[tuple[Any, int, int], Any] = {}
-        # fixed windows opened in this batch, with their timer's key, also by end: their timers stay
-        # here until ``flush`` stages those still open in the store, so one that also fires in the
-        # batch leaves nothing in the state topic and costs the store nothing
+        # fixed windows opened in this batch, with their timer's key; and by end, each timer's key with
+        # what ``timers_due`` would list for it. Their timers stay here until ``flush`` stages those
+        # still open in the store, so one that also fires in the batch costs the store nothing
         self.fresh: dict[tuple[Any, int, int], bytes] = {}
-        self.fresh_ends: dict[int, dict[tuple[Any, int, int], bytes]] = {}
+        self.fresh_ends: dict[int, dict[bytes, tuple[int, tuple[Any, int]]]] = {}
         # whether the store holds any window of this operator from an earlier batch: without one, a
         # window not in ``cache`` is new, and the store is not asked (a window's state and its timer
         # are staged together and deleted together)
@@ -168,11 +168,12 @@ class WindowAggregateProcessor(WindowedOperator):
     def _open(self, wk: tuple[Any, int, int]) -> None:
         """A new fixed window: its timer, kept in ``fresh`` until ``flush``."""
         key, start, end = wk
-        kb = self.fresh[wk] = timer_key(self.name, end, (key, start))
+        payload = (key, start)
+        kb = self.fresh[wk] = timer_key(self.name, end, payload)
         at = self.fresh_ends.get(end)
         if at is None:
             at = self.fresh_ends[end] = {}
-        at[wk] = kb
+        at[kb] = (end, payload)
 
     def _with_fresh(self, stored: list[tuple[int, Any]], watermark: int | None) -> list[tuple[int, Any]]:
         """The store's timers ``stored`` (due at ``watermark``; None: all) and the fresh windows' due
@@ -181,11 +182,15 @@ class WindowAggregateProcessor(WindowedOperator):
         ends = [end for end in self.fresh_ends if watermark is None or end <= watermark]
         if not ends:
             return stored
-        found = {kb: wk for end in ends for wk, kb in self.fresh_ends[end].items()}
-        if stored:
+        if len(ends) == 1 and not stored:  # the usual case: one end due
+            found = self.fresh_ends[ends[0]]
+        else:
+            found = {}
+            for end in ends:
+                found.update(self.fresh_ends[end])
             name = self.name
-            found.update((timer_key(name, end, payload), (payload[0], payload[1], end)) for end, payload in stored)
-        return [(wk[2], (wk[0], wk[1])) for wk in map(found.__getitem__, sorted(found))]
+            found.update((timer_key(name, end, payload), (end, payload)) for end, payload in stored)
+        return list(map(found.__getitem__, sorted(found)))
 
     def _late_behind(self, key: Any, value: Any, ts: int, carried: int) -> None:
         self._late(key, value, ts, carried, LateCause.BEHIND_WATERMARK,
@@ -300,9 +305,10 @@ class WindowAggregateProcessor(WindowedOperator):
     def _forget(self, wk: tuple[Any, int, int]) -> None:
         """Stage the delete of a fired window's state and timer (for one opened in this batch,
         drop its timer: its count never left ``cache``, and nothing of it reaches the state topic)."""
-        if self.fresh.pop(wk, None) is not None:  # never staged: nothing to undo in the store
+        kb = self.fresh.pop(wk, None)
+        if kb is not None:  # never staged: nothing to undo in the store
             at = self.fresh_ends[wk[2]]
-            del at[wk]
+            del at[kb]
             if not at:
                 del self.fresh_ends[wk[2]]
             return
