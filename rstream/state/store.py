@@ -198,12 +198,9 @@ class StateStore:
             raw = self._require().get(kb)
         return MISSING if raw is None else decode(raw)
 
-    def set_timer(self, operator: str, end: int, payload: Any) -> bytes:
-        """Stage a timer: ``timers_due`` returns it once the watermark reaches ``end``. Returns its
-        key (for ``unstage``)."""
-        kb = timer_key(operator, end, payload)
-        self.stage_timer(kb)
-        return kb
+    def set_timer(self, operator: str, end: int, payload: Any) -> None:
+        """Stage a timer: ``timers_due`` returns it once the watermark reaches ``end``."""
+        self.stage_timer(timer_key(operator, end, payload))
 
     def stage_timer(self, kb: bytes) -> None:
         """Stage a timer by its key (``timer_key``), as ``set_timer`` does: for an operator that keeps
