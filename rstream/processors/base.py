@@ -100,9 +100,26 @@ class UnhashableKeyError(ProcessingError, TypeError):
     """A ``key_by`` function returned a value that cannot be a key."""
 
 
-#: A late record's row as JSON: ``json.dumps(row, default=str)``, with one encoder for every row (``dumps``
-#: with ``default`` builds a new one per call: about 1 µs of the 10 that reporting a late record costs).
+#: A late record's row as JSON when orjson cannot write it (an int beyond 64 bits): ``json.dumps(row,
+#: default=str)``, with one encoder for every row (``dumps`` with ``default`` builds one per call).
 _LATE_ROW = json.JSONEncoder(default=str).encode
+
+
+def _late_row(row: dict[str, Any]) -> bytes:
+    """A late record's row as JSON: orjson's, 0.3 µs against the standard library's 3.7 µs (py-spy had
+    late rows at 5 % of a window count's shuffle side with 1 % of its records late)."""
+    global _orjson_dumps
+    if _orjson_dumps is None:
+        import orjson
+
+        _orjson_dumps = orjson.dumps
+    try:
+        return _orjson_dumps(row, default=str)
+    except TypeError:  # (orjson.JSONEncodeError is one)
+        return _LATE_ROW(row).encode()
+
+
+_orjson_dumps: Callable[..., bytes] | None = None
 
 
 def _short_repr(value: Any, limit: int = 200) -> str:
@@ -239,7 +256,7 @@ class StreamContext:
             "offset": frame.source_offset if frame.producer else self.offset,
             "shuffle_topic": self.topic, "shuffle_queue": self.queue, "shuffle_offset": self.offset,
         }
-        self.output(self.late_topic, 0).append((None, _LATE_ROW(row).encode(), data_time, None, None))
+        self.output(self.late_topic, 0).append((None, _late_row(row), data_time, None, None))
 
     def dead_letter(self, error: RecordError, key: Any, body: bytes, born: int) -> None:
         """Send the input record user code raised on to the dead-letter topic, as it was read (key,
