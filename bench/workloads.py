@@ -261,13 +261,15 @@ def read_window_results(broker: Any, topic: str) -> dict[tuple[str, int, int], i
 
 def run_rstream_windows(spark: Any, broker: Any, root: Path, source: str, job_id: str, n: int,
                         expected: dict[tuple[str, int, int], int] | None,
-                        expected_late: list[int] | None) -> dict[str, Any]:
+                        expected_late: list[int] | None, combine: bool = True) -> dict[str, Any]:
+    """(a): the window count on Spark; ``combine``: the job's ``combine_windows`` (off: (a0))."""
     from rstream import RocketMQStream
 
     sink = f"{job_id}-windows"
     topo = window_topology(job_id, source, sink)
     job = RocketMQStream(topo, properties={"data_dir": str(root / "rstream"), "allowed_lateness_ms": LATENESS_MS,
-                                           "idle_timeout_ms": 600_000, "max_records_per_queue": n},
+                                           "idle_timeout_ms": 600_000, "max_records_per_queue": n,
+                                           "combine_windows": combine},
                          broker=broker, spark=spark)
     t = time.perf_counter()
     job.run_until_idle(timeout=3600, progress=False)  # one query: the source sends the end-of-input idle flush itself
@@ -519,7 +521,7 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
     print(f"  (d2) bytewax 0.21, count_final   {med['d2']:7.2f} s  {fmt_rate(n, med['d2'])} words  ->  "
           f"a2/d2 = {med['d2'] / med['a2']:.3f}  {target(med['d2'] / med['a2'], 1.0)}  (one process, one worker, run_main)")
     best = {k: min(x["seconds"] for x in v) for k, v in runs.items()}
-    print(f"  best of {args.repeat}: (a) {best['a']:.2f} s  (b) {best['b']:.3f} s  (c) {best['c']:.2f} s  ->  "
+    print(f"  best of {args.repeat}: (a) {best['a']:.2f} s  (a0) {best['a0']:.2f} s  (b) {best['b']:.3f} s  (c) {best['c']:.2f} s  ->  "
           f"a/b = {best['b'] / best['a']:.3f}  a/c = {best['c'] / best['a']:.3f}")
     print(f"  busy-time speed a/b = {med['b'] / a_busy:.3f};  busy-time speed a/c(trigger) = "
           f"{(statistics.median(c_trigger) / 1000 / a_busy) if c_trigger else float('nan'):.3f}", flush=True)
@@ -575,15 +577,16 @@ def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path)
         run_spark_windows(spark, root, root / "warm-clicks-json", "warm_native_win", None)
         print(f"  warm-up of (a) and (c) on {m} clicks: {time.perf_counter() - t:.1f} s", flush=True)
 
-    runs: dict[str, list[dict[str, Any]]] = {"a": [], "b": [], "c1": [], "c2": []}
+    runs: dict[str, list[dict[str, Any]]] = {"a": [], "a0": [], "b": [], "c1": [], "c2": []}
     spark_diff: dict[str, Any] = {}
     for r in range(args.repeat):
-        order = ("b", "a", "c1", "c2") if r % 2 == 0 else ("b", "c1", "c2", "a")
+        order = ("b", "a", "a0", "c1", "c2") if r % 2 == 0 else ("b", "c1", "c2", "a0", "a")
         for part in order:
             if part == "b":
                 res = run_python_windows(per_queue, parsed, expected)
-            elif part == "a":
-                res = run_rstream_windows(spark, broker, root, source, f"win-r{r}", n, expected, expected_late)
+            elif part in ("a", "a0"):
+                res = run_rstream_windows(spark, broker, root, source, f"win{part[1:]}-r{r}", n, expected,
+                                          expected_late, combine=part == "a")
             else:
                 res = run_spark_windows(spark, root, folder, f"native_win_{part}_r{r}", None if part == "c1" else 1)
                 got = res.pop("counts")
@@ -595,9 +598,9 @@ def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path)
                 else:  # same input, same deterministic plan: the same answer every run
                     assert cmp == spark_diff[part], (part, cmp, spark_diff[part])
             runs[part].append(res)
-        a, b, c1, c2 = runs["a"][-1], runs["b"][-1], runs["c1"][-1], runs["c2"][-1]
+        a, a0, b, c1, c2 = runs["a"][-1], runs["a0"][-1], runs["b"][-1], runs["c1"][-1], runs["c2"][-1]
         print(f"  run {r + 1}/{args.repeat}: (a) rstream {a['seconds']:.2f} s (busy {a['busy_ms'] / 1000:.2f} s)  "
-              f"(b) python {b['seconds']:.3f} s  (c1) spark native, 1 batch {c1['seconds']:.2f} s  "
+              f"(a0) not combined {a0['seconds']:.2f} s  (b) python {b['seconds']:.3f} s  (c1) spark native, 1 batch {c1['seconds']:.2f} s  "
               f"(c2) {c2['batches']} batches {c2['seconds']:.2f} s   (a) = (b) verified", flush=True)
 
     med = {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()}
@@ -615,6 +618,8 @@ def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path)
           f"({len(runs['a'][-1]['batches'])} batches)")
     print(f"      task time, source queues      {a_queue['source']:7.2f} s  (sum over queues; 2 tasks run at once)")
     print(f"      task time, shuffle queues     {a_queue['shuffle']:7.2f} s")
+    print(f"  (a0) rstream, combine_windows=False {med['a0']:5.2f} s  {fmt_rate(n, med['a0'])} clicks  (every click "
+          f"shuffled with its frame; a0/a = {med['a0'] / med['a']:.2f})")
     print(f"  (b) python, json.loads(bytes)     {b_bytes:7.3f} s  {fmt_rate(n, b_bytes)} clicks  (as JsonDeserializer)")
     print(f"      python, json.loads(str)       {b_str:7.3f} s  {fmt_rate(n, b_str)} clicks  "
           f"(b = the faster of the two: {med['b']:.3f} s)")

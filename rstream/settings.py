@@ -68,6 +68,11 @@ class JobProperties:
       default: one Spark job per batch instead of two; for windows and joins, not in the batch that
       ``run_until_idle``'s idle flush follows); False: always as a second Spark job, which the
       driver starts when the first has ended.
+    - ``combine_windows``: a count over tumbling or sliding windows counts each source range's
+      on-time records per key and window before the shuffle and shuffles those counts, one record
+      per key and range, as Spark's partial aggregation does (True, default; the results, state and
+      late records are those of shuffling every record). Late records still go one by one. False:
+      every record is shuffled with its frame (what the shuffle topic then shows, record by record).
     """
 
     data_dir: str = "rstream-data"
@@ -83,6 +88,7 @@ class JobProperties:
     idle_timeout_ms: int = 2000
     aggregate_emit: AggregateEmit = AggregateEmit.RECORD
     shuffle_in_source_job: bool = True
+    combine_windows: bool = True
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

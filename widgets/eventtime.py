@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rstream import RocketMQStream
-from rstream.processors.sink import SHUFFLE_SINK
+from rstream.processors.sink import PARTIAL_HEADER, SHUFFLE_SINK
+from rstream.runtime.inspect import decode_message, topic_role
 from rstream.state.store import DELETE_HEADER, is_timer, split_state_key
 
 from .html import box, note, status
@@ -274,11 +275,19 @@ def _late(job: RocketMQStream) -> list[tuple[int, int, int, str]]:
 
 
 def _events(job: RocketMQStream, framed: set[str]) -> list[tuple[int, int]]:
-    """(broker time, data time) of the data records on window and join shuffle topics."""
+    """(broker time, data time) of the records on window and join shuffle topics: each data record,
+    and each record a window count's partial holds (counted before the shuffle, its time kept)."""
     points = []
     for topic in sorted(framed):
-        if job.broker.has_topic(topic):
-            points += [(m.store_timestamp, m.born_timestamp) for m in job.broker.read(topic) if not m.headers]
+        if not job.broker.has_topic(topic):
+            continue
+        role = topic_role(topic, job.topology)
+        for m in job.broker.read(topic):
+            if not m.headers:
+                points.append((m.store_timestamp, m.born_timestamp))
+            elif PARTIAL_HEADER in m.headers:
+                points += [(m.store_timestamp, t)
+                           for t in decode_message(role, m.key, m.body, m.headers).detail.get("times", ())]
     step = max(1, len(points) // MAX_EVENTS)
     return points[::step]
 

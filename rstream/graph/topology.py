@@ -20,6 +20,7 @@ from rstream.processors.sink import SHUFFLE_SINK
 from rstream.processors.spec import OperatorSpec, Role, Shuffle
 from rstream.processors.stateless import KEY_BY, SHUFFLE_SOURCE
 from rstream.settings import DEFAULTS, JobProperties
+from rstream.time.windows import SessionWindow
 
 STATE_TOPIC_SUFFIX = "-stateTopic"
 
@@ -302,8 +303,10 @@ class TopologyBuilder:
         windows: dict[int, Any] = {}  # logical number of a window node -> its window
 
         def shuffle_into(lnode: LogicalNode, sides: list[tuple[RealNode, str, Any]], framed: bool,
-                         combine: Any = None) -> RealNode:
-            """Shuffle sink(s) in the parents' pipelines -> shuffle topic -> shuffle source."""
+                         combine: Any = None, window: Any = None) -> RealNode:
+            """Shuffle sink(s) in the parents' pipelines -> shuffle topic -> shuffle source. ``combine``:
+            the fold of the aggregation after the shuffle where it may combine before it (and ``window``
+            its window, if any)."""
             shuffle = shuffle_topic_name(self.graph.job_id, lnode)
             for side, (parent, suffix, key_fn) in enumerate(sides):
                 if key_fn is not None:
@@ -312,7 +315,8 @@ class TopologyBuilder:
                                           logical=lnode.number), parent)
                 add(RealNode(SHUFFLE_SINK, f"SHUFFLE_SINK{suffix}-{lnode.number}", parent.pipeline,
                              {"topic": shuffle, "queues": self.shuffle_queues, "detail": shuffle,
-                              "framed": framed, "side": side, "combine": combine}, logical=lnode.number), parent)
+                              "framed": framed, "side": side, "combine": combine, "combine_window": window},
+                             logical=lnode.number), parent)
             topo.shuffle_topics[shuffle] = self.shuffle_queues
             topo.state_topics[shuffle] = state_topic_name(shuffle)
             if framed:
@@ -336,8 +340,10 @@ class TopologyBuilder:
             if spec.shuffle is Shuffle.BY_KEY:
                 window = windows.get(lnode.parents[0].number)
                 params["window"] = window
-                combine = spec.fold(params) if spec.combines and spec.fold and window is None else None
-                parent = shuffle_into(lnode, [(parent, "", None)], framed=window is not None, combine=combine)
+                fixed = window is None or not isinstance(window, SessionWindow)  # sessions merge: no combine
+                combine = spec.fold(params) if spec.combines and spec.fold and fixed else None
+                parent = shuffle_into(lnode, [(parent, "", None)], framed=window is not None, combine=combine,
+                                      window=window)
             elif spec.shuffle is Shuffle.JOIN:
                 right = out[lnode.parents[1].number]
                 parent = shuffle_into(lnode, [(parent, "_LEFT", params["left_key"]),

@@ -155,6 +155,29 @@ class Partial:
         return f"Partial({self.acc!r})"
 
 
+class WindowPartial(NamedTuple):
+    """What a combining framed shuffle sink sends for one key at the end of a source range (the
+    body of a shuffle record with ``PARTIAL_HEADER``, as a plain tuple): its on-time records' count
+    per window start, their data times in order (what the event-time chart draws; a record of a
+    sliding window counts in several windows), and where they came from: the producer
+    (``topic/queue/shuffle sink``), the source range it read and its watermark before that range, so
+    the records can be found again (``StreamContext.source_records``)."""
+
+    starts: list[Any]
+    counts: list[int]
+    times: list[Any]
+    producer: str
+    source_start: int
+    source_end: int
+    watermark: int
+    side: int
+
+
+#: One on-time record of a source range as its shuffle sink saw it: (source offset, value, data time,
+#: its source queue's watermark then).
+SourceRecord = tuple[int, Any, Any, int]
+
+
 class LateCause(TextEnum):
     """Why a record was late (the ``cause`` column of the late-data topic; ``reason`` tells it in words)."""
 
@@ -196,6 +219,12 @@ class StreamContext:
     #: Whether processors may hand results on a chunk at a time (``rstream.processors.chunk``);
     #: False when re-executing a range record by record, every result through ``forward``.
     chunked: bool = True
+    #: The range of the input queue being processed, ``[range_start, range_end)`` (-1: not known).
+    range_start: int = -1
+    range_end: int = -1
+    #: The records a ``WindowPartial`` counted, per key, found again by running its source range once
+    #: more (set by the task; ``rstream.runtime.task.QueueRun.source_records``).
+    source_records: Callable[[WindowPartial], dict[Any, list[SourceRecord]]] | None = None
 
     def __post_init__(self) -> None:
         self.outputs: dict[tuple[str, int], Any] = {}  # lists, ItemRecords (``item_output``), FrameRecords, BodyRecords

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import marshal
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from itertools import accumulate, compress, repeat
-from operator import eq, itemgetter, sub
+from operator import eq, itemgetter, lt, not_, sub
 from typing import Any
 
 from rstream.broker.base import BodyRecords, FrameRecords, ItemRecords
-from rstream.processors.base import Processor
+from rstream.processors.base import Processor, WindowPartial
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.fold import CountFold, Fold
 from rstream.processors.metrics import OperatorMetrics
@@ -18,8 +18,8 @@ from rstream.processors.spec import SHUFFLE_STYLE, SINK_STYLE, OperatorSpec, Rol
 from rstream.processors.watermarks import ACTIVE_HEADER, BEHIND_HEADER, PRODUCER_HEADER, WM_HEADER, finite
 from rstream.serde.codec import MARSHAL_VERSION, encode, stable_queue
 from rstream.settings import JobProperties
-from rstream.time.watermark import NO_WATERMARK
-from rstream.time.windows import WINDOW_KEY_FORMAT, WindowKey
+from rstream.time.watermark import NO_WATERMARK, TimeType
+from rstream.time.windows import WINDOW_KEY_FORMAT, TumblingWindow, Window, WindowKey
 
 _dumps = marshal.dumps
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
@@ -121,6 +121,10 @@ class ShuffleSinkProcessor(Processor):
         else:
             wm = self.watermark = max(self.watermark, ctx.emit_watermark)  # type: ignore[union-attr]
             offset = ctx.frame.source_offset  # type: ignore[union-attr]
+        self._send_frame(out, kb, value, ts, wm, offset)
+
+    def _send_frame(self, out: Any, kb: bytes, value: Any, ts: int, wm: int, offset: int) -> None:
+        """One record with its frame to its queue's output ``out``."""
         if type(out) is FrameRecords:
             out.add(kb, (value, wm, self.producer, offset, self.side), ts)
         else:
@@ -140,43 +144,53 @@ class ShuffleSinkProcessor(Processor):
         if self._deferred:
             self._add_chunk(chunk)
             return
-        if self._fielded:
-            self._add_frames(chunk)
+        if self.framed:
+            self._send_frames(chunk, self._marks(chunk.times))
             return
-        if not self.framed:
-            try:  # every value at once; one that marshal cannot write: each pickled or not, as encode() does
-                bodies = list(map(_dumps, chunk.values, repeat(MARSHAL_VERSION)))
-            except ValueError:
-                bodies = list(map(encode, chunk.values))
-        else:
-            # each record carries its queue's watermark so far: a running max of time - lateness
-            marks = running_marks(chunk.times, self.lateness, self.watermark)
+        try:  # every value at once; one that marshal cannot write: each pickled or not, as encode() does
+            bodies = list(map(_dumps, chunk.values, repeat(MARSHAL_VERSION)))
+        except ValueError:
+            bodies = list(map(encode, chunk.values))
+        self._append(chunk.keys, bodies, chunk.times)
 
-            def frames() -> Iterator[tuple[Any, int, str, int, int]]:
-                # straight into marshal, no list of them: zip reuses its tuple once dumps let go of it
-                return zip(chunk.values, marks, repeat(self.producer), chunk.offsets, repeat(self.side))
-
-            try:
-                bodies = list(map(_dumps, frames(), repeat(MARSHAL_VERSION)))
-            except ValueError:  # a value marshal cannot write: pickled, as encode() does
-                bodies = list(map(encode, frames()))
-            if marks:
-                self.watermark = marks[-1]
+    def _append(self, keys: list[Any], bodies: list[bytes], times: list[int]) -> None:
+        """Each body to its key's queue (outputs that take whole records)."""
         get, find = self._routes.get, self._route
-        for key, body, ts in zip(chunk.keys, bodies, chunk.times):
+        for key, body, ts in zip(keys, bodies, times):
             route = get(key) or find(key)
             route[0].append((route[1], body, ts, None, None))
 
-    def _add_frames(self, chunk: Chunk) -> None:
-        """``take_chunk`` of a framed sink whose outputs keep frames in parts (``FrameRecords``):
-        each column of the chunk reordered once by queue (a stable sort, so each queue keeps the
-        chunk's order), then each queue's run added as one part, with no tuple made per record."""
-        n = len(chunk.offsets)
-        if not n:
+    def _marks(self, times: list[Any]) -> list[Any]:
+        """Each record's watermark, the source queue's so far: a running max of time - lateness (the
+        sink's watermark moves on to the last)."""
+        marks = running_marks(times, self.lateness, self.watermark)
+        if marks:
+            self.watermark = marks[-1]
+        return marks
+
+    def _send_frames(self, chunk: Chunk, marks: list[Any]) -> None:
+        """A source pipeline's chunk, each record with its frame (its watermark from ``marks``)."""
+        if not chunk.offsets:
             return
-        # each record carries its queue's watermark so far: a running max of time - lateness
-        marks = running_marks(chunk.times, self.lateness, self.watermark)
-        self.watermark = marks[-1]
+        if self._fielded:
+            self._add_frames(chunk, marks)
+            return
+
+        def frames() -> Iterator[tuple[Any, int, str, int, int]]:
+            # straight into marshal, no list of them: zip reuses its tuple once dumps let go of it
+            return zip(chunk.values, marks, repeat(self.producer), chunk.offsets, repeat(self.side))
+
+        try:
+            bodies = list(map(_dumps, frames(), repeat(MARSHAL_VERSION)))
+        except ValueError:  # a value marshal cannot write: pickled, as encode() does
+            bodies = list(map(encode, frames()))
+        self._append(chunk.keys, bodies, chunk.times)
+
+    def _add_frames(self, chunk: Chunk, marks: list[Any]) -> None:
+        """``_send_frames`` where every output keeps frames in parts (``FrameRecords``): each column
+        of the chunk reordered once by queue (a stable sort, so each queue keeps the chunk's order),
+        then each queue's run added as one part, with no tuple made per record."""
+        n = len(chunk.offsets)
         get, find = self._slots.get, self._slot
         placed = [get(key) or find(key) for key in chunk.keys]
         queues = list(map(_FIRST, placed))
@@ -298,6 +312,113 @@ class CombiningShuffleSinkProcessor(ShuffleSinkProcessor):
         for key, (acc, ts) in self.partials.items():
             kb = encode(key)
             self._outs[stable_queue(kb, self.queues)].append((kb, encode(acc), ts, _PARTIAL, None))
+
+
+class WindowCombiningShuffleSinkProcessor(ShuffleSinkProcessor):
+    """The framed shuffle sink before a count over tumbling or sliding windows. Each record still
+    gets its source queue's watermark; one late behind it goes on alone with its frame, as
+    ``ShuffleSinkProcessor`` sends every record (its late row needs its value and offset), and the
+    others are counted per key and window start for the whole range, then sent at its end as one
+    ``WindowPartial`` per key, before the watermark marker: Spark's partial aggregation. The window
+    count adds the counts up; where a partial's window already fired (its source was idle), it
+    finds those records again (``StreamContext.source_records``) and reports each late, as if it
+    had come alone. The shuffle topic then holds a record per key and range, not per record.
+
+    It combines where the records come straight from a source queue through pure operators only
+    (``combinable``, set by the task: so the range can be run again to find them) and their data
+    time is not the wall clock's, unless the job's ``combine_windows`` is off; else it is a plain
+    framed sink."""
+
+    #: Whether nothing but pure operators stands between the source and this sink (set by the task).
+    combinable = False
+
+    def __init__(self, name: str, topic: str, queues: int, window: Window, side: int = 0) -> None:
+        super().__init__(name, topic, queues, framed=True, side=side)
+        self.window = window
+        #: A tumbling window's size: each record is in the window starting at ``t - t % size``.
+        self.size = window.size if isinstance(window, TumblingWindow) else None
+
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        settings = ctx.settings
+        self.combining = (self.combinable and self.from_source and settings.combine_windows
+                          and settings.time_type is not TimeType.PROCESSING_TIME)
+        self.watermark_before = self.watermark
+        self.partials: dict[Any, dict[Any, int]] = {}  # key -> window start -> on-time records in it
+        self.times: defaultdict[Any, list[Any]] = defaultdict(list)  # key -> its on-time records' data times
+        #: the records the range's partials hold, and the partials sent (the task counts records, not partials)
+        self.records_combined = self.partials_sent = 0
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        if not self.combining:
+            super().process(key, value, ts)
+            return
+        self.records_in += 1
+        candidate = ts - self.lateness
+        if candidate > self.watermark:
+            self.watermark = candidate
+        if ts < self.watermark:  # late: alone, with its frame
+            out, kb = self._routes.get(key) or self._route(key)
+            self._send_frame(out, kb, value, ts, self.watermark, self.ctx.offset)  # type: ignore[union-attr]
+            return
+        self.times[key].append(ts)
+        starts = self.partials.get(key)
+        if starts is None:
+            starts = self.partials[key] = {}
+        if self.size is not None:
+            start = ts - ts % self.size
+            starts[start] = starts.get(start, 0) + 1
+            return
+        for start, _end in self.window.assign(ts):
+            starts[start] = starts.get(start, 0) + 1
+
+    def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
+        if not self.combining:
+            super().take_chunk(chunk, plan)
+            return
+        n = len(chunk.offsets)
+        if not n:
+            return
+        self.records_in += n
+        keys, times = chunk.keys, chunk.times
+        marks = self._marks(times)
+        late = list(map(lt, times, marks))
+        if True in late:
+            at = list(compress(range(n), late))
+            pick = [chunk.offsets[i] for i in at], [keys[i] for i in at], [chunk.values[i] for i in at], \
+                [times[i] for i in at]
+            self._send_frames(Chunk(*pick), [marks[i] for i in at])
+            on_time = list(map(not_, late))
+            keys, times = list(compress(keys, on_time)), list(compress(times, on_time))
+        times_of = self.times
+        for key, t in zip(keys, times):
+            times_of[key].append(t)
+        if self.size is not None:
+            size = self.size
+            pairs = Counter(zip(keys, [t - t % size for t in times]))
+        else:
+            assign = self.window.assign
+            pairs = Counter((key, start) for key, t in zip(keys, times) for start, _end in assign(t))
+        partials = self.partials
+        for (key, start), count in pairs.items():  # in order of first appearance, as ``process`` adds them
+            starts = partials.get(key)
+            if starts is None:
+                partials[key] = {start: count}
+            else:
+                starts[start] = starts.get(start, 0) + count
+
+    def flush(self) -> None:
+        if self.combining:
+            ctx, times_of = self.ctx, self.times
+            for key, starts in self.partials.items():
+                q, kb = self._slots.get(key) or self._slot(key)
+                times = times_of[key]
+                partial = WindowPartial(list(starts), list(starts.values()), times, self.producer,
+                                        ctx.range_start, ctx.range_end, self.watermark_before, self.side)  # type: ignore[union-attr]
+                self._outs[q].append((kb, encode(tuple(partial)), max(times), _PARTIAL, None))
+                self.records_combined += len(times)
+            self.partials_sent = len(self.partials)
+        super().flush()
 
 
 class SinkProcessor(Processor):
@@ -486,8 +607,12 @@ def _as_bytes(body: Any) -> bytes:
 def _make_shuffle_sink(name: str, params: Mapping[str, Any], settings: JobProperties,
                        sink_queues: Mapping[str, int]) -> Processor:
     combine = params.get("combine")  # the fold of the aggregation after the shuffle, when it combines
-    if settings.per_batch and combine is not None:
+    window = params.get("combine_window")  # (not "window": that would make the node a windowed one)
+    if window is None and settings.per_batch and combine is not None:
         return CombiningShuffleSinkProcessor(name, params["topic"], params["queues"], combine)
+    if window is not None and type(combine) is CountFold:  # a count over fixed windows
+        return WindowCombiningShuffleSinkProcessor(name, params["topic"], params["queues"], window,
+                                                   params.get("side", 0))
     return ShuffleSinkProcessor(name, params["topic"], params["queues"], params.get("framed", False),
                                 params.get("side", 0))
 

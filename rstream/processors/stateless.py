@@ -9,7 +9,7 @@ from operator import is_not, itemgetter
 from typing import Any
 
 from rstream.broker.base import Fields, RecordBlock
-from rstream.processors.base import Frame, Partial, Processor, UnhashableKeyError
+from rstream.processors.base import Frame, Partial, Processor, UnhashableKeyError, WindowPartial
 from rstream.processors.chunk import Chunk
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.sink import PARTIAL_HEADER
@@ -131,6 +131,12 @@ class ShuffleSourceProcessor(Processor):
         ctx = self.ctx
         ctx.position_ms = store  # type: ignore[union-attr]
         if headers:
+            if PARTIAL_HEADER in headers:  # a source range's counts of one key per window
+                partial = WindowPartial(*decode(body))
+                self.records_in += len(partial.times)  # the records it holds, as if each had come alone
+                for child in self.children:
+                    child.take_partial(k, partial)  # type: ignore[attr-defined]
+                return
             self.markers += 1
             self._control(headers, store)
             return

@@ -14,7 +14,7 @@ from itertools import compress, repeat
 from operator import le, lt, not_, or_
 from typing import Any
 
-from rstream.processors.base import LateCause, Processor, StreamContext, _short_repr
+from rstream.processors.base import Frame, LateCause, Processor, StreamContext, WindowPartial, _short_repr
 from rstream.processors.chunk import Chunk, ChunkedPipeline, pure_path
 from rstream.processors.fold import CountFold, Fold
 from rstream.processors.metrics import OperatorMetrics
@@ -164,6 +164,61 @@ class WindowAggregateProcessor(WindowedOperator):
                     acc = 0
                     open_window(wk)
             cache[wk] = acc + n
+
+    def take_partial(self, key: Any, partial: WindowPartial) -> None:
+        """A source range's on-time records of ``key``, counted per window before the shuffle
+        (``WindowCombiningShuffleSinkProcessor``): each window's count added at once, as
+        ``take_chunk`` adds a chunk's. Where a window already fired, its records are found again
+        and each reported late, as it would have been alone."""
+        self.records_in += len(partial.times)
+        size, horizon = self.window.size, self.horizon  # type: ignore[union-attr]
+        store, name, cache, committed, open_window = self.store, self.name, self.cache, self.committed_windows, self._open
+        fired = []
+        for start, n in zip(partial.starts, partial.counts):
+            end = start + size
+            if end <= horizon:
+                fired.append(start)
+                continue
+            wk = (key, start, end)
+            acc = cache.get(wk, MISSING)
+            if acc is MISSING:
+                if committed:
+                    acc = store.get(name, wk)
+                if acc is MISSING:
+                    acc = 0
+                    open_window(wk)
+            cache[wk] = acc + n
+        if fired:
+            self._late_in_partial(key, partial, fired)
+
+    def _late_in_partial(self, key: Any, partial: WindowPartial, fired: list[Any]) -> None:
+        """Report late the records ``partial`` counted in the windows starting at ``fired`` (each
+        already fired): found again by the task (``StreamContext.source_records``), in their order,
+        each with its own source offset and watermark. Records that running the range again did not
+        give back (a function before the shuffle that is not deterministic) are still reported, by
+        their window, so none is lost."""
+        ctx = self.ctx
+        assert ctx is not None and ctx.source_records is not None
+        counted = dict(zip(partial.starts, partial.counts))
+        left = {start: counted[start] for start in fired}
+        frame = ctx.frame
+        try:
+            for offset, value, ts, mark in ctx.source_records(partial).get(key, ()):
+                for start, end in self.window.assign(ts):  # type: ignore[union-attr]
+                    if left.get(start):
+                        left[start] -= 1
+                        ctx.frame = Frame(mark, partial.producer, offset, partial.side)
+                        self._late_fired(key, value, ts, start, end)
+            ctx.frame = Frame(partial.watermark, partial.producer, -1, partial.side)
+            for start, missing in left.items():
+                end = start + self.window.size  # type: ignore[union-attr]
+                for _ in range(missing):
+                    self._late(key, None, start, self.horizon, LateCause.WINDOW_FIRED,
+                               f"its window [{start},{end}) already fired: its source queue was idle (running "
+                               f"{partial.producer} offsets {partial.source_start}..{partial.source_end} again did "
+                               "not give this record back: a function before the shuffle is not deterministic)")
+        finally:
+            ctx.frame = frame
 
     def _open(self, wk: tuple[Any, int, int]) -> None:
         """A new fixed window: its timer, kept in ``fresh`` until ``flush``."""

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rstream.graph.topology import STATE_TOPIC_SUFFIX, Topology
-from rstream.processors.base import DLQ_ERROR
+from rstream.processors.base import DLQ_ERROR, WindowPartial
+from rstream.processors.sink import PARTIAL_HEADER
 from rstream.processors.watermarks import (
     ACTIVE_HEADER,
     BEHIND_HEADER,
@@ -20,6 +21,7 @@ from rstream.processors.watermarks import (
     PRODUCER_HEADER,
     TICK_HEADER,
     WM_HEADER,
+    finite,
 )
 from rstream.serde.codec import decode
 from rstream.state.store import DELETE_HEADER, is_bookkeeping, is_timer, split_state_key, unframe
@@ -102,6 +104,11 @@ def _shuffle(role: TopicRole, key: Any, body: bytes, headers: dict[str, str]) ->
         return Decoded(kind, None, None, {"tick_ms": _int(headers[TICK_HEADER])})
     k = decode(key) if isinstance(key, bytes) and key else key
     value = decode(body) if body else None
+    if PARTIAL_HEADER in headers and type(value) is tuple and len(value) == len(WindowPartial._fields):
+        partial = WindowPartial(*value)  # a source range's on-time records of one key, counted per window
+        return Decoded("data", k, dict(zip(partial.starts, partial.counts)), {
+            "partial": True, "records": len(partial.times), "times": partial.times, "producer": partial.producer,
+            "source_offsets": f"{partial.source_start}..{partial.source_end}", "watermark": finite(partial.watermark)})
     framed = role.framed or (type(value) is tuple and len(value) == 5 and type(value[2]) is str)
     if framed and type(value) is tuple and len(value) == 5:
         inner, wm, producer, src_offset, side = value
@@ -109,7 +116,7 @@ def _shuffle(role: TopicRole, key: Any, body: bytes, headers: dict[str, str]) ->
         if side:
             detail["side"] = "right"
         return Decoded("data", k, inner, detail)
-    detail = {"partial": True} if headers.get("rstream-partial") else {}
+    detail = {"partial": True} if headers.get(PARTIAL_HEADER) else {}
     return Decoded("data", k, value, detail)
 
 

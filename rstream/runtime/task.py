@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import compress
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,18 @@ from typing import Any
 from rstream.broker.base import Broker, CommitTag, ReadRecord, RecordBlock, blocks_of, read_blocks
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
-from rstream.processors.base import END_OF_BATCH, Processor, RecordError, StreamContext
+from rstream.processors.base import (
+    END_OF_BATCH,
+    Processor,
+    RecordError,
+    SourceRecord,
+    StreamContext,
+    WindowPartial,
+)
 from rstream.processors.chunk import CHUNK_RECORDS, MIN_CHUNK_RECORDS, ChunkedPipeline
-from rstream.processors.sink import ShuffleSinkProcessor
+from rstream.processors.sink import ShuffleSinkProcessor, WindowCombiningShuffleSinkProcessor
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
+from rstream.serde.codec import decode
 from rstream.settings import DEFAULTS, JobProperties
 from rstream.state.store import StateStore
 from rstream.time.watermark import NO_WATERMARK
@@ -120,14 +128,17 @@ class QueueRun:
     def __init__(self, cfg: TaskConfig, topic: str, queue: int, start: int, end: int, batch: int,
                  store: StateStore | None, last: CommitTag | None, now_ms: int | None = None,
                  make_output: Callable[[str, int], list[Any]] | None = None, caught_up: bool = True,
-                 chunked: bool = True) -> None:
+                 chunked: bool = True, only: str | None = None,
+                 source_watermarks: dict[str, int] | None = None) -> None:
         self.cfg, self.topic, self.queue, self.start, self.end, self.batch = cfg, topic, queue, start, end, batch
         self.store = store
         self.ctx = ctx = StreamContext(
-            cfg.job, topic, queue, cfg.settings, store, late_topic=cfg.late_topic, producers=cfg.producers, source_watermarks=_source_watermarks(last),
+            cfg.job, topic, queue, cfg.settings, store, late_topic=cfg.late_topic, producers=cfg.producers,
+            source_watermarks=_source_watermarks(last) if source_watermarks is None else source_watermarks,
             batch_id=batch, dlq_topic=cfg.dlq_topic, fixed_now_ms=now_ms, make_output=make_output,
-            caught_up=caught_up, chunked=chunked,
+            caught_up=caught_up, chunked=chunked, range_start=start, range_end=end, source_records=self.source_records,
         )
+        self._found: dict[tuple[str, int], dict[Any, list[SourceRecord]]] = {}
         self.now_ms = ctx.now_ms()
         if topic in cfg.producers and store is not None:
             ctx.watermarks = OperatorWatermark(cfg.producers[topic], cfg.settings.idle_timeout_ms, store,
@@ -135,10 +146,14 @@ class QueueRun:
             current = ctx.watermarks.current(ctx.idle_clock())
             ctx.emit_watermark = current if current < FIRE_ALL else NO_WATERMARK
         self.roots = cfg.topology.build_processors(topic, cfg.sink_queues, cfg.settings)
+        if only is not None:  # the pipeline of processor ``only`` alone
+            self.roots = [root for root in self.roots if any(p.name == only for p in root.walk())]
         self.procs = [p for root in self.roots for p in root.walk()]
         for proc in _alone(self.roots):
             if type(proc) is ShuffleSinkProcessor:  # (a combining one writes whole partials, not items)
                 proc.defer = True
+            elif type(proc) is WindowCombiningShuffleSinkProcessor:  # its range can be run again
+                proc.combinable = True
         for proc in self.procs:
             proc.open(ctx)
         self.receivers = [root.receive for root in self.roots]  # type: ignore[attr-defined]
@@ -261,14 +276,41 @@ class QueueRun:
             if t in (cfg.dlq_topic, cfg.late_topic) or (store is not None and t == store.state_topic):
                 continue
             out[t] = out.get(t, 0) + len(recs)
-        for proc in self.procs:  # records out are data records: not the markers framed shuffle sinks sent
+        for proc in self.procs:  # records out are data records: not the markers framed shuffle sinks sent,
             if isinstance(proc, ShuffleSinkProcessor) and proc.markers_sent and proc.topic in out:
                 out[proc.topic] -= proc.markers_sent
+            if isinstance(proc, WindowCombiningShuffleSinkProcessor) and proc.partials_sent:  # and each record a
+                out[proc.topic] += proc.records_combined - proc.partials_sent  # window count's partial holds
         info.update(
             records_in=self.roots[0].records_in if self.roots else 0, records_out=out, late=ctx.late_count,
             error_count=ctx.error_count, operators={p.name: p.metrics().to_dict() for p in self.procs},
         )
         return records, info
+
+    def source_records(self, partial: WindowPartial) -> dict[Any, list[SourceRecord]]:
+        """The on-time records ``partial`` counted and the others of its source range that came to
+        this queue, per key, in order, as its shuffle sink saw them: the range run again through its
+        pipeline alone, windows not combined, nothing written (the records it would have shuffled
+        one by one, with their watermarks). Once per range and run; for a window count whose window
+        already fired (``WindowAggregateProcessor.take_partial``)."""
+        found = self._found.get((partial.producer, partial.source_start))
+        if found is not None:
+            return found
+        cfg = self.cfg
+        topic, queue, sink = _split_producer(partial.producer)
+        again = QueueRun(replace(cfg, settings=replace(cfg.settings, combine_windows=False)), topic, queue,
+                         partial.source_start, partial.source_end, self.batch, None, None,
+                         make_output=lambda _topic, _queue: [], only=sink, source_watermarks={sink: partial.watermark})
+        again.feed_blocks(read_blocks(cfg.broker, topic, queue, partial.source_start, partial.source_end))
+        found = {}
+        for kb, body, ts, headers, _tags in again.ctx.outputs.get((self.topic, self.queue), ()):
+            if headers:
+                continue
+            value, mark, producer, offset, _side = decode(body)
+            if producer == partial.producer and ts >= mark:  # on time (a late one came alone)
+                found.setdefault(decode(kb), []).append((offset, value, ts, mark))
+        self._found[(partial.producer, partial.source_start)] = found
+        return found
 
     def release(self) -> None:
         """Let go of the batch's outputs once they are appended, and of everything else the run made;
@@ -288,6 +330,13 @@ class QueueRun:
         """What the next batch of this queue needs back: each framed shuffle sink's source watermark."""
         return json.dumps({"wm": {p.name: p.watermark for p in self.procs
                                   if isinstance(p, ShuffleSinkProcessor) and p.framed}})
+
+
+def _split_producer(producer: str) -> tuple[str, int, str]:
+    """``topic/queue/shuffle sink`` as its parts (a topic's name may hold ``/``)."""
+    rest, _, sink = producer.rpartition("/")
+    topic, _, queue = rest.rpartition("/")
+    return topic, int(queue), sink
 
 
 def _alone(roots: list[Processor]) -> list[Processor]:

@@ -26,7 +26,11 @@ from rstream.errors import RStreamError
 from rstream.graph.topology import short_topic_name
 from rstream.processors.aggregate import AggregateProcessor
 from rstream.processors.join import JoinProcessor
-from rstream.processors.sink import CombiningShuffleSinkProcessor
+from rstream.processors.sink import (
+    CombiningShuffleSinkProcessor,
+    ShuffleSinkProcessor,
+    WindowCombiningShuffleSinkProcessor,
+)
 from rstream.processors.window import WindowedOperator
 from rstream.runtime.inspect import DLQ, LATE, SHUFFLE, SINK, SOURCE, decode_message, topic_role
 from rstream.runtime.task import QueueRun, TaskConfig
@@ -85,6 +89,8 @@ class _Effect:
     operators: list[str] = field(default_factory=list)
     outputs: list[tuple[str, int, int]] = field(default_factory=list)  # (topic, queue, index in the range's output)
     state: list[tuple[bytes, bytes | None, bytes | None]] = field(default_factory=list)  # (key, before, after)
+    #: Per output that is a window count's partial it went into: its data times (its windows there).
+    times: dict[tuple[str, int, int], list[Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -166,8 +172,10 @@ class _Replay:
 
     # -- instrumentation ------------------------------------------------------------------------
     def _instrument(self) -> None:
-        self.combined: dict[int, list[tuple[str, bytes]]] = {}  # offset -> (topic, key) it added to a partial
-        combining = [p for p in self.run.procs if isinstance(p, CombiningShuffleSinkProcessor)]
+        # offset -> (topic, key, data time or None) of each partial it went into (the time: before a window count)
+        self.combined: dict[int, list[tuple[str, bytes, Any]]] = {}
+        combining = [p for p in self.run.procs if isinstance(p, CombiningShuffleSinkProcessor)
+                     or isinstance(p, WindowCombiningShuffleSinkProcessor) and p.combining]
         for sink in combining:
             sink.process = self._combining(sink, sink.process)  # type: ignore[method-assign]
         if combining:
@@ -179,20 +187,31 @@ class _Replay:
             if isinstance(proc, (AggregateProcessor, WindowedOperator)):
                 proc.forward = self._emitting(proc.name, proc.forward)
 
-    def _combining(self, sink: CombiningShuffleSinkProcessor, process: Any) -> Any:
+    def _combining(self, sink: ShuffleSinkProcessor, process: Any) -> Any:
         def combine(key: Any, value: Any, ts: int) -> None:
+            made = len(self.log)
             process(key, value, ts)
-            if self._receiving is not None and self.current is not None:
-                self.combined.setdefault(self.current, []).append((sink.topic, encode(key)))
+            # a record it sent on at once (a late one, before a window count) went into no partial
+            if self._receiving is not None and self.current is not None and len(self.log) == made:
+                windowed = isinstance(sink, WindowCombiningShuffleSinkProcessor)
+                self.combined.setdefault(self.current, []).append((sink.topic, encode(key), ts if windowed else None))
         return combine
 
     def _combined_outputs(self, made_at_end: list[tuple[str, int, int]]) -> None:
-        """A combining shuffle sink writes one partial per key at the end of the batch: it belongs to
-        every record whose key went into it."""
-        for offset, keys in self.combined.items():
-            wanted = set(keys)
-            found = [(t, q, i) for t, q, i in made_at_end if (t, self.record(t, q, i)[0]) in wanted]
-            self.effects[offset].outputs.extend(found)
+        """A combining shuffle sink writes one partial per key at the end of the batch (before a
+        window count: per key and range, counted per window): it belongs to every record whose key
+        went into it."""
+        for offset, entries in self.combined.items():
+            effect = self.effects[offset]
+            times: dict[tuple[str, bytes], list[Any]] = {}
+            for topic, kb, ts in entries:
+                times.setdefault((topic, kb), []).append(ts)
+            for t, q, i in made_at_end:
+                at = times.get((t, self.record(t, q, i)[0]))
+                if at is not None:
+                    effect.outputs.append((t, q, i))
+                    if at[0] is not None:
+                        effect.times[(t, q, i)] = at
 
     def _receive(self, forward: Any) -> Any:
         def receive(key: Any, value: Any, ts: int) -> None:
@@ -398,24 +417,27 @@ def trace(job: RocketMQStream, topic: str, queue: int, offset: int) -> RecordTra
             children.setdefault(parent, []).append(len(hops) - 1)
             return len(hops) - 1
 
-        level: list[tuple[str, int, int, int]] = [(topic, queue, offset, 0)]  # what to trace, and its hop
+        # what to trace, its hop, and (a window count's partial) the data times of the record in it
+        level: list[tuple[str, int, int, int, list[Any] | None]] = [(topic, queue, offset, 0, None)]
         while level:  # one pipeline after the other: a range is re-executed once for all its records
-            next_level: list[tuple[str, int, int, int]] = []
+            next_level: list[tuple[str, int, int, int, list[Any] | None]] = []
             for tag, items in _by_tag(job, level, hops):
-                replay = _Replay(job, cfg, tag, [o for _, _, o, _ in items], work)
+                replay = _Replay(job, cfg, tag, [item[2] for item in items], work)
                 exact = exact and replay.exact
-                for _topic, _queue, o, parent in items:
+                for _topic, _queue, o, parent, times in items:
                     effect = replay.effects[o]
                     hops[parent] = _processed(hops[parent], effect, tag, job)
                     operators += [op for op in effect.operators if op not in operators]
-                    for kb, old, new in effect.state:  # the state it changed, then what it emitted
+                    # a window count's partial changed the windows of its key: the record is in those holding its time
+                    state = effect.state if times is None else [c for c in effect.state if _holds(c[0], times)]
+                    for kb, old, new in state:  # the state it changed, then what it emitted
                         add(parent, _state_hop(replay, kb, old, new))
                     for out in effect.outputs:
                         hop = _output_hop(job, replay, *out)
                         index = add(parent, hop)
                         if hop.kind == "shuffle" and hop.offset is not None:
-                            next_level.append((hop.topic, hop.queue, hop.offset, index))
-                    for kb, _old, new in effect.state:  # results of that state outside the record
+                            next_level.append((hop.topic, hop.queue, hop.offset, index, effect.times.get(out)))
+                    for kb, _old, new in state:  # results of that state outside the record
                         for hop in _followed(job, cfg, replay, kb, new, work, operators):
                             add(parent, hop)
             level = next_level
@@ -437,11 +459,17 @@ def _first_hop(job: RocketMQStream, topic: str, queue: int, offset: int) -> Hop:
     return Hop(kind, topic, queue, offset, None, decoded.key, decoded.value)
 
 
-def _by_tag(job: RocketMQStream, level: list[tuple[str, int, int, int]],
-            hops: list[Hop]) -> list[tuple[CommitTag, list[tuple[str, int, int, int]]]]:
-    groups: dict[tuple[str, int, int], tuple[CommitTag, list[tuple[str, int, int, int]]]] = {}
+def _holds(kb: bytes, times: list[Any]) -> bool:
+    """Whether state key ``kb`` is a window ``(key, start, end)`` holding one of ``times``."""
+    window = split_state_key(kb)[1]
+    return type(window) is tuple and len(window) == 3 and any(window[1] <= t < window[2] for t in times)
+
+
+def _by_tag(job: RocketMQStream, level: list[tuple[str, int, int, int, Any]],
+            hops: list[Hop]) -> list[tuple[CommitTag, list[tuple[str, int, int, int, Any]]]]:
+    groups: dict[tuple[str, int, int], tuple[CommitTag, list[tuple[str, int, int, int, Any]]]] = {}
     for item in level:
-        t, q, o, hop_index = item
+        t, q, o, hop_index, _times = item
         tag = job.broker.commit_covering(job.job_id, t, q, o)
         if tag is None:
             hops[hop_index] = _with_note(hops[hop_index], "not processed yet: the job has not read this offset")
@@ -484,6 +512,9 @@ def _output_hop(job: RocketMQStream, replay: _Replay, topic: str, queue: int, in
         note = "; ".join(n for n in (note, str(decoded.detail.get("reason", ""))) if n)
     if role.role == DLQ:
         note = "; ".join(n for n in (note, str(decoded.detail.get("error", ""))) if n)
+    if "records" in decoded.detail:  # a window count's partial: the range's on-time records of its key
+        note = "; ".join(n for n in (note, f"partial: {decoded.detail['records']} records of its key from "
+                                     f"offsets {decoded.detail['source_offsets']}, counted per window start") if n)
     return Hop(kind, topic, queue, replay.offset(topic, queue, index), operator, decoded.key, decoded.value,
                batch_id=replay.tag.batch_id, note=note)
 

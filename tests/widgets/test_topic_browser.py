@@ -62,9 +62,19 @@ def test_framed_shuffle_records_carry_their_time_and_markers_show_as_watermarks(
     page = TopicPage.of(job.broker, shuffle_topic(job), limit=1000, job=job)
     assert page.role.framed
     data = [m for m in page.messages if m.decoded.kind == "data"]
+    # the clicks on time: per page and source range, one partial with their data times, counted per
+    # window start; a late click alone, with its frame (its value, watermark and source offset)
+    partials = [m for m in data if m.decoded.detail.get("partial")]
+    alone = [m for m in data if not m.decoded.detail.get("partial")]
     sent = sorted((p, t) for p, t in FAST + SLOW + [("b", 16000)])
-    assert sorted((m.decoded.value["page"], m.decoded.value["ts"]) for m in data) == sent
-    assert all(m.born_ms == m.decoded.value["ts"] for m in data)  # the data time travels as born time
+    assert sorted([(m.decoded.key, t) for m in partials for t in m.decoded.detail["times"]]
+                  + [(m.decoded.value["page"], m.decoded.value["ts"]) for m in alone]) == sent
+    assert [(m.decoded.value["page"], m.decoded.value["ts"]) for m in alone] == [("b", 4000)]  # behind 19000
+    for m in partials:
+        times = m.decoded.detail["times"]
+        assert m.decoded.value == dict(Counter(t - t % 10_000 for t in times)) and m.decoded.detail["records"] == len(times)
+        assert m.born_ms == max(times)  # the latest data time travels as born time
+    assert all(m.born_ms == m.decoded.value["ts"] for m in alone)
     assert all(m.decoded.detail["producer"].startswith("clicks/") for m in data)
     markers = [m for m in page.messages if m.decoded.kind == "watermark"]
     assert markers and all(m.decoded.key is None for m in markers)
