@@ -120,6 +120,19 @@ def test_a_window_is_followed_to_the_batch_where_it_fired_and_late_records_to_th
     assert "state" not in set(late["kind"])  # a late record changes no state
 
 
+def test_a_record_in_a_partial_is_followed_into_its_own_window_only(broker: EmbeddedBroker, make_job: Any) -> None:
+    """Its key's partial holds two windows' counts; the trace shows the window the record is in."""
+    broker.create_topic("clicks", queues=1)
+    job = make_job(clicks_per_window(job_id("trace-partial")), allowed_lateness_ms=60_000, idle_timeout_ms=600_000)
+    send(broker, [("a", 1000), ("a", 12000), ("a", 13000)])
+    job.run_until_idle(fire_idle=False)
+    for offset, window, count in ((0, ("a", 0, 10000), 1), (2, ("a", 10000, 20000), 2)):
+        hops = job.trace("clicks", 0, offset).to_pandas()
+        [shuffled] = hops[hops["kind"] == "shuffle"].itertuples()
+        assert shuffled.value == {0: 1, 10000: 2}
+        assert hops[hops["kind"] == "state"][["key", "before", "after"]].values.tolist() == [[window, None, count]]
+
+
 def test_per_batch_results_and_dead_letters_are_in_the_trace(broker: EmbeddedBroker, make_job: Any) -> None:
     broker.create_topic("sentences", queues=1)
     broker.send_batch("sentences", ["a b a", "boom", "b"])
