@@ -344,7 +344,7 @@ class WindowCombiningShuffleSinkProcessor(ShuffleSinkProcessor):
         self.combining = (self.combinable and self.from_source and settings.combine_windows
                           and settings.time_type is not TimeType.PROCESSING_TIME)
         self.watermark_before = self.watermark
-        self.partials: dict[Any, dict[Any, int]] = {}  # key -> window start -> on-time records in it
+        self.counts: Counter[tuple[Any, Any]] = Counter()  # (key, window start) -> on-time records in it
         self.times: defaultdict[Any, list[Any]] = defaultdict(list)  # key -> its on-time records' data times
         #: the records the range's partials hold, and the partials sent (the task counts records, not partials)
         self.records_combined = self.partials_sent = 0
@@ -362,15 +362,11 @@ class WindowCombiningShuffleSinkProcessor(ShuffleSinkProcessor):
             self._send_frame(out, kb, value, ts, self.watermark, self.ctx.offset)  # type: ignore[union-attr]
             return
         self.times[key].append(ts)
-        starts = self.partials.get(key)
-        if starts is None:
-            starts = self.partials[key] = {}
         if self.size is not None:
-            start = ts - ts % self.size
-            starts[start] = starts.get(start, 0) + 1
+            self.counts[(key, ts - ts % self.size)] += 1
             return
         for start, _end in self.window.assign(ts):
-            starts[start] = starts.get(start, 0) + 1
+            self.counts[(key, start)] += 1
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
         if not self.combining:
@@ -393,31 +389,33 @@ class WindowCombiningShuffleSinkProcessor(ShuffleSinkProcessor):
         times_of = self.times
         for key, t in zip(keys, times):
             times_of[key].append(t)
+        # counted in C, in order of first appearance (as ``process`` adds them)
         if self.size is not None:
             size = self.size
-            pairs = Counter(zip(keys, [t - t % size for t in times]))
+            self.counts.update(zip(keys, [t - t % size for t in times]))
         else:
             assign = self.window.assign
-            pairs = Counter((key, start) for key, t in zip(keys, times) for start, _end in assign(t))
-        partials = self.partials
-        for (key, start), count in pairs.items():  # in order of first appearance, as ``process`` adds them
-            starts = partials.get(key)
-            if starts is None:
-                partials[key] = {start: count}
-            else:
-                starts[start] = starts.get(start, 0) + count
+            self.counts.update((key, start) for key, t in zip(keys, times) for start, _end in assign(t))
 
     def flush(self) -> None:
         if self.combining:
             ctx, times_of = self.ctx, self.times
-            for key, starts in self.partials.items():
+            windows: dict[Any, tuple[list[Any], list[int]]] = {}  # key -> (window starts, counts)
+            for (key, start), n in self.counts.items():
+                at = windows.get(key)
+                if at is None:
+                    windows[key] = ([start], [n])
+                else:
+                    at[0].append(start)
+                    at[1].append(n)
+            for key, (starts, counts) in windows.items():
                 q, kb = self._slots.get(key) or self._slot(key)
                 times = times_of[key]
-                partial = WindowPartial(list(starts), list(starts.values()), times, self.producer,
-                                        ctx.range_start, ctx.range_end, self.watermark_before, self.side)  # type: ignore[union-attr]
+                partial = WindowPartial(starts, counts, times, self.producer, ctx.range_start, ctx.range_end,  # type: ignore[union-attr]
+                                        self.watermark_before, self.side)
                 self._outs[q].append((kb, encode(tuple(partial)), max(times), _PARTIAL, None))
                 self.records_combined += len(times)
-            self.partials_sent = len(self.partials)
+            self.partials_sent = len(windows)
         super().flush()
 
 
