@@ -21,6 +21,7 @@ from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.sink import SinkProcessor
 from rstream.processors.spec import WINDOW_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import FIRE_ALL, finite
+from rstream.serde.codec import PICKLE_MARK, encode
 from rstream.state.store import MISSING, timer_key
 from rstream.time.watermark import NO_WATERMARK
 from rstream.time.windows import SessionWindow, TumblingWindow, Window, WindowError, WindowKey
@@ -80,11 +81,19 @@ class WindowAggregateProcessor(WindowedOperator):
         # this batch's accumulators of fixed windows, staged in the store at flush (sessions, which
         # merge, go straight to the store)
         self.cache: dict[tuple[Any, int, int], Any] = {}
-        # fixed windows opened in this batch, with their timer's key; and by end, each timer's key with
-        # what ``timers_due`` would list for it. Their timers stay here until ``flush`` stages those
-        # still open in the store, so one that also fires in the batch costs the store nothing
+        # fixed windows opened in this batch, each with its key's bytes (``encode``); and by end, those
+        # bytes with what ``timers_due`` would list for it. Their timers stay here until ``flush``
+        # stages those still open in the store, so one that also fires in the batch costs the store
+        # nothing, and no timer key is made for it: a window's timer key is its end then
+        # ``encode((key, start))``, and the start is the same for every window of one end, so the
+        # windows of one end are in timer-key order when in the order of their keys' bytes
+        # (marshal's bytes of a value are never the start of another's, and those of a tuple are its
+        # items' one after the other). A key marshal cannot write (pickled) makes no such promise:
+        # with one, ``_with_fresh`` makes every timer key
         self.fresh: dict[tuple[Any, int, int], bytes] = {}
         self.fresh_ends: dict[int, dict[bytes, tuple[int, tuple[Any, int]]]] = {}
+        self._key_bytes: dict[Any, bytes] = {}
+        self._pickled_keys = False
         # whether the store holds any window of this operator from an earlier batch: without one, a
         # window not in ``cache`` is new, and the store is not asked (a window's state and its timer
         # are staged together and deleted together)
@@ -92,8 +101,8 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def flush(self) -> None:
         put, name, stage_timer = self.store.put, self.name, self.store.stage_timer
-        for kb in self.fresh.values():
-            stage_timer(kb)
+        for key, start, end in self.fresh:
+            stage_timer(timer_key(name, end, (key, start)))
         for wk, acc in self.cache.items():
             put(name, wk, acc)
         # their timers and counts are staged now: a window that fires later deletes them
@@ -223,12 +232,16 @@ class WindowAggregateProcessor(WindowedOperator):
     def _open(self, wk: tuple[Any, int, int]) -> None:
         """A new fixed window: its timer, kept in ``fresh`` until ``flush``."""
         key, start, end = wk
-        payload = (key, start)
-        kb = self.fresh[wk] = timer_key(self.name, end, payload)
+        kb = self._key_bytes.get(key)
+        if kb is None:
+            kb = self._key_bytes[key] = encode(key)
+            if kb[0] == PICKLE_MARK:
+                self._pickled_keys = True
+        self.fresh[wk] = kb
         at = self.fresh_ends.get(end)
         if at is None:
             at = self.fresh_ends[end] = {}
-        at[kb] = (end, payload)
+        at[kb] = (end, (key, start))
 
     def _with_fresh(self, stored: list[tuple[int, Any]], watermark: int | None) -> list[tuple[int, Any]]:
         """The store's timers ``stored`` (due at ``watermark``; None: all) and the fresh windows' due
@@ -237,14 +250,13 @@ class WindowAggregateProcessor(WindowedOperator):
         ends = [end for end in self.fresh_ends if watermark is None or end <= watermark]
         if not ends:
             return stored
-        if len(ends) == 1 and not stored:  # the usual case: one end due
-            found = self.fresh_ends[ends[0]]
+        if len(ends) == 1 and not stored and not self._pickled_keys:  # the usual case: one end due
+            found = self.fresh_ends[ends[0]]  # by the key's bytes: in timer-key order (see ``open``)
         else:
-            found = {}
-            for end in ends:
-                found.update(self.fresh_ends[end])
             name = self.name
-            found.update((timer_key(name, end, payload), (end, payload)) for end, payload in stored)
+            found = {timer_key(name, end, payload): (end, payload) for end, payload in stored}
+            for end in ends:
+                found.update((timer_key(name, end, payload), (end, payload)) for end, payload in self.fresh_ends[end].values())
         return list(map(found.__getitem__, sorted(found)))
 
     def _late_behind(self, key: Any, value: Any, ts: int, carried: int) -> None:

@@ -212,3 +212,51 @@ def test_windows_left_open_by_a_batch_fire_in_key_order_with_the_batch_s_own(tmp
     assert fired == [{"key": [k, 0, 2000], "value": n} for k, n in (("a", 2), ("b", 1), ("c", 2), ("d", 1))]
     send(("y", 9000))  # fires x's window, opened in batch 2 and left open
     assert json.loads(broker.read("results")[-1].body) == {"key": ["x", 4000, 6000], "value": 1}
+
+
+class _Tag:
+    """A key marshal cannot write (pickled wherever rstream encodes it)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Tag) and other.n == self.n
+
+    def __hash__(self) -> int:
+        return hash(("tag", self.n))
+
+    def __repr__(self) -> str:
+        return f"_Tag({self.n})"
+
+
+@pytest.mark.parametrize("pickled", [False, True], ids=["marshal-keys", "with-a-pickled-key"])
+def test_windows_of_one_end_fire_in_timer_key_order_whatever_their_keys(tmp_path: Path, pickled: bool) -> None:
+    """The windows a batch opens and fires are ordered as their timers would be in the store (by
+    ``encode((key, start))``) without making their timer keys: by their keys' bytes (marshal's
+    bytes are never the start of another value's), or by timer key where a key is pickled. Keys of
+    every kind and length, one window end due per batch and all due at once (the idle flush)."""
+    from rstream.serde.codec import encode
+
+    keys: list[Any] = ["b", "aa", "a", "", "é", 3, -1, 2**70, 1.5, ("t", 1), ("s", 2, 3), None, b"x", frozenset({2})]
+    if pickled:
+        keys.append(_Tag(1))
+    broker, root = fresh(tmp_path)
+    broker.create_topic("ticks", queues=1)
+    broker.create_topic("order", queues=1)
+    by_index = dict(enumerate(keys))
+    b = StreamBuilder("keyorder", shuffle_queues=1)
+    (b.source("ticks", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: by_index[e["k"]])
+     .window(TumblingWindow(1000)).count().to_rstream().sink("order", lambda k, v: repr(tuple(k)).encode()))
+    job = InProcessJob(b.build(), broker, root / "job", {"allowed_lateness_ms": 0, "idle_timeout_ms": 600_000})
+    windows = []
+    for w in range(0, 8, 2):
+        # every key in window w, opened and fired in this batch (one end due, none stored), and the
+        # first key in window w + 1, which moves the watermark past w and stays open: the next batch
+        # fires it with its own windows (two ends due, one window of them stored); an idle flush fires the last
+        sent = [(i, w * 1000 + 10 + i) for i in range(len(keys))] + [(0, w * 1000 + 1500)]
+        broker.send_batch("ticks", [json.dumps({"k": i, "ts": ts}) for i, ts in sent])
+        job.run_until_idle(fire_idle=w == 6)
+        windows += [(keys[i], ts - ts % 1000, ts - ts % 1000 + 1000) for i, ts in sent]
+    fired = [m.body.decode() for m in broker.read("order")]
+    assert fired == [repr(wk) for wk in sorted(windows, key=lambda wk: (wk[2], encode(wk[:2])))]
