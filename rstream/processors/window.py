@@ -383,6 +383,20 @@ class WindowAggregateProcessor(WindowedOperator):
         self.store.delete(self.name, wk)
         self.store.cancel_timer(self.name, end, (key, start))
 
+    def _forget_all(self, wks: list[tuple[Any, int, int]]) -> None:
+        """``_forget`` for every window due at a watermark (all the fresh ones of their ends)."""
+        fresh = self.fresh
+        kept = list(map(fresh.pop, wks, repeat(None)))
+        for end in {wk[2] for wk in wks}:
+            self.fresh_ends.pop(end, None)  # each of its fresh windows was due with it
+        if None in kept:  # windows from earlier batches: their state and timer are in the store
+            store, name = self.store, self.name
+            for wk, kb in zip(wks, kept):
+                if kb is None:
+                    key, start, end = wk
+                    store.delete(name, wk)
+                    store.cancel_timer(name, end, (key, start))
+
     def _sink_after(self) -> tuple[list[Processor], SinkProcessor] | None:
         """The pure stages after this operator and the sink they end in, when its results go
         nowhere else (no fan-out, nothing wrapping ``forward``), for ``_fire_to_sink``. While the
@@ -402,21 +416,20 @@ class WindowAggregateProcessor(WindowedOperator):
         if path is None:
             return False
         stages, sink = path
-        store, name, cache, result = self.store, self.name, self.cache, self.fold.result
-        keys: list[Any] = []
-        values: list[Any] = []
-        times: list[int] = []
+        store, name, cache = self.store, self.name, self.cache
         inputs: list[Chunk] = []
-        try:
-            for end, (key, start) in due:
-                wk = (key, start, end)
-                acc = cache.get(wk, MISSING)
-                if acc is MISSING:
-                    acc = store.get(name, wk)
-                if acc is not MISSING:
-                    keys.append(WindowKey(key, start, end))
-                    values.append(result(acc))
-                    times.append(end - 1)
+        try:  # over whole lists: the windows' keys, their accumulators (in memory, else stored), results
+            wks = [(key, start, end) for end, (key, start) in due]
+            accs = list(map(cache.get, wks, repeat(MISSING)))
+            for i in [i for i, acc in enumerate(accs) if acc is MISSING]:
+                accs[i] = store.get(name, wks[i])
+            held = wks
+            if any(acc is MISSING for acc in accs):  # a window that holds nothing (none in the bench)
+                held = [wk for wk, acc in zip(wks, accs) if acc is not MISSING]
+                accs = [acc for acc in accs if acc is not MISSING]
+            keys = list(map(tuple.__new__, repeat(WindowKey), held))
+            values = accs if self.fold.result_is_acc else list(map(self.fold.result, accs))
+            times = [end - 1 for _key, _start, end in held]
             chunk = Chunk([self.ctx.offset] * len(keys), keys, values, times)  # type: ignore[union-attr]
             for stage in stages:
                 inputs.append(chunk)
@@ -426,10 +439,9 @@ class WindowAggregateProcessor(WindowedOperator):
         bodies = sink.bodies(chunk)
         if bodies is None:
             return False
-        for end, (key, start) in due:
-            wk = (key, start, end)
+        for wk in wks:
             cache.pop(wk, None)
-            self._forget(wk)
+        self._forget_all(wks)
         self.fired += len(due)
         for stage, given in zip(stages, inputs):
             stage.records_in += len(given.offsets)

@@ -356,14 +356,21 @@ def _alone(roots: list[Processor]) -> list[Processor]:
 
 
 def _split_controls(part: RecordBlock) -> Iterator[tuple[bool, RecordBlock]]:
-    """``(True, data records)`` and ``(False, one control record)`` of a framed topic's block, in
-    order: control records (markers, ticks) carry headers, data records none."""
-    done = 0
-    for i in compress(range(len(part)), part.headers):
-        if i > done:
-            yield True, part[done:i]
-        yield False, part[i:i + 1]
-        done = i + 1
+    """``(True, data records)`` and ``(False, control records)`` of a framed topic's block, each a
+    run of consecutive records, in order: control records (markers, ticks, a window count's
+    partials) carry headers, data records none."""
+    controls = list(compress(range(len(part)), part.headers))
+    done = k = 0
+    while k < len(controls):
+        first = last = controls[k]
+        k += 1
+        while k < len(controls) and controls[k] == last + 1:
+            last = controls[k]
+            k += 1
+        if first > done:
+            yield True, part[done:first]
+        yield False, part[first:last + 1]
+        done = last + 1
     if done < len(part):
         yield True, part[done:] if done else part
 

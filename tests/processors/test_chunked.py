@@ -359,3 +359,19 @@ def test_a_windowed_count_in_chunks_writes_what_record_by_record_writes(tmp_path
     assert {"behind watermark", "window fired"} <= {row["cause"] for row in late}, late[:3]
     assert written == _written(broker, "ref")
     assert _metrics(chunked) == _metrics(reference)
+
+
+def test_a_framed_block_splits_into_runs_of_data_and_of_control_records() -> None:
+    """Control records (markers, ticks, partials: they carry headers) go record by record, data
+    records in chunks; consecutive ones of a kind stay together, in order."""
+    from rstream.broker.base import RecordBlock
+    from rstream.runtime.task import _split_controls
+
+    for pattern in ("", "d", "c", "ddccdcd", "ccc", "dcdcdd", "cdddcc"):
+        n = len(pattern)
+        headers = [{"h": "1"} if c == "c" else None for c in pattern]
+        block = RecordBlock(list(range(n)), [None] * n, [b""] * n, [0] * n, [0] * n, headers)
+        runs = [(data, list(run.offsets)) for data, run in _split_controls(block)]
+        assert [i for _, offsets in runs for i in offsets] == list(range(n))
+        assert all(offsets and all((pattern[i] == "d") == data for i in offsets) for data, offsets in runs)
+        assert all(a[0] != b[0] for a, b in zip(runs, runs[1:]))  # runs alternate: each as long as it goes
