@@ -424,7 +424,7 @@ class WindowAggregateProcessor(WindowedOperator):
             for i in [i for i, acc in enumerate(accs) if acc is MISSING]:
                 accs[i] = store.get(name, wks[i])
             held = wks
-            if any(acc is MISSING for acc in accs):  # a window that holds nothing (none in the bench)
+            if any(acc is MISSING for acc in accs):  # a timer whose window holds nothing: no result
                 held = [wk for wk, acc in zip(wks, accs) if acc is not MISSING]
                 accs = [acc for acc in accs if acc is not MISSING]
             keys = list(map(tuple.__new__, repeat(WindowKey), held))
