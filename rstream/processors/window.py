@@ -85,8 +85,8 @@ class WindowAggregateProcessor(WindowedOperator):
         # bytes with what ``timers_due`` would list for it. Their timers stay here until ``flush``
         # stages those still open in the store, so one that also fires in the batch costs the store
         # nothing, and no timer key is made for it: a window's timer key is its end then
-        # ``encode((key, start))``, and the start is the same for every window of one end, so the
-        # windows of one end are in timer-key order when in the order of their keys' bytes
+        # ``encode((key, start))``, and the start is the same for every window of one end, so windows
+        # are in timer-key order when in the order of their ends, then of their keys' bytes
         # (marshal's bytes of a value are never the start of another's, and those of a tuple are its
         # items' one after the other). A key marshal cannot write (pickled) makes no such promise:
         # with one, ``_with_fresh`` makes every timer key
@@ -246,18 +246,39 @@ class WindowAggregateProcessor(WindowedOperator):
     def _with_fresh(self, stored: list[tuple[int, Any]], watermark: int | None) -> list[tuple[int, Any]]:
         """The store's timers ``stored`` (due at ``watermark``; None: all) and the fresh windows' due
         with them, in the store's order (by timer key): what the store would answer had the fresh
-        timers been staged in it."""
+        timers been staged in it. By end, then by the key's bytes within an end (see ``open``); by
+        whole timer keys where a key was pickled."""
         ends = [end for end in self.fresh_ends if watermark is None or end <= watermark]
         if not ends:
             return stored
-        if len(ends) == 1 and not stored and not self._pickled_keys:  # the usual case: one end due
-            found = self.fresh_ends[ends[0]]  # by the key's bytes: in timer-key order (see ``open``)
-        else:
+        by_end: dict[int, dict[bytes, tuple[int, tuple[Any, int]]]] = {}
+        key_bytes = self._key_bytes
+        for end, payload in stored:
+            kb = key_bytes.get(payload[0]) or encode(payload[0])
+            if kb[0] == PICKLE_MARK:
+                self._pickled_keys = True
+                break
+            at = by_end.get(end)
+            if at is None:
+                at = by_end[end] = {}
+            at[kb] = (end, payload)
+        if self._pickled_keys:
             name = self.name
             found = {timer_key(name, end, payload): (end, payload) for end, payload in stored}
             for end in ends:
                 found.update((timer_key(name, end, payload), (end, payload)) for end, payload in self.fresh_ends[end].values())
-        return list(map(found.__getitem__, sorted(found)))
+            return list(map(found.__getitem__, sorted(found)))
+        for end in ends:
+            at = by_end.get(end)
+            if at is None:
+                by_end[end] = self.fresh_ends[end]  # only read here
+            else:
+                at.update(self.fresh_ends[end])
+        due: list[tuple[int, Any]] = []
+        for end in sorted(by_end):
+            at = by_end[end]
+            due += map(at.__getitem__, sorted(at))
+        return due
 
     def _late_behind(self, key: Any, value: Any, ts: int, carried: int) -> None:
         self._late(key, value, ts, carried, LateCause.BEHIND_WATERMARK,
