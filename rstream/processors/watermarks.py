@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rstream.broker.base import CommitTag
 from rstream.time.watermark import NO_WATERMARK
 
 if TYPE_CHECKING:
@@ -125,11 +126,24 @@ def tick_records(queues: dict[str, int], now_ms: int, flush: bool) -> dict[tuple
     return {(topic, q): [(None, b"", now_ms, headers, "TICK")] for topic, n in queues.items() for q in range(n)}
 
 
-def send_ticks(broker: Any, topics: Iterable[str], flush: bool = False) -> None:
-    """Append an idle tick (``tick_records``) to every queue of ``topics`` on ``broker``, stamped now."""
+def send_ticks(broker: Any, topics: Iterable[str], flush: bool = False, once: CommitTag | None = None) -> bool:
+    """Append an idle tick (``tick_records``) to every queue of ``topics`` on ``broker``, stamped now.
+    With ``once``, a tagged append: nothing is sent if that tag was (returns False)."""
     queues = {t: broker.topic(t).queues for t in topics}
-    if queues:
-        broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush))
+    if not queues:
+        return False
+    return bool(broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush), once))
+
+
+#: The topic of the commit tag of a batch's idle flush (``flush_tag``): no topic's name (topic names
+#: have no ``<``), so no queue's progress.
+FLUSH_TAG_TOPIC = "<idle flush>"
+
+
+def flush_tag(job: str, batch: int) -> CommitTag:
+    """The tag of the idle flush that ends ``job``'s batch ``batch`` (``run_until_idle``): whichever of
+    the batch's source tasks or its driver sends it first, it is sent once (``send_ticks(once=...)``)."""
+    return CommitTag(job, FLUSH_TAG_TOPIC, 0, batch, batch + 1, batch_id=batch)
 
 
 def finite(watermark: int) -> int | None:

@@ -12,7 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from rstream import progressbar
-from rstream.processors.watermarks import send_ticks
+from rstream.processors.watermarks import flush_tag, send_ticks
 from rstream.progressbar import NoBar, progress_bar, set_total
 from rstream.runtime.job_core import JobTimeoutError
 from rstream.runtime.job_state import StateViews
@@ -119,6 +119,9 @@ class QueryDriver(StateViews):
                                           if self.properties.shuffle_in_source_job else []),
             "framedInTasks": json.dumps(self.topology.framed_after_sources
                                         if self.properties.shuffle_in_source_job else []),
+            # the tasks send run_until_idle's idle flush when every window and join topic is theirs
+            "flushInTasks": json.dumps(self.topology.framed_topics if self.properties.shuffle_in_source_job
+                                       and self.topology.framed_by_sources else []),
             "slots": str(self.spark.sparkContext.defaultParallelism),
         }
 
@@ -143,7 +146,7 @@ class QueryDriver(StateViews):
                     self.tick(flush=True)
                 else:
                     self._flush_target = target
-                    options["flushAtEnd"] = "1"  # the source's tasks leave the last batch's windows to it
+                    options["flushAtEnd"] = "1"  # the last batch's tasks send it, or leave its windows to the driver
         if not available_now:
             options["waitMs"] = str(self.properties.trigger_interval_ms)
         df = self.spark.readStream.format("rstream").options(**options).load()
@@ -413,8 +416,9 @@ class QueryDriver(StateViews):
         plans around them (``rstream.runtime.source``).
 
         The idle flush of ``run_until_idle`` goes out here, once the sources are read up to the run's
-        target: at once if every window and join topic is fed by sources only (the ticks then follow
-        their last records), else once the shuffle queues are drained."""
+        target, unless that batch's source tasks sent it (``flush_tag``): at once if every window and
+        join topic is fed by sources only (the ticks then follow their last records), else once the
+        shuffle queues are drained."""
         tasks = self.properties.tasks or self.spark.sparkContext.defaultParallelism
         infos: list[dict[str, Any]] = []
         # one job per step of the longest chain of shuffles, and one for the flush: what is left after
@@ -440,7 +444,8 @@ class QueryDriver(StateViews):
                 or not self._sources_read(self._flush_target)):
             return ranges
         self._flush_target = None
-        self.tick(flush=True)
+        with self._batch_lock:  # (its own: held by this batch) nothing is sent if the tasks sent it
+            send_ticks(self.broker, self.topology.framed_topics, flush=True, once=flush_tag(self.job_id, batch_id))
         return self._pending_shuffles(batch_id)
 
     def _pending_shuffles(self, batch_id: int = -1) -> list[list[Any]]:

@@ -89,9 +89,12 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # shuffle topics the source job's tasks may run themselves (``run_with_share``), and the
         # cores that can run a batch's tasks at once: with more tasks than that, some would wait
         self.shuffles_in_tasks: list[str] = json.loads(options.get("shufflesintasks", "[]"))
-        # window and join topics they may run too, but for a batch after which the driver sends the
-        # idle flush of ``run_until_idle`` (``flushatend``): it runs them after the flush, in one job
+        # window and join topics they may run too; in the batch that reads the sources to the end of
+        # an ``availableNow`` run of ``run_until_idle`` (``flushatend``), after the idle flush, which
+        # they send themselves when every window and join topic is theirs (``flushintasks``), else the
+        # driver, which then runs those topics in a job of its own
         self.framed_in_tasks: list[str] = json.loads(options.get("framedintasks", "[]"))
+        self.flush_in_tasks: list[str] = json.loads(options.get("flushintasks", "[]"))
         self.flush_at_end = options.get("flushatend") == "1"
         self.slots = int(options.get("slots", "0"))
         self._target: dict[str, int] | None = None
@@ -186,25 +189,26 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 topic, queue = split_queue_key(key)
                 ranges.append([topic, queue, begin, stop, batch])
         groups = plan_tasks(ranges, self.tasks)
-        shared = self._shared(end)
+        last = self._last_of_run(end)
+        shared = self.shuffles_in_tasks if last and not self.flush_in_tasks else \
+            self.shuffles_in_tasks + self.framed_in_tasks
         if not shared or not groups or len(groups) > self.slots:
             return [InputPartition((group, None)) for group in groups]
-        # every task runs its part of the shuffle side once the whole batch is committed: where each
-        # of those queues starts is fixed now (nothing else commits them while the batch runs)
+        # every task runs its part of the shuffle side once the whole batch is committed (and, in the
+        # last batch of ``run_until_idle``'s run, the idle flush is sent): where each of those queues
+        # starts is fixed now (nothing else commits them while the batch runs)
         begins = {key: self._committed(key, stop) for key, stop in end.items()
                   if key != BATCH_KEY and split_queue_key(key)[0] in shared}
         return [InputPartition((group, {"index": i, "count": len(groups), "barrier": ranges, "begins": begins,
-                                        "batch": batch, "max_per_queue": self.max_per_queue}))
+                                        "batch": batch, "max_per_queue": self.max_per_queue,
+                                        "flush": self.flush_in_tasks if last else []}))
                 for i, group in enumerate(groups)]
 
-    def _shared(self, end: dict[str, int]) -> list[str]:
-        """The shuffle topics the tasks of the batch that ends at ``end`` run themselves: window and
-        join topics too, unless the batch reads the sources up to an ``availableNow`` run's target that
-        ends with the idle flush (the driver sends it, then runs them with their last records)."""
+    def _last_of_run(self, end: dict[str, int]) -> bool:
+        """Whether the batch that ends at ``end`` reads the sources up to an ``availableNow`` run's target
+        that ends with the idle flush (``run_until_idle``)."""
         target = self._target
-        if self.flush_at_end and target is not None and all(end.get(k, 0) >= v for k, v in target.items()):
-            return self.shuffles_in_tasks
-        return self.shuffles_in_tasks + self.framed_in_tasks
+        return self.flush_at_end and target is not None and all(end.get(k, 0) >= v for k, v in target.items())
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, int, str]]:
         from rstream.runtime.task import run_with_share

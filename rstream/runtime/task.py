@@ -36,7 +36,7 @@ from rstream.processors.base import (
 )
 from rstream.processors.chunk import CHUNK_RECORDS, MIN_CHUNK_RECORDS, ChunkedPipeline
 from rstream.processors.sink import ShuffleSinkProcessor, WindowCombiningShuffleSinkProcessor
-from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
+from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite, flush_tag, send_ticks
 from rstream.serde.codec import decode
 from rstream.settings import DEFAULTS, JobProperties
 from rstream.state.store import StateStore
@@ -510,11 +510,14 @@ def run_with_share(cfg_blob: str, ranges: list[list[Any]], share: dict[str, Any]
     the batch is committed, the shuffle queues ``share["begins"]`` names hold all the batch gives
     them: every task plans their ranges alike, from those begins and the queues' ends, spreads them
     over ``share["count"]`` bins as the driver would (``plan_tasks``) and runs bin ``share["index"]``.
-    That saves the batch a second Spark job (the driver's, ``QueryDriver._run_shuffles``), which
-    still runs what is left: all of it when a task gave up waiting (a source range not committed
-    within ``SHARE_WAIT_S``: its task failed, or found no free core), and what came after the tasks
-    planned (the driver's idle ticks and flush). A range a task ran is committed with its tag like
-    any other, so none runs twice."""
+    In the last batch of ``run_until_idle``'s run, ``share["flush"]`` names the window and join topics
+    that get the run's idle flush first: the first task there sends it (``flush_tag``: once), so
+    every task plans with it. That saves the batch a second Spark job (the driver's,
+    ``QueryDriver._run_shuffles``), which still runs what is left: all of it when a task gave up
+    waiting (a source range not committed within ``SHARE_WAIT_S``: its task failed, or found no
+    free core; the driver then sends the flush if no task did), and what came after the tasks
+    planned (a started job's idle ticks). A range a task ran is committed with its tag like any
+    other, so none runs twice."""
     began = time.perf_counter()
     rows = run_partition(cfg_blob, ranges)
     if share is None or any("fatal" in json.loads(row[4]) for row in rows):
@@ -525,6 +528,8 @@ def run_with_share(cfg_blob: str, ranges: list[list[Any]], share: dict[str, Any]
         if not _committed_all(cfg.broker, cfg.job, share["barrier"],
                               min(high, max(low, 2 * (time.perf_counter() - began)))):
             return rows
+        if share.get("flush"):  # the last batch of run_until_idle's run: its idle flush, sent once
+            send_ticks(cfg.broker, share["flush"], flush=True, once=flush_tag(cfg.job, share["batch"]))
         mine = share_ranges(cfg.broker, share)
     except Exception:  # the broker could not say: the driver's job runs the shuffle side, and reports
         return rows

@@ -266,12 +266,13 @@ def test_a_task_drains_each_queue_of_its_bin_in_ranges_of_at_most_max_records_pe
 
 
 @pytest.mark.parametrize("kind", ["window", "join"])
-def test_window_and_join_queues_run_in_the_source_job_in_every_batch_the_idle_flush_does_not_follow(
+def test_window_and_join_queues_run_in_the_source_job_in_every_batch_and_its_tasks_send_the_idle_flush(
         broker: EmbeddedBroker, make_job: Any, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     """An ``availableNow`` run in several batches (``max_records_per_queue``): the source tasks run the
-    window (join) queues of every batch but the one that reads the sources to the run's end, whose
-    windows the driver runs after it sent the idle flush. So no batch before that one starts a second
-    Spark job, and the results are exact."""
+    window (join) queues of every batch, and in the one that reads the sources to the run's end they
+    first send the idle flush, once (the first of them; the others find it sent), so no batch starts a
+    second Spark job, and the results are exact."""
+    from rstream.processors.watermarks import FLUSH_HEADER, FLUSH_TAG_TOPIC
 
     if kind == "window":
         per_queue = {"clicks": produce(broker, "clicks", clicks(150, seed=31))}
@@ -294,12 +295,14 @@ def test_window_and_join_queues_run_in_the_source_job_in_every_batch_the_idle_fl
     last_read = max(p.batch_id for p in job.progress
                     for q in p.queues if q.topic in job.topology.source_topics and q.records_in)
     assert last_read >= 2  # batches that read the sources before the last one
-    driver_batches = [r[4] for r in driver_ranges]
-    assert driver_batches and min(driver_batches) == last_read
-    # that batch's windows ran in the driver's job with the flush (not only the flush's ticks, one a queue)
-    assert any(r[3] - r[2] > 1 for r in driver_ranges if r[4] == last_read and r[0] in job.topology.framed_topics)
-    framed = [q for p in job.progress if p.batch_id < last_read for q in p.queues if q.topic in job.topology.framed_topics]
-    assert framed and all(q.records_in for q in framed)  # their windows ran in those batches' source jobs
+    assert driver_ranges == []  # no batch ran a job of the driver's, the flush's neither
+    flushes = [(t, m.queue_id) for t in job.topology.framed_topics for m in broker.read(t)
+               if FLUSH_HEADER in (m.headers or {})]
+    assert sorted(flushes) == [(t, q) for t in job.topology.framed_topics for q in range(job.topology.shuffle_topics[t])]
+    sent = broker.find_commit(job.job_id, FLUSH_TAG_TOPIC, 0, last_read)
+    assert sent is not None and sent.batch_id == last_read
+    framed = [q for p in job.progress for q in p.queues if q.topic in job.topology.framed_topics]
+    assert framed and all(q.records_in for q in framed if q.batch_id < last_read)  # windows ran in each batch
     if kind == "window":
         on_time, late = split_late(per_queue["clicks"], lambda e: e["ts"], LATENESS)
         frame = window_frame(on_time, lambda e: e["user"], lambda e: e["ts"], lambda e: 1, 5000)
@@ -333,3 +336,21 @@ def test_an_idle_tick_waits_while_a_batch_runs(broker: EmbeddedBroker, make_job:
     assert not sender.is_alive() and broker.end_offsets(window_topic) == [n + 1 for n in before]
     job.tick()  # the batch's own thread may tick (the idle flush): the lock is its own
     assert broker.end_offsets(window_topic) == [n + 2 for n in before]
+
+
+def test_without_the_source_tasks_the_driver_sends_the_idle_flush_once(broker: EmbeddedBroker, make_job: Any) -> None:
+    """With ``shuffle_in_source_job`` off the driver runs the window queues and sends the idle flush:
+    one flush tick a queue, tagged with its batch, and the windows exact."""
+    from rstream.processors.watermarks import FLUSH_HEADER, FLUSH_TAG_TOPIC
+
+    per_queue = produce(broker, "clicks", clicks(60, seed=5))
+    job = make_job(windowed(job_id("dflush"), TumblingWindow(Time.seconds(5)), "count"),
+                   shuffle_in_source_job=False, **EXACT)
+    job.run_until_idle(timeout=180)
+    [topic] = job.topology.framed_topics
+    flushes = sorted(m.queue_id for m in broker.read(topic) if FLUSH_HEADER in (m.headers or {}))
+    assert flushes == list(range(job.topology.shuffle_topics[topic]))
+    assert [t.batch_id for t in broker.commits(job.job_id) if t.topic == FLUSH_TAG_TOPIC] == [job.progress[-1].batch_id]
+    on_time, late = split_late(per_queue, lambda e: e["ts"], LATENESS)
+    frame = window_frame(on_time, lambda e: e["user"], lambda e: e["ts"], lambda e: 1, 5000)
+    assert results(broker) == frame.groupby(["key", "start", "end"]).size().to_dict()

@@ -96,3 +96,25 @@ def test_idle_clock_goes_by_broker_time_while_behind() -> None:
     assert ctx.idle_clock() == 4000 and ctx.idle_clock(at_end=True) == 4000
     ctx.caught_up = True
     assert ctx.idle_clock(at_end=True) == 10_000
+
+
+def test_a_batch_s_idle_flush_is_sent_once_whoever_sends_it(tmp_path: Path) -> None:
+    """The source tasks of ``run_until_idle``'s last batch and its driver may each send the batch's
+    idle flush; the tagged append sends it once per batch, a flush tick on every queue."""
+    from rstream import EmbeddedBroker
+    from rstream.processors.watermarks import FLUSH_HEADER, flush_tag, send_ticks
+
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("w1", queues=3)
+    broker.create_topic("w2", queues=1)
+
+    def flushes() -> list[tuple[str, int]]:
+        return sorted((t, m.queue_id) for t in ("w1", "w2") for m in broker.read(t) if FLUSH_HEADER in (m.headers or {}))
+
+    assert send_ticks(broker, ["w1", "w2"], flush=True, once=flush_tag("job", 4))
+    assert not send_ticks(broker, ["w1", "w2"], flush=True, once=flush_tag("job", 4))  # the other sender: sent
+    assert flushes() == [("w1", 0), ("w1", 1), ("w1", 2), ("w2", 0)]
+    assert send_ticks(broker, ["w1", "w2"], flush=True, once=flush_tag("job", 5))  # the next run's batch
+    assert send_ticks(broker, ["w1", "w2"], flush=True, once=flush_tag("other-job", 4))
+    assert len(flushes()) == 12
+    assert send_ticks(broker, ["w1"]) and send_ticks(broker, ["w1"])  # untagged ticks: each sent
