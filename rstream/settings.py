@@ -65,9 +65,9 @@ class JobProperties:
       min and max then combine values before the shuffle, as Spark does; far faster, fewer updates).
     - ``shuffle_in_source_job``: a batch's source tasks also run its shuffle side, once all its
       source ranges are committed, where the shuffle topic is written by sources only (True,
-      default: one Spark job per batch instead of two; for windows and joins, not in the batch that
-      ``run_until_idle``'s idle flush follows); False: always as a second Spark job, which the
-      driver starts when the first has ended.
+      default: one Spark job per batch instead of two; for windows and joins also in the batch that
+      ``run_until_idle``'s idle flush follows: its tasks send the flush); False: always as a second
+      Spark job, which the driver starts when the first has ended.
     - ``combine_windows``: a count over tumbling or sliding windows counts each source range's
       on-time records per key and window before the shuffle and shuffles those counts, one record
       per key and range, as Spark's partial aggregation does (True, default; the results, state and
