@@ -10,6 +10,7 @@ job's late-data topic with the reason.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from itertools import compress, repeat
 from operator import le, lt, not_, or_
 from typing import Any
@@ -163,16 +164,7 @@ class WindowAggregateProcessor(WindowedOperator):
         else:
             added = self._window_counts(chunk, plan.root)
         self.records_in += len(chunk.offsets)
-        store, name, cache, committed, open_window = self.store, self.name, self.cache, self.committed_windows, self._open
-        for wk, n in added.items():
-            acc = cache.get(wk, MISSING)
-            if acc is MISSING:
-                if committed:
-                    acc = store.get(name, wk)
-                if acc is MISSING:
-                    acc = 0
-                    open_window(wk)
-            cache[wk] = acc + n
+        self._add_counts(added.items())
 
     def take_partial(self, key: Any, partial: WindowPartial) -> None:
         """A source range's on-time records of ``key``, counted per window before the shuffle
@@ -181,14 +173,16 @@ class WindowAggregateProcessor(WindowedOperator):
         and each reported late, as it would have been alone."""
         self.records_in += len(partial.times)
         size, horizon = self.window.size, self.horizon  # type: ignore[union-attr]
+        counts = [((key, start, start + size), n) for start, n in zip(partial.starts, partial.counts)]
+        fired = [wk[1] for wk, _n in counts if wk[2] <= horizon]
+        self._add_counts([c for c in counts if c[0][2] > horizon] if fired else counts)
+        if fired:
+            self._late_in_partial(key, partial, fired)
+
+    def _add_counts(self, counts: Iterable[tuple[tuple[Any, int, int], int]]) -> None:
+        """Add ``n`` records to window ``wk``'s count, for each ``(wk, n)`` (a window count's fast paths)."""
         store, name, cache, committed, open_window = self.store, self.name, self.cache, self.committed_windows, self._open
-        fired = []
-        for start, n in zip(partial.starts, partial.counts):
-            end = start + size
-            if end <= horizon:
-                fired.append(start)
-                continue
-            wk = (key, start, end)
+        for wk, n in counts:
             acc = cache.get(wk, MISSING)
             if acc is MISSING:
                 if committed:
@@ -197,8 +191,6 @@ class WindowAggregateProcessor(WindowedOperator):
                     acc = 0
                     open_window(wk)
             cache[wk] = acc + n
-        if fired:
-            self._late_in_partial(key, partial, fired)
 
     def _late_in_partial(self, key: Any, partial: WindowPartial, fired: list[Any]) -> None:
         """Report late the records ``partial`` counted in the windows starting at ``fired`` (each

@@ -27,6 +27,7 @@ from rstream import (
 from rstream.processors.sink import PARTIAL_HEADER
 from rstream.runtime.inprocess import InProcessJob
 from rstream.state.store import decode_state_message
+from tests.processors.test_windows_in_process import results
 from tests.runtime.reference import split_late, window_frame
 
 _RUNS = itertools.count()
@@ -48,16 +49,6 @@ def windowed(job: str, window: Any, copies: int = 1, poison: bool = False) -> St
         stream = stream.flat_map(lambda e: [dict(e, copy=i) for i in range(copies)])
     (stream.key_by(user).window(window).count().to_rstream().sink("results", JsonSerializer(with_key=True)))
     return b
-
-
-def results(broker: EmbeddedBroker) -> dict[tuple[Any, int, int], int]:
-    out = {}
-    for m in broker.read("results"):
-        doc = json.loads(m.body)
-        key = tuple(doc["key"])
-        assert key not in out, f"window {key} fired twice"
-        out[key] = doc["value"]
-    return out
 
 
 def late_rows(broker: EmbeddedBroker, job: InProcessJob) -> list[tuple[Any, ...]]:
