@@ -89,6 +89,15 @@ def flow(job: InProcessJob) -> tuple[Counter[str], Counter[str]]:
     return ins, outs
 
 
+def dead_letters(broker: EmbeddedBroker, job: InProcessJob) -> list[tuple[Any, ...]]:
+    """Every dead letter's topic, queue, offset, operator and error."""
+    from rstream.processors.base import dead_letter_row
+
+    topic = f"{job.topology.job_id}-dlq"
+    rows = [dead_letter_row(m) for m in broker.read(topic)] if broker.has_topic(topic) else []
+    return sorted((r["topic"], r["queue"], r["offset"], r["operator"], r["error"]) for r in rows)
+
+
 def partials(broker: EmbeddedBroker, job: InProcessJob) -> int:
     return sum(1 for t in job.topology.framed_topics for m in broker.read(t) if PARTIAL_HEADER in (m.headers or {}))
 
@@ -143,6 +152,8 @@ def test_combined_windows_equal_windows_of_every_record_shuffled(
     assert state_of(combined, job_c) == state_of(plain, job_p)
     assert sum(i.get("late", 0) for i in job_c.infos) == sum(i.get("late", 0) for i in job_p.infos)
     assert flow(job_c) == flow(job_p)
+    assert dead_letters(combined, job_c) == dead_letters(plain, job_p)
+    assert len(dead_letters(combined, job_c)) == int(poison)  # its first copy raised: the record stops there
     if n1 or n2:
         assert partials(combined, job_c) > 0 and partials(plain, job_p) == 0
     assert sum(1 for r in late_rows(plain, job_p) if r[6] == "window fired") == \
