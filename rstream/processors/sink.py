@@ -353,25 +353,17 @@ class WindowCombiningShuffleSinkProcessor(ShuffleSinkProcessor):
         if not self.combining:
             super().process(key, value, ts)
             return
-        self.records_in += 1
-        candidate = ts - self.lateness
-        if candidate > self.watermark:
-            self.watermark = candidate
-        if ts < self.watermark:  # late: alone, with its frame
-            out, kb = self._routes.get(key) or self._route(key)
-            self._send_frame(out, kb, value, ts, self.watermark, self.ctx.offset)  # type: ignore[union-attr]
-            return
-        self.times[key].append(ts)
-        if self.size is not None:
-            self.counts[(key, ts - ts % self.size)] += 1
-            return
-        for start, _end in self.window.assign(ts):
-            self.counts[(key, start)] += 1
+        # (record by record only where a chunk fell back, or a range is re-executed): a chunk of one
+        self._combine(Chunk([self.ctx.offset], [key], [value], [ts]))  # type: ignore[union-attr]
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
         if not self.combining:
             super().take_chunk(chunk, plan)
             return
+        self._combine(chunk)
+
+    def _combine(self, chunk: Chunk) -> None:
+        """Each record's watermark; the late ones on alone with their frames, the others counted."""
         n = len(chunk.offsets)
         if not n:
             return
