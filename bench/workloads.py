@@ -73,13 +73,14 @@ def progress_summary(progress: list[Any], source: str) -> dict[str, Any]:
 
 
 def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, expected: dict[str, int] | None,
-                max_per_queue: int, emit: str = "record") -> dict[str, Any]:
+                max_per_queue: int, emit: str = "record", combine: bool = True) -> dict[str, Any]:
+    """(a) and (a2): the word count on Spark; ``combine``: the job's ``combine_counts`` (off: (a0))."""
     from rstream import RocketMQStream
 
     sink = f"{job_id}-counts"
     topo = wordcount_topology(job_id, source, sink)
     job = RocketMQStream(topo, properties={"data_dir": str(root / "rstream"), "max_records_per_queue": max_per_queue,
-                                           "aggregate_emit": emit},
+                                           "aggregate_emit": emit, "combine_counts": combine},
                          broker=broker, spark=spark)
     wall = time.time()
     t = time.perf_counter()
@@ -455,10 +456,10 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
         print(f"  warm-up of (a) and (c) on {sum(warm_expected.values())} words: {time.perf_counter() - t:.1f} s",
               flush=True)
 
-    runs: dict[str, list[dict[str, Any]]] = {"a": [], "a2": [], "b": [], "c": [], "d": [], "d2": []}
+    runs: dict[str, list[dict[str, Any]]] = {"a": [], "a0": [], "a2": [], "b": [], "c": [], "d": [], "d2": []}
     for r in range(args.repeat):
         # alternate the order so neither side always runs on a warmer (or busier) machine
-        order = ("b", "a", "d", "a2", "d2", "c") if r % 2 == 0 else ("b", "c", "d2", "a2", "d", "a")
+        order = ("b", "a", "a0", "d", "a2", "d2", "c") if r % 2 == 0 else ("b", "c", "d2", "a2", "d", "a0", "a")
         for part in order:
             if part == "b":
                 res = run_python(sentences)
@@ -467,6 +468,8 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
                 res = run_bytewax(sentences, expected, final=part == "d2")
             elif part == "a":
                 res = run_rstream(spark, broker, root, "sentences", f"wc-r{r}", expected, args.words)
+            elif part == "a0":
+                res = run_rstream(spark, broker, root, "sentences", f"wc0-r{r}", expected, args.words, combine=False)
             elif part == "a2":
                 res = run_rstream(spark, broker, root, "sentences", f"wcb-r{r}", expected, args.words, emit="batch")
             else:
@@ -474,6 +477,7 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
             runs[part].append(res)
         a, a2, b, c = runs["a"][-1], runs["a2"][-1], runs["b"][-1], runs["c"][-1]
         print(f"  run {r + 1}/{args.repeat}: (a) rstream {a['seconds']:.2f} s (busy {a['busy_ms'] / 1000:.2f} s)  "
+              f"(a0) not combined {runs['a0'][-1]['seconds']:.2f} s  "
               f"(a2) rstream emit=batch {a2['seconds']:.2f} s  "
               f"(b) python {b['seconds']:.3f} s  (c) spark native {c['seconds']:.2f} s  "
               f"(d) bytewax {runs['d'][-1]['seconds']:.2f} s  (d2) bytewax count_final {runs['d2'][-1]['seconds']:.2f} s"
@@ -496,6 +500,8 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
     print_phases(runs["a"])
     print(f"      task time, source queues   {a_queue['source']:7.2f} s  (sum over queues; 2 tasks run at once)")
     print(f"      task time, shuffle queues  {a_queue['shuffle']:7.2f} s")
+    print(f"  (a0) rstream, combine_counts=False {med['a0']:6.2f} s  {fmt_rate(n, med['a0'])} words  (every word "
+          f"shuffled; a0/a = {med['a0'] / med['a']:.2f})")
     a2_busy = statistics.median(x["busy_ms"] for x in runs["a2"]) / 1000
     print("  (a2) rstream, aggregate_emit=batch (combine before the shuffle, one update per key and batch)")
     print(f"      end to end                 {med['a2']:7.2f} s  {fmt_rate(n, med['a2'])} words")
@@ -600,6 +606,7 @@ def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path)
             runs[part].append(res)
         a, a0, b, c1, c2 = runs["a"][-1], runs["a0"][-1], runs["b"][-1], runs["c1"][-1], runs["c2"][-1]
         print(f"  run {r + 1}/{args.repeat}: (a) rstream {a['seconds']:.2f} s (busy {a['busy_ms'] / 1000:.2f} s)  "
+              f"(a0) not combined {runs['a0'][-1]['seconds']:.2f} s  "
               f"(a0) not combined {a0['seconds']:.2f} s  (b) python {b['seconds']:.3f} s  (c1) spark native, 1 batch {c1['seconds']:.2f} s  "
               f"(c2) {c2['batches']} batches {c2['seconds']:.2f} s   (a) = (b) verified", flush=True)
 

@@ -73,6 +73,13 @@ class JobProperties:
       per key and range, as Spark's partial aggregation does (True, default; the results, state and
       late records are those of shuffling every record). Late records still go one by one. False:
       every record is shuffled with its frame (what the shuffle topic then shows, record by record).
+    - ``combine_counts``: a count that emits every update (``aggregate_emit="record"``, no window)
+      counts each range's records per key before the shuffle and shuffles one record per key and
+      range: how many, and their data times (True, default). The count then emits one update per
+      record from it, with that record's time: every key's updates, its state and its results are
+      those of shuffling every record; only the order *across* keys within one range changes (its
+      updates come key by key). False: every record is shuffled (what the shuffle topic then shows,
+      record by record, and the sink in the order of the input).
     """
 
     data_dir: str = "rstream-data"
@@ -89,6 +96,7 @@ class JobProperties:
     aggregate_emit: AggregateEmit = AggregateEmit.RECORD
     shuffle_in_source_job: bool = True
     combine_windows: bool = True
+    combine_counts: bool = True
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

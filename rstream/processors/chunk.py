@@ -129,6 +129,7 @@ class ChunkedPipeline:
         ctx = self.ctx
         skip = current = None
         nth = 0
+        expanded = getattr(self.root, "expanded", ())  # offsets whose items are records of their own
         for offset, key, value, ts in zip(*chunk):
             if offset == skip:
                 continue
@@ -139,11 +140,15 @@ class ChunkedPipeline:
             try:
                 process(key, value, ts)
             except RecordError as err:
-                skip = offset
-                self._recount(offset, nth)
                 if self._by_offset is None:
                     self._by_offset = {r[0]: r for r in self.records.rows()}
-                self.failed(err, self._by_offset[offset])
+                record = self._by_offset[offset]
+                if offset in expanded:  # one of a partial's records: a dead letter with its own time, the rest go on
+                    self.failed(err, (*record[:3], ts, *record[4:]))
+                    continue
+                skip = offset
+                self._recount(offset, nth)
+                self.failed(err, record)
 
     def _recount(self, offset: int, made: int) -> None:
         """The pure stages counted every item of the record at ``offset``; record by record they would

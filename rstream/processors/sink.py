@@ -314,6 +314,70 @@ class CombiningShuffleSinkProcessor(ShuffleSinkProcessor):
             self._outs[stable_queue(kb, self.queues)].append((kb, encode(acc), ts, _PARTIAL, None))
 
 
+#: ``PARTIAL_HEADER``'s value on a shuffle record that stands for a key's records (``combine_counts``).
+RECORDS_PARTIAL = "records"
+_RECORDS = {PARTIAL_HEADER: RECORDS_PARTIAL}
+
+
+def run_times(runs: list[Any]) -> list[Any]:
+    """The data times of the records a ``RecordCombiningShuffleSinkProcessor`` partial holds, in
+    order, from its runs ``[time, how many, time, how many, ...]``."""
+    times: list[Any] = []
+    for ts, n in zip(runs[::2], runs[1::2]):
+        times.extend(repeat(ts, n))
+    return times
+
+
+class RecordCombiningShuffleSinkProcessor(ShuffleSinkProcessor):
+    """Before a count that emits every update (``aggregate_emit="record"``, no window; the job's
+    ``combine_counts``): instead of one shuffle record per record, one per key at the end of the
+    range, which says how many records of the key came and their data times, in order, as runs
+    ``[time, how many, ...]`` (one run when they share a time, as records sent together do). The
+    count emits an update for each of them, with its time, as if each had come alone
+    (``ShuffleSourceProcessor``): the same updates, state and results per key; only the order of
+    updates across keys within the range changes. A count needs no value, so none is sent."""
+
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        self.runs: dict[Any, list[Any]] = {}  # key -> [time, how many, time, how many, ...]
+        self.records_combined = self.partials_sent = 0
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        runs = self.runs.get(key)
+        if runs is None:
+            self.runs[key] = [ts, 1]
+        elif runs[-2] == ts and type(runs[-2]) is type(ts):
+            runs[-1] += 1
+        else:
+            runs += (ts, 1)
+
+    def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
+        keys, times = chunk.keys, chunk.times
+        first = times[0]
+        if times.count(first) != len(times) or len(set(map(type, times))) != 1:  # (1 == 1.0: not one time)
+            plan.each(chunk, self.process)
+            return
+        self.records_in += len(keys)
+        all_runs, kind = self.runs, type(first)
+        for key, n in Counter(keys).items():  # (Counter keeps the keys' order of first appearance)
+            runs = all_runs.get(key)
+            if runs is None:
+                all_runs[key] = [first, n]
+            elif runs[-2] == first and type(runs[-2]) is kind:
+                runs[-1] += n
+            else:
+                runs += (first, n)
+
+    def flush(self) -> None:
+        outs, slots, find = self._outs, self._slots, self._slot
+        for key, runs in self.runs.items():
+            q, kb = slots.get(key) or find(key)
+            outs[q].append((kb, encode(runs), max(runs[::2]), _RECORDS, None))
+        self.partials_sent = len(self.runs)
+        self.records_combined = self.records_in
+
+
 class WindowCombiningShuffleSinkProcessor(ShuffleSinkProcessor):
     """The framed shuffle sink before a count over tumbling or sliding windows. Each record still
     gets its source queue's watermark; one late behind it goes on alone with its frame, as
@@ -600,6 +664,8 @@ def _make_shuffle_sink(name: str, params: Mapping[str, Any], settings: JobProper
     window = params.get("combine_window")  # (not "window": that would make the node a windowed one)
     if window is None and settings.per_batch and combine is not None:
         return CombiningShuffleSinkProcessor(name, params["topic"], params["queues"], combine)
+    if window is None and type(combine) is CountFold and settings.combine_counts:  # a count of every update
+        return RecordCombiningShuffleSinkProcessor(name, params["topic"], params["queues"])
     if window is not None and type(combine) is CountFold:  # a count over fixed windows
         return WindowCombiningShuffleSinkProcessor(name, params["topic"], params["queues"], window,
                                                    params.get("side", 0))

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import marshal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from itertools import chain, compress, repeat
 from operator import is_not, itemgetter
 from typing import Any
 
 from rstream.broker.base import Fields, RecordBlock
-from rstream.processors.base import Frame, Partial, Processor, UnhashableKeyError, WindowPartial
+from rstream.processors.base import Frame, Partial, Processor, RecordError, UnhashableKeyError, WindowPartial
 from rstream.processors.chunk import Chunk
 from rstream.processors.metrics import OperatorMetrics
-from rstream.processors.sink import PARTIAL_HEADER
+from rstream.processors.sink import PARTIAL_HEADER, RECORDS_PARTIAL, run_times
 from rstream.processors.spec import (
     KEY_STYLE,
     SIDE_EFFECT_STYLE,
@@ -91,6 +91,11 @@ class SourceProcessor(Processor):
         return Chunk(list(records.offsets), keys, values, times)
 
 
+#: The headers of a shuffle record that stands for a key's records, and no offsets (``expanded``).
+_RECORDS = {PARTIAL_HEADER: RECORDS_PARTIAL}
+_NONE: frozenset[int] = frozenset()
+
+
 class ShuffleSourceProcessor(Processor):
     """Root of a shuffle topic's chain: decodes the key and value the shuffle sink wrote.
 
@@ -106,6 +111,9 @@ class ShuffleSourceProcessor(Processor):
         #: A framed chunk's frames as columns, for the processor after this one (``frame_at``):
         #: values, watermarks, producers, source offsets and sides, each in the chunk's order.
         self.fields: Sequence[Sequence[Any]] = ((),) * 5
+        #: The offsets of the last chunk's partials of records, each of whose records is an item (``_expanded_chunk``).
+        self.expanded: Set[int] = _NONE
+        self._more = 0  # the records the last chunk's partials held beyond one each
 
     @property
     def chunked_root(self) -> bool:  # type: ignore[override]
@@ -122,10 +130,14 @@ class ShuffleSourceProcessor(Processor):
         if k is _UNSEEN:
             k = self._keys[key] = decode(key) if key is not None else None
         if not self.framed:
-            self.records_in += 1
             if headers is not None and PARTIAL_HEADER in headers:
+                if headers[PARTIAL_HEADER] == RECORDS_PARTIAL:
+                    self._each_record(k, key, body, born)
+                    return
+                self.records_in += 1
                 self.forward(k, Partial(decode(body)), born)
             else:  # decode() inlined: one call less per record
+                self.records_in += 1
                 self.forward(k, _loads(body) if body[0] != PICKLE_MARK else decode(body), born)
             return
         ctx = self.ctx
@@ -145,9 +157,27 @@ class ShuffleSourceProcessor(Processor):
         ctx.frame = Frame(watermark, producer, source_offset, side)  # type: ignore[union-attr]
         self.forward(k, value, born)
 
+    def _each_record(self, k: Any, key: bytes, body: bytes, born: int) -> None:
+        """A partial that stands for a key's records (``RecordCombiningShuffleSinkProcessor``): each
+        of them on, with its own time and no value (a count needs none), as if it had come alone.
+        One that user code after the count raises on is a dead letter of its own (the partial as
+        read, with the record's time), and the others go on, as they would have one by one."""
+        ctx = self.ctx
+        for ts in run_times(decode(body)):
+            self.records_in += 1
+            try:
+                self.forward(k, None, ts)
+            except RecordError as err:
+                if not ctx.settings.skip_data_error:  # type: ignore[union-attr]
+                    raise
+                ctx.dead_letter(err, key, body, ts)  # type: ignore[union-attr]
+
     def chunk_of(self, records: RecordBlock) -> Chunk:
         if self.framed:
             return self._framed_chunk_of(records)
+        self.expanded, self._more = _NONE, 0
+        if records.headers.count(None) != len(records) and _RECORDS in records.headers:
+            return self._expanded_chunk(records)
         keys = self._chunk_keys(records)
         bodies = records.bodies
         values: list[Any] | None = None
@@ -165,6 +195,35 @@ class ShuffleSourceProcessor(Processor):
                 for body, headers in zip(bodies, records.headers)
             ]
         return Chunk(list(records.offsets), keys, values, list(records.borns))
+
+    def _expanded_chunk(self, records: RecordBlock) -> Chunk:
+        """A chunk that holds partials of records (``_each_record``): each of their records an item
+        of its own, at the partial's offset (``expanded`` names those offsets: each item there is a
+        record of its own where something raises, ``ChunkedPipeline.each``)."""
+        offsets: list[int] = []
+        keys: list[Any] = []
+        values: list[Any] = []
+        times: list[Any] = []
+        expanded = set()
+        for offset, k, body, born, headers in zip(records.offsets, self._chunk_keys(records), records.bodies,
+                                                  records.borns, records.headers):
+            if headers is not None and headers.get(PARTIAL_HEADER) == RECORDS_PARTIAL:
+                held = run_times(decode(body))
+                times += held
+                n = len(held)
+                offsets += repeat(offset, n)
+                keys += repeat(k, n)
+                values += repeat(None, n)
+                expanded.add(offset)
+                continue
+            offsets.append(offset)
+            keys.append(k)
+            values.append(Partial(decode(body)) if headers is not None and PARTIAL_HEADER in headers
+                          else _loads(body) if body[0] != PICKLE_MARK else decode(body))
+            times.append(born)
+        self._more = len(offsets) - len(records)  # the pipeline counts the block's records (``chunk_done``)
+        self.expanded = expanded
+        return Chunk(offsets, keys, values, times)
 
     def _chunk_keys(self, records: RecordBlock) -> list[Any]:
         """The decoded keys of a chunk's records (each distinct serialized key decoded once, cached)."""
@@ -199,7 +258,10 @@ class ShuffleSourceProcessor(Processor):
         return Frame(watermarks[i], producers[i], source_offsets[i], sides[i])
 
     def chunk_done(self, records: RecordBlock) -> None:
-        """After a chunk went through: the context as ``receive`` leaves it after the last record."""
+        """After a chunk went through: the context as ``receive`` leaves it after the last record, and
+        the records its partials of records held counted in."""
+        self.records_in += self._more
+        self._more = 0
         if self.framed:
             ctx = self.ctx
             ctx.position_ms = records.stores[-1]  # type: ignore[union-attr]

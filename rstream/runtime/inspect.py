@@ -13,7 +13,7 @@ from typing import Any
 
 from rstream.graph.topology import STATE_TOPIC_SUFFIX, Topology
 from rstream.processors.base import DLQ_ERROR, WindowPartial
-from rstream.processors.sink import PARTIAL_HEADER
+from rstream.processors.sink import PARTIAL_HEADER, RECORDS_PARTIAL, run_times
 from rstream.processors.watermarks import (
     ACTIVE_HEADER,
     BEHIND_HEADER,
@@ -109,6 +109,9 @@ def _shuffle(role: TopicRole, key: Any, body: bytes, headers: dict[str, str]) ->
         return Decoded("data", k, dict(zip(partial.starts, partial.counts)), {
             "partial": True, "records": len(partial.times), "times": partial.times, "producer": partial.producer,
             "source_offsets": f"{partial.source_start}..{partial.source_end}", "watermark": finite(partial.watermark)})
+    if headers.get(PARTIAL_HEADER) == RECORDS_PARTIAL and type(value) is list:
+        times = run_times(value)  # a range's records of one key, before a count of every update
+        return Decoded("data", k, len(times), {"partial": True, "records": len(times), "times": times})
     framed = role.framed or (type(value) is tuple and len(value) == 5 and type(value[2]) is str)
     if framed and type(value) is tuple and len(value) == 5:
         inner, wm, producer, src_offset, side = value

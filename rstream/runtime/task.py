@@ -35,7 +35,11 @@ from rstream.processors.base import (
     WindowPartial,
 )
 from rstream.processors.chunk import CHUNK_RECORDS, MIN_CHUNK_RECORDS, ChunkedPipeline
-from rstream.processors.sink import ShuffleSinkProcessor, WindowCombiningShuffleSinkProcessor
+from rstream.processors.sink import (
+    RecordCombiningShuffleSinkProcessor,
+    ShuffleSinkProcessor,
+    WindowCombiningShuffleSinkProcessor,
+)
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite, flush_tag, send_ticks
 from rstream.serde.codec import decode
 from rstream.settings import DEFAULTS, JobProperties
@@ -279,8 +283,9 @@ class QueueRun:
         for proc in self.procs:  # records out are data records: not the markers framed shuffle sinks sent,
             if isinstance(proc, ShuffleSinkProcessor) and proc.markers_sent and proc.topic in out:
                 out[proc.topic] -= proc.markers_sent
-            if isinstance(proc, WindowCombiningShuffleSinkProcessor) and proc.partials_sent:  # and each record a
-                out[proc.topic] += proc.records_combined - proc.partials_sent  # window count's partial holds
+            if isinstance(proc, (WindowCombiningShuffleSinkProcessor, RecordCombiningShuffleSinkProcessor)) \
+                    and proc.partials_sent:  # and each record a partial holds (a window count's, a count's)
+                out[proc.topic] += proc.records_combined - proc.partials_sent
         info.update(
             records_in=self.roots[0].records_in if self.roots else 0, records_out=out, late=ctx.late_count,
             error_count=ctx.error_count, operators={p.name: p.metrics().to_dict() for p in self.procs},

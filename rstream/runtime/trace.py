@@ -27,7 +27,10 @@ from rstream.graph.topology import short_topic_name
 from rstream.processors.aggregate import AggregateProcessor
 from rstream.processors.join import JoinProcessor
 from rstream.processors.sink import (
+    PARTIAL_HEADER,
+    RECORDS_PARTIAL,
     CombiningShuffleSinkProcessor,
+    RecordCombiningShuffleSinkProcessor,
     ShuffleSinkProcessor,
     WindowCombiningShuffleSinkProcessor,
 )
@@ -81,6 +84,10 @@ class Hop:
     note: str = ""
 
 
+#: ``_Effect.received`` of a record whose hop shows it as read (a partial of records forwards no value).
+_AS_READ = (None, None)
+
+
 @dataclass
 class _Effect:
     """What one input record did in a re-executed range."""
@@ -91,6 +98,8 @@ class _Effect:
     state: list[tuple[bytes, bytes | None, bytes | None]] = field(default_factory=list)  # (key, before, after)
     #: Per output that is a window count's partial it went into: its data times (its windows there).
     times: dict[tuple[str, int, int], list[Any]] = field(default_factory=dict)
+    #: Per output that is a partial of records it went into (a count of every update): its places there.
+    places: dict[tuple[str, int, int], list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -156,6 +165,8 @@ class _Replay:
             effect = self.effects[offset] = _Effect()
             staged, made, seen = self._staged(), len(self.log), {p.name: p.records_in for p in run.procs}
             self._receiving = effect
+            if rec[5] and rec[5].get(PARTIAL_HEADER) == RECORDS_PARTIAL:  # its records have no value: the
+                effect.received = _AS_READ  # hop shows the partial as read, not what it forwards
             run.feed([rec])
             self._receiving = None
             effect.operators = [p.name for p in run.procs if p.records_in > seen[p.name]]
@@ -172,9 +183,12 @@ class _Replay:
 
     # -- instrumentation ------------------------------------------------------------------------
     def _instrument(self) -> None:
-        # offset -> (topic, key, data time or None) of each partial it went into (the time: before a window count)
-        self.combined: dict[int, list[tuple[str, bytes, Any]]] = {}
-        combining = [p for p in self.run.procs if isinstance(p, CombiningShuffleSinkProcessor)
+        # offset -> (topic, key, data time or None, place or None) of each partial it went into (the time:
+        # before a window count; the place: before a count of every update, how many of the key's records
+        # the partial held before it)
+        self.combined: dict[int, list[tuple[str, bytes, Any, int | None]]] = {}
+        combining = [p for p in self.run.procs if isinstance(p, (CombiningShuffleSinkProcessor,
+                                                                 RecordCombiningShuffleSinkProcessor))
                      or isinstance(p, WindowCombiningShuffleSinkProcessor) and p.combining]
         for sink in combining:
             sink.process = self._combining(sink, sink.process)  # type: ignore[method-assign]
@@ -190,11 +204,15 @@ class _Replay:
     def _combining(self, sink: ShuffleSinkProcessor, process: Any) -> Any:
         def combine(key: Any, value: Any, ts: int) -> None:
             made = len(self.log)
+            place = None  # before a count of every update: how many of the key's records its partial has so far
+            if isinstance(sink, RecordCombiningShuffleSinkProcessor):
+                place = sum(sink.runs.get(key, [])[1::2])
             process(key, value, ts)
             # a record it sent on at once (a late one, before a window count) went into no partial
             if self._receiving is not None and self.current is not None and len(self.log) == made:
                 windowed = isinstance(sink, WindowCombiningShuffleSinkProcessor)
-                self.combined.setdefault(self.current, []).append((sink.topic, encode(key), ts if windowed else None))
+                self.combined.setdefault(self.current, []).append(
+                    (sink.topic, encode(key), ts if windowed else None, place))
         return combine
 
     def _combined_outputs(self, made_at_end: list[tuple[str, int, int]]) -> None:
@@ -204,14 +222,19 @@ class _Replay:
         for offset, entries in self.combined.items():
             effect = self.effects[offset]
             times: dict[tuple[str, bytes], list[Any]] = {}
-            for topic, kb, ts in entries:
+            places: dict[tuple[str, bytes], list[int]] = {}
+            for topic, kb, ts, place in entries:
                 times.setdefault((topic, kb), []).append(ts)
+                if place is not None:
+                    places.setdefault((topic, kb), []).append(place)
             for t, q, i in made_at_end:
                 at = times.get((t, self.record(t, q, i)[0]))
                 if at is not None:
                     effect.outputs.append((t, q, i))
                     if at[0] is not None:
                         effect.times[(t, q, i)] = at
+                    if (t, self.record(t, q, i)[0]) in places:
+                        effect.places[(t, q, i)] = places[(t, self.record(t, q, i)[0])]
 
     def _receive(self, forward: Any) -> Any:
         def receive(key: Any, value: Any, ts: int) -> None:
@@ -284,6 +307,12 @@ class _Replay:
         except ValueError:
             return None
         return self.offset(self.state_topic, self.tag.queue, index)
+
+    def own_outputs(self, offset: int, places: list[int]) -> list[tuple[str, int, int]]:
+        """What the records at ``places`` of the partial of records at ``offset`` made: the count
+        emitted one result per record it holds, in order."""
+        emits = [emit for emit in self.emits if emit.during == offset]
+        return [out for place in places if place < len(emits) for out in emits[place].outputs]
 
     def deferred(self, operator: str, state_key_value: Any) -> list[_Emit]:
         """Results ``operator`` forwarded outside any data record (a window firing at a watermark, a
@@ -391,6 +420,10 @@ class RecordTrace:
         return f"RecordTrace({self.summary})"
 
 
+#: One record to trace: topic, queue, offset, its hop's index, and in a partial its data times or places.
+_Level = tuple[str, int, int, int, "list[Any] | None", "list[int] | None"]
+
+
 def trace(job: RocketMQStream, topic: str, queue: int, offset: int) -> RecordTrace:
     """Trace the record at ``topic``/``queue``/``offset`` (a source or shuffle topic of ``job``)."""
     topology = job.topology
@@ -417,14 +450,15 @@ def trace(job: RocketMQStream, topic: str, queue: int, offset: int) -> RecordTra
             children.setdefault(parent, []).append(len(hops) - 1)
             return len(hops) - 1
 
-        # what to trace, its hop, and (a window count's partial) the data times of the record in it
-        level: list[tuple[str, int, int, int, list[Any] | None]] = [(topic, queue, offset, 0, None)]
+        # what to trace, its hop, and in a partial: the data times of the record in it (a window count's)
+        # or its places there (a count's of every update)
+        level: list[_Level] = [(topic, queue, offset, 0, None, None)]
         while level:  # one pipeline after the other: a range is re-executed once for all its records
-            next_level: list[tuple[str, int, int, int, list[Any] | None]] = []
+            next_level: list[_Level] = []
             for tag, items in _by_tag(job, level, hops):
                 replay = _Replay(job, cfg, tag, [item[2] for item in items], work)
                 exact = exact and replay.exact
-                for _topic, _queue, o, parent, times in items:
+                for _topic, _queue, o, parent, times, places in items:
                     effect = replay.effects[o]
                     hops[parent] = _processed(hops[parent], effect, tag, job)
                     operators += [op for op in effect.operators if op not in operators]
@@ -432,11 +466,13 @@ def trace(job: RocketMQStream, topic: str, queue: int, offset: int) -> RecordTra
                     state = effect.state if times is None else [c for c in effect.state if _holds(c[0], times)]
                     for kb, old, new in state:  # the state it changed, then what it emitted
                         add(parent, _state_hop(replay, kb, old, new))
-                    for out in effect.outputs:
+                    # a count emitted one result per record a partial of records holds: the record's own
+                    for out in effect.outputs if places is None else replay.own_outputs(o, places):
                         hop = _output_hop(job, replay, *out)
                         index = add(parent, hop)
                         if hop.kind == "shuffle" and hop.offset is not None:
-                            next_level.append((hop.topic, hop.queue, hop.offset, index, effect.times.get(out)))
+                            next_level.append((hop.topic, hop.queue, hop.offset, index, effect.times.get(out),
+                                               effect.places.get(out)))
                     for kb, _old, new in state:  # results of that state outside the record
                         for hop in _followed(job, cfg, replay, kb, new, work, operators):
                             add(parent, hop)
@@ -465,11 +501,10 @@ def _holds(kb: bytes, times: list[Any]) -> bool:
     return type(window) is tuple and len(window) == 3 and any(window[1] <= t < window[2] for t in times)
 
 
-def _by_tag(job: RocketMQStream, level: list[tuple[str, int, int, int, Any]],
-            hops: list[Hop]) -> list[tuple[CommitTag, list[tuple[str, int, int, int, Any]]]]:
-    groups: dict[tuple[str, int, int], tuple[CommitTag, list[tuple[str, int, int, int, Any]]]] = {}
+def _by_tag(job: RocketMQStream, level: list[_Level], hops: list[Hop]) -> list[tuple[CommitTag, list[_Level]]]:
+    groups: dict[tuple[str, int, int], tuple[CommitTag, list[_Level]]] = {}
     for item in level:
-        t, q, o, hop_index, _times = item
+        t, q, o, hop_index = item[:4]
         tag = job.broker.commit_covering(job.job_id, t, q, o)
         if tag is None:
             hops[hop_index] = _with_note(hops[hop_index], "not processed yet: the job has not read this offset")
@@ -485,7 +520,7 @@ def _with_note(hop: Hop, note: str) -> Hop:
 
 def _processed(hop: Hop, effect: _Effect, tag: CommitTag, job: RocketMQStream) -> Hop:
     """The input hop, with what its pipeline made of it and the batch that processed it."""
-    key, value = (hop.key, hop.value) if effect.received is None else effect.received
+    key, value = (hop.key, hop.value) if effect.received is None or effect.received is _AS_READ else effect.received
     path = " → ".join(effect.operators)
     note = f"read in batch {tag.batch_id}" + (f": {path}" if path else "")
     merged = Hop(hop.kind, hop.topic, hop.queue, hop.offset, hop.operator, key, value, None, None, tag.batch_id,
@@ -512,9 +547,12 @@ def _output_hop(job: RocketMQStream, replay: _Replay, topic: str, queue: int, in
         note = "; ".join(n for n in (note, str(decoded.detail.get("reason", ""))) if n)
     if role.role == DLQ:
         note = "; ".join(n for n in (note, str(decoded.detail.get("error", ""))) if n)
-    if "records" in decoded.detail:  # a window count's partial: the range's on-time records of its key
+    if "source_offsets" in decoded.detail:  # a window count's partial: the range's on-time records of its key
         note = "; ".join(n for n in (note, f"partial: {decoded.detail['records']} records of its key from "
                                      f"offsets {decoded.detail['source_offsets']}, counted per window start") if n)
+    elif "records" in decoded.detail:  # a partial of records: the count emits an update for each
+        note = "; ".join(n for n in (note, f"partial: {decoded.detail['records']} records of its key in this "
+                                     "range, counted before the shuffle; the count emits an update for each") if n)
     return Hop(kind, topic, queue, replay.offset(topic, queue, index), operator, decoded.key, decoded.value,
                batch_id=replay.tag.batch_id, note=note)
 

@@ -37,7 +37,8 @@ def test_a_traced_records_hops_are_the_messages_it_caused(spark: Any, tmp_path_f
     broker = EmbeddedBroker(root / "broker")
     broker.create_topic("sentences", queues=2)
     broker.send_batch("sentences", sentences)
-    job = RocketMQStream(wordcount(job_id("trace")).build(), {"data_dir": str(root),
+    # every word its own shuffle record (``combine_counts`` off): the next test traces into partials
+    job = RocketMQStream(wordcount(job_id("trace")).build(), {"data_dir": str(root), "combine_counts": False,
                          "max_records_per_queue": batch_size}, broker=broker, spark=spark)
     job.run_until_idle()
     source = broker.read("sentences")[pick % len(sentences)]
@@ -72,6 +73,54 @@ def test_a_traced_records_hops_are_the_messages_it_caused(spark: Any, tmp_path_f
         for v in expected_sink]
     assert set(trace.operators) >= {"SOURCE-1", "FLAT_MAP-2", "KEY_BY-3", "SHUFFLE_SINK-4", "COUNT-4", "SINK-6"}
     assert "#e8590c" in trace.graph().source and "counts" in trace.topics  # the path is drawn
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+@given(sentences=SENTENCES, pick=st.integers(min_value=0), batch_size=st.integers(min_value=1, max_value=4))
+def test_a_word_in_a_partial_is_followed_to_its_own_update(spark: Any, tmp_path_factory: Any, sentences: list[str],
+                                                           pick: int, batch_size: int) -> None:
+    """Counts combined before the shuffle (the default): a sentence's words go into their keys'
+    partials; each occurrence is followed to the one update the count emitted for it. One source
+    queue, so a word's updates follow the order of the sentences: the n-th occurrence is ``word:n``."""
+    root = tmp_path_factory.mktemp("trace-partials")
+    broker = EmbeddedBroker(root / "broker")
+    broker.create_topic("sentences", queues=1)
+    broker.send_batch("sentences", sentences)
+    job = RocketMQStream(wordcount(job_id("trace-partials")).build(), {"data_dir": str(root),
+                         "max_records_per_queue": batch_size}, broker=broker, spark=spark)
+    job.run_until_idle()
+    offset = pick % len(sentences)
+    trace = job.trace("sentences", 0, offset)
+    assert trace.exact
+    hops = trace.to_pandas()
+    words = sentences[offset].split()
+    before = Counter(w for s in sentences[:offset] for w in s.split())
+    start = offset // batch_size * batch_size  # the source range that read it
+    in_range = Counter(w for s in sentences[start:start + batch_size] for w in s.split())
+    earlier = Counter(w for s in sentences[:start] for w in s.split())
+
+    # one shuffle record per distinct word: its partial, holding the range's records of that word
+    shuffled = hops[hops["kind"] == "shuffle"]
+    assert sorted(shuffled["key"]) == sorted(set(words))
+    shuffle = next(iter(job.topology.shuffle_topics))
+    for row in shuffled.itertuples():
+        assert row.value == in_range[row.key] and "partial:" in row.note
+        stored = broker.read(shuffle, row.queue, row.offset, row.offset + 1)[0]
+        assert decode(stored.key) == row.key and stored.headers  # type: ignore[arg-type]
+    # each occurrence's own update, and no other word's or occurrence's
+    seen: Counter[str] = Counter()
+    expected = []
+    for w in words:
+        seen[w] += 1
+        expected.append(f"{w}:{before[w] + seen[w]}")
+    sinks = hops[hops["kind"] == "sink"]
+    assert sorted(sinks["value"]) == sorted(expected)
+    for row in sinks.itertuples():
+        assert broker.read("counts", row.queue, row.offset, row.offset + 1)[0].body.decode() == row.value
+    # the count's state: the partial's change, from before the range to after it
+    states = hops[hops["kind"] == "state"]
+    assert sorted((r.key, r.before, r.after) for r in states.itertuples()) == sorted(
+        (w, earlier[w] or None, earlier[w] + in_range[w]) for w in set(words))
 
 
 def clicks_per_window(job: str, emit_sink: str = "page-counts") -> StreamBuilder:
