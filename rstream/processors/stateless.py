@@ -403,11 +403,32 @@ class SelectTimestampProcessor(_FnProcessor):
         self.forward(key, value, new_ts)
 
 
+#: The code of ``lambda x: x``: a function with the same code, one argument and no more returns it.
+_IDENTITY = (lambda x: x).__code__
+#: Code flags of functions that are no plain call: *args, **kwargs, generators and coroutines of
+#: every kind (``inspect.CO_VARARGS | CO_VARKEYWORDS | CO_GENERATOR | CO_COROUTINE |
+#: CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR``; inspect is not imported for them).
+_NOT_PLAIN = 0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200
+
+
+def is_identity(fn: Any) -> bool:
+    """Whether ``fn`` is ``lambda x: x`` (or ``def f(x): return x``), by its code: the key function of
+    most word counts, which a chunk then need not call once per record."""
+    code = getattr(fn, "__code__", None)
+    return (type(code) is type(_IDENTITY) and code.co_code == _IDENTITY.co_code  # type: ignore[union-attr]
+            and code.co_argcount == 1 and code.co_kwonlyargcount == 0  # type: ignore[union-attr]
+            and not code.co_flags & _NOT_PLAIN)  # type: ignore[union-attr]
+
+
 class KeyByProcessor(_FnProcessor):
     pure = True
 
+    def __init__(self, name: str, fn: Callable[..., Any]) -> None:
+        super().__init__(name, fn)
+        self.identity = is_identity(fn)
+
     def chunk(self, chunk: Chunk) -> Chunk:
-        keys = list(map(self.fn, chunk.values))
+        keys = list(chunk.values) if self.identity else list(map(self.fn, chunk.values))
         if set(map(type, keys)) != {str}:  # str keys are hashable; anything else is checked
             for key in keys:
                 hash(key)

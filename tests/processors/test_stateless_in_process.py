@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -91,3 +92,40 @@ def test_a_batchs_outputs_are_freed_when_its_append_returns(tmp_path: Path) -> N
     finally:
         if enabled:
             gc.enable()
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+async def _later(x: Any) -> Any:
+    return x
+
+
+def test_key_by_calls_no_identity_function_per_record_and_knows_one_when_it_sees_one(tmp_path: Path) -> None:
+    """``key_by(lambda w: w)`` keys a chunk by its values without a call per record; only functions
+    that return their one argument as they are count as that."""
+    from rstream.processors.stateless import KeyByProcessor, is_identity
+
+    identities = [lambda w: w, _same, lambda x, /: x, lambda x=1: x]
+    others = [lambda w: w.lower(), lambda *a: a, lambda x, y=1: x, lambda *, x: x, _later, str, len,
+              lambda x: (yield x), lambda x, **kw: x]
+    assert [is_identity(fn) for fn in identities] == [True] * len(identities)
+    assert [is_identity(fn) for fn in others] == [False] * len(others)
+
+    calls = []
+
+    def identity_that_counts(w: str) -> str:
+        calls.append(w)
+        return w
+
+    assert not KeyByProcessor("k", identity_that_counts).identity  # (its code is no identity's)
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("in", queues=1)
+    broker.send_batch("in", ["b a b", "c"])
+    b = StreamBuilder("ident", shuffle_queues=2)
+    b.source("in", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count().to_rstream().sink(
+        "out", TextSerializer(with_key=True))
+    run(b, broker, tmp_path)
+    last = {m.key: m.body.decode() for m in sorted(broker.read("out"), key=lambda m: (m.queue_id, m.offset))}
+    assert last == {"a": "a:1", "b": "b:2", "c": "c:1"}
