@@ -606,7 +606,6 @@ def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path)
             runs[part].append(res)
         a, a0, b, c1, c2 = runs["a"][-1], runs["a0"][-1], runs["b"][-1], runs["c1"][-1], runs["c2"][-1]
         print(f"  run {r + 1}/{args.repeat}: (a) rstream {a['seconds']:.2f} s (busy {a['busy_ms'] / 1000:.2f} s)  "
-              f"(a0) not combined {runs['a0'][-1]['seconds']:.2f} s  "
               f"(a0) not combined {a0['seconds']:.2f} s  (b) python {b['seconds']:.3f} s  (c1) spark native, 1 batch {c1['seconds']:.2f} s  "
               f"(c2) {c2['batches']} batches {c2['seconds']:.2f} s   (a) = (b) verified", flush=True)
 

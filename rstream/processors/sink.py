@@ -316,7 +316,8 @@ class CombiningShuffleSinkProcessor(ShuffleSinkProcessor):
 
 #: ``PARTIAL_HEADER``'s value on a shuffle record that stands for a key's records (``combine_counts``).
 RECORDS_PARTIAL = "records"
-_RECORDS = {PARTIAL_HEADER: RECORDS_PARTIAL}
+#: The headers of such a record.
+RECORDS_HEADERS = {PARTIAL_HEADER: RECORDS_PARTIAL}
 
 
 def run_times(runs: list[Any]) -> list[Any]:
@@ -373,7 +374,7 @@ class RecordCombiningShuffleSinkProcessor(ShuffleSinkProcessor):
         outs, slots, find = self._outs, self._slots, self._slot
         for key, runs in self.runs.items():
             q, kb = slots.get(key) or find(key)
-            outs[q].append((kb, encode(runs), max(runs[::2]), _RECORDS, None))
+            outs[q].append((kb, encode(runs), max(runs[::2]), RECORDS_HEADERS, None))
         self.partials_sent = len(self.runs)
         self.records_combined = self.records_in
 

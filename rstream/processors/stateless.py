@@ -12,7 +12,7 @@ from rstream.broker.base import Fields, RecordBlock
 from rstream.processors.base import Frame, Partial, Processor, RecordError, UnhashableKeyError, WindowPartial
 from rstream.processors.chunk import Chunk
 from rstream.processors.metrics import OperatorMetrics
-from rstream.processors.sink import PARTIAL_HEADER, RECORDS_PARTIAL, run_times
+from rstream.processors.sink import PARTIAL_HEADER, RECORDS_HEADERS, RECORDS_PARTIAL, run_times
 from rstream.processors.spec import (
     KEY_STYLE,
     SIDE_EFFECT_STYLE,
@@ -91,8 +91,7 @@ class SourceProcessor(Processor):
         return Chunk(list(records.offsets), keys, values, times)
 
 
-#: The headers of a shuffle record that stands for a key's records, and no offsets (``expanded``).
-_RECORDS = {PARTIAL_HEADER: RECORDS_PARTIAL}
+#: No offsets (``ShuffleSourceProcessor.expanded``).
 _NONE: frozenset[int] = frozenset()
 
 
@@ -176,7 +175,7 @@ class ShuffleSourceProcessor(Processor):
         if self.framed:
             return self._framed_chunk_of(records)
         self.expanded, self._more = _NONE, 0
-        if records.headers.count(None) != len(records) and _RECORDS in records.headers:
+        if records.headers.count(None) != len(records) and RECORDS_HEADERS in records.headers:
             return self._expanded_chunk(records)
         keys = self._chunk_keys(records)
         bodies = records.bodies
