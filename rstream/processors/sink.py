@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import marshal
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import accumulate, compress, repeat
 from operator import eq, itemgetter, lt, not_, sub
 from typing import Any
@@ -209,6 +209,11 @@ class ShuffleSinkProcessor(Processor):
             outs[q].extend(kbs[lo:hi], times[lo:hi], values[lo:hi], marks[lo:hi], offsets[lo:hi], producer, side)
             lo = hi
 
+    def _send_partial(self, key: Any, body: bytes, ts: Any, headers: dict[str, str]) -> None:
+        """A combining sink's partial for ``key`` (its body already encoded) to the key's queue."""
+        q, kb = self._slots.get(key) or self._slot(key)
+        self._outs[q].append((kb, body, ts, headers, None))
+
     def _slot(self, key: Any) -> tuple[int, bytes]:
         """The key's queue and serialized key, cached for the batch."""
         kb = encode(key)
@@ -310,8 +315,7 @@ class CombiningShuffleSinkProcessor(ShuffleSinkProcessor):
 
     def flush(self) -> None:
         for key, (acc, ts) in self.partials.items():
-            kb = encode(key)
-            self._outs[stable_queue(kb, self.queues)].append((kb, encode(acc), ts, _PARTIAL, None))
+            self._send_partial(key, encode(acc), ts, _PARTIAL)
 
 
 #: ``PARTIAL_HEADER``'s value on a shuffle record that stands for a key's records (``combine_counts``).
@@ -345,36 +349,33 @@ class RecordCombiningShuffleSinkProcessor(ShuffleSinkProcessor):
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        runs = self.runs.get(key)
-        if runs is None:
-            self.runs[key] = [ts, 1]
-        elif runs[-2] == ts and type(runs[-2]) is type(ts):
-            runs[-1] += 1
-        else:
-            runs += (ts, 1)
+        self._add_runs(((key, ts, 1),))
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
         keys, times = chunk.keys, chunk.times
-        first = times[0]
-        if times.count(first) != len(times) or len(set(map(type, times))) != 1:  # (1 == 1.0: not one time)
-            plan.each(chunk, self.process)
-            return
         self.records_in += len(keys)
-        all_runs, kind = self.runs, type(first)
-        for key, n in Counter(keys).items():  # (Counter keeps the keys' order of first appearance)
+        first = times[0]
+        if times.count(first) == len(times) and len(set(map(type, times))) == 1:  # one time (1 == 1.0 is not)
+            # each key's records at once, in order of first appearance (as Counter keeps them)
+            self._add_runs((key, first, n) for key, n in Counter(keys).items())
+        else:
+            self._add_runs(zip(keys, times, repeat(1)))
+
+    def _add_runs(self, added: Iterable[tuple[Any, Any, int]]) -> None:
+        """Each ``(key, time, how many)`` to its key's runs: its last run grows while the time is the same."""
+        all_runs = self.runs
+        for key, ts, n in added:
             runs = all_runs.get(key)
             if runs is None:
-                all_runs[key] = [first, n]
-            elif runs[-2] == first and type(runs[-2]) is kind:
+                all_runs[key] = [ts, n]
+            elif runs[-2] == ts and type(runs[-2]) is type(ts):
                 runs[-1] += n
             else:
-                runs += (first, n)
+                runs += (ts, n)
 
     def flush(self) -> None:
-        outs, slots, find = self._outs, self._slots, self._slot
         for key, runs in self.runs.items():
-            q, kb = slots.get(key) or find(key)
-            outs[q].append((kb, encode(runs), max(runs[::2]), RECORDS_HEADERS, None))
+            self._send_partial(key, encode(runs), max(runs[::2]), RECORDS_HEADERS)
         self.partials_sent = len(self.runs)
         self.records_combined = self.records_in
 
@@ -466,11 +467,10 @@ class WindowCombiningShuffleSinkProcessor(ShuffleSinkProcessor):
                     at[0].append(start)
                     at[1].append(n)
             for key, (starts, counts) in windows.items():
-                q, kb = self._slots.get(key) or self._slot(key)
                 times = times_of[key]
                 partial = WindowPartial(starts, counts, times, self.producer, ctx.range_start, ctx.range_end,  # type: ignore[union-attr]
                                         self.watermark_before, self.side)
-                self._outs[q].append((kb, encode(tuple(partial)), max(times), _PARTIAL, None))
+                self._send_partial(key, encode(tuple(partial)), max(times), _PARTIAL)
                 self.records_combined += len(times)
             self.partials_sent = len(windows)
         super().flush()

@@ -91,6 +91,13 @@ class SourceProcessor(Processor):
         return Chunk(list(records.offsets), keys, values, times)
 
 
+def _shuffled_value(body: bytes, headers: dict[str, str] | None) -> Any:
+    """The value of an unframed shuffle record: a partial aggregate (``Partial``) or a value."""
+    if headers is not None and PARTIAL_HEADER in headers:
+        return Partial(decode(body))
+    return _loads(body) if body[0] != PICKLE_MARK else decode(body)
+
+
 #: No offsets (``ShuffleSourceProcessor.expanded``).
 _NONE: frozenset[int] = frozenset()
 
@@ -188,11 +195,7 @@ class ShuffleSourceProcessor(Processor):
             except (ValueError, EOFError):  # a pickled value (pickle's first byte is no marshal type): one by one
                 pass
         if values is None:
-            values = [
-                (_loads(body) if body[0] != PICKLE_MARK else decode(body)) if headers is None
-                or PARTIAL_HEADER not in headers else Partial(decode(body))
-                for body, headers in zip(bodies, records.headers)
-            ]
+            values = list(map(_shuffled_value, bodies, records.headers))
         return Chunk(list(records.offsets), keys, values, list(records.borns))
 
     def _expanded_chunk(self, records: RecordBlock) -> Chunk:
@@ -217,8 +220,7 @@ class ShuffleSourceProcessor(Processor):
                 continue
             offsets.append(offset)
             keys.append(k)
-            values.append(Partial(decode(body)) if headers is not None and PARTIAL_HEADER in headers
-                          else _loads(body) if body[0] != PICKLE_MARK else decode(body))
+            values.append(_shuffled_value(body, headers))
             times.append(born)
         self._more = len(offsets) - len(records)  # the pipeline counts the block's records (``chunk_done``)
         self.expanded = expanded

@@ -228,13 +228,14 @@ class _Replay:
                 if place is not None:
                     places.setdefault((topic, kb), []).append(place)
             for t, q, i in made_at_end:
-                at = times.get((t, self.record(t, q, i)[0]))
+                into = (t, self.record(t, q, i)[0])  # the partial's topic and key
+                at = times.get(into)
                 if at is not None:
                     effect.outputs.append((t, q, i))
                     if at[0] is not None:
                         effect.times[(t, q, i)] = at
-                    if (t, self.record(t, q, i)[0]) in places:
-                        effect.places[(t, q, i)] = places[(t, self.record(t, q, i)[0])]
+                    if into in places:
+                        effect.places[(t, q, i)] = places[into]
 
     def _receive(self, forward: Any) -> Any:
         def receive(key: Any, value: Any, ts: int) -> None:
