@@ -24,6 +24,7 @@ from rstream.runtime.inprocess import InProcessJob
 from rstream.runtime.inspect import decode_message, topic_role
 from tests.processors.test_chunked import _record_by_record
 from tests.processors.test_window_partials import FAST, flow, state_of
+from tests.processors.test_window_partials import run_phases as window_phases
 
 _RUNS = itertools.count()
 
@@ -61,16 +62,8 @@ def counting(job: str, copies: int = 1, poison: bool = False, every: int = 0, si
 
 def run_phases(tmp_path: Path, builder: StreamBuilder, phases: list[list[dict[str, Any]]], queues: int,
                **props: Any) -> tuple[EmbeddedBroker, InProcessJob]:
-    root = tmp_path / f"run-{next(_RUNS)}"
-    broker = EmbeddedBroker(root / "broker")
-    broker.create_topic("events", queues=queues)
-    broker.create_topic("counts", queues=2)
-    job = InProcessJob(builder.build(), broker, root / "job", props)
-    for events in phases:
-        if events:
-            broker.send_batch("events", [json.dumps(e) for e in events])
-        job.run_until_idle()
-    return broker, job
+    """Each phase's events sent to "events", then the job run until idle; its sink is "counts"."""
+    return window_phases(tmp_path, builder, phases, queues, source="events", sink="counts", **props)
 
 
 def run_all(tmp_path: Path, phases: list[list[dict[str, Any]]], queues: int, *args: Any,
@@ -78,7 +71,7 @@ def run_all(tmp_path: Path, phases: list[list[dict[str, Any]]], queues: int, *ar
     """The same events (one broker) counted with ``combine_counts`` on (sink "on"), off ("off"), and
     on but record by record, no chunks ("each": how a trace re-executes, and what a chunk that
     raised falls back to)."""
-    root = tmp_path / f"run-{next(_RUNS)}"
+    root = tmp_path / f"all-{next(_RUNS)}"
     broker = EmbeddedBroker(root / "broker")
     broker.create_topic("events", queues=queues)
     jobs = []

@@ -103,17 +103,18 @@ def partials(broker: EmbeddedBroker, job: InProcessJob) -> int:
 
 
 def run_phases(tmp_path: Path, builder: Any, phases: list[list[dict[str, Any]]], queues: int,
-               **props: Any) -> tuple[EmbeddedBroker, InProcessJob]:
-    """Send each phase's clicks (round robin over ``queues``), then run the job until idle with an idle
-    flush (every window fires): a later phase's old clicks then meet windows that already fired."""
+               source: str = "clicks", sink: str = "results", **props: Any) -> tuple[EmbeddedBroker, InProcessJob]:
+    """Send each phase's events to ``source`` (round robin over ``queues``), then run the job until idle
+    with an idle flush (every window fires): a later phase's old clicks then meet windows that already
+    fired."""
     root = tmp_path / f"run-{next(_RUNS)}"
     broker = EmbeddedBroker(root / "broker")
-    broker.create_topic("clicks", queues=queues)
-    broker.create_topic("results", queues=2)
+    broker.create_topic(source, queues=queues)
+    broker.create_topic(sink, queues=2)
     job = InProcessJob(builder.build(), broker, root / "job", props)
-    for clicks in phases:
-        if clicks:
-            broker.send_batch("clicks", [json.dumps(c) for c in clicks])
+    for events in phases:
+        if events:
+            broker.send_batch(source, [json.dumps(e) for e in events])
         job.run_until_idle()
     return broker, job
 
