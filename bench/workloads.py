@@ -355,8 +355,8 @@ def profile_window_queue(broker: Any, root: Path, source: str, top: int) -> dict
     2. cProfile of ``run_queue`` on source queue 0, shuffle queue 0 and its flush, for a second job.
     """
     from rstream import JobProperties
-    from rstream.processors.watermarks import send_ticks
     from rstream.runtime.task import TaskConfig, run_queue
+    from rstream.shuffle.wire import send_ticks
 
     def setup(job_id: str) -> tuple[Any, str]:
         sink = f"{job_id}-windows"

@@ -62,24 +62,15 @@ class JobProperties:
       holding windows back; when all are idle, open windows fire (2000).
     - ``aggregate_emit``: ``"record"`` (default, as RocketMQ Streams: every input record emits its
       key's updated result) or ``"batch"`` (each key's result once per micro-batch; count, sum,
-      min and max then combine values before the shuffle, as Spark does; far faster, fewer updates).
+      min, max and avg then combine values before the shuffle where the topology has a ``COMBINE``
+      node, as Spark does; far faster, fewer updates).
     - ``shuffle_in_source_job``: a batch's source tasks also run its shuffle side, once all its
       source ranges are committed, where the shuffle topic is written by sources only (True,
       default: one Spark job per batch instead of two; for windows and joins also in the batch that
       ``run_until_idle``'s idle flush follows: its tasks send the flush); False: always as a second
       Spark job, which the driver starts when the first has ended.
-    - ``combine_windows``: a count over tumbling or sliding windows counts each source range's
-      on-time records per key and window before the shuffle and shuffles those counts, one record
-      per key and range, as Spark's partial aggregation does (True, default; the results, state and
-      late records are those of shuffling every record). Late records still go one by one. False:
-      every record is shuffled with its frame (what the shuffle topic then shows, record by record).
-    - ``combine_counts``: a count that emits every update (``aggregate_emit="record"``, no window)
-      counts each range's records per key before the shuffle and shuffles one record per key and
-      range: how many, and their data times (True, default). The count then emits one update per
-      record from it, with that record's time: every key's updates, its state and its results are
-      those of shuffling every record; only the order *across* keys within one range changes (its
-      updates come key by key). False: every record is shuffled (what the shuffle topic then shows,
-      record by record, and the sink in the order of the input).
+    Combining before the shuffle is no job property: it is a rewrite of the topology, chosen at the
+    second build (``builder.build(combine=...)``) and drawn there as a ``COMBINE`` node.
     """
 
     data_dir: str = "rstream-data"
@@ -95,8 +86,6 @@ class JobProperties:
     idle_timeout_ms: int = 2000
     aggregate_emit: AggregateEmit = AggregateEmit.RECORD
     shuffle_in_source_job: bool = True
-    combine_windows: bool = True
-    combine_counts: bool = True
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -118,6 +107,10 @@ class JobProperties:
         if isinstance(props, JobProperties):
             return props
         known = {f.name for f in fields(cls)}
+        moved = sorted(set(props) & {"combine_counts", "combine_windows"})
+        if moved:
+            raise JobError(f"{moved[0]} is no job property any more: combining before the shuffle is chosen "
+                           "at the second build, builder.build(combine=False) for one shuffle record per record")
         unknown = sorted(set(props) - known)
         if unknown:
             raise JobError(f"unknown job properties {unknown}; known ones are {sorted(known)}")

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rstream import RocketMQStream
-from rstream.processors.sink import PARTIAL_HEADER, SHUFFLE_SINK
-from rstream.runtime.inspect import decode_message, topic_role
+from rstream.runtime.topic_decoder import decode_message, topic_role
+from rstream.shuffle.sink import SHUFFLE_SINK
 from rstream.state.store import DELETE_HEADER, is_timer, split_state_key
 
 from .html import box, note, status
@@ -285,9 +285,10 @@ def _events(job: RocketMQStream, framed: set[str]) -> list[tuple[int, int]]:
         for m in job.broker.read(topic):
             if not m.headers:
                 points.append((m.store_timestamp, m.born_timestamp))
-            elif PARTIAL_HEADER in m.headers:
-                points += [(m.store_timestamp, t)
-                           for t in decode_message(role, m.key, m.body, m.headers).detail.get("times", ())]
+                continue
+            decoded = decode_message(role, m.key, m.body, m.headers)
+            if decoded.kind == "partial":
+                points += [(m.store_timestamp, t) for t in decoded.detail.get("times", ())]
     step = max(1, len(points) // MAX_EVENTS)
     return points[::step]
 

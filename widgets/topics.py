@@ -16,7 +16,7 @@ from typing import Any
 import ipywidgets
 
 from rstream import Broker, RocketMQStream
-from rstream.runtime.inspect import Decoded, TopicRole, decode_message, topic_role
+from rstream.runtime.topic_decoder import Decoded, TopicRole, decode_message, topic_role
 
 from .html import ALERT, BLUE, RED, box, cell_text, counted, note, row, select, status, table
 from .live import LiveView

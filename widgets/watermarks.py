@@ -16,7 +16,7 @@ from typing import Any
 
 from rstream import RocketMQStream
 from rstream.graph.topology import short_topic_name
-from rstream.processors.sink import SHUFFLE_SINK
+from rstream.shuffle.sink import SHUFFLE_SINK
 
 from .html import table as _table
 

@@ -44,11 +44,20 @@ class StreamBuilder:
         node = self.graph.add(SOURCE, [], topic=topic, deserializer=deserialize, detail=topic)
         return RStream(self, node)
 
-    def build(self) -> Topology:
-        """The second build: the real topology (topics and processor factories)."""
+    def build(self, combine: bool = True) -> Topology:
+        """The second build: the real topology (topics and processor factories).
+
+        ``combine`` (default True) rewrites the topology where an aggregation allows it: a
+        ``COMBINE`` node before the shuffle sink sends one partial per key and source range instead
+        of every record (a count, a count over tumbling or sliding windows, and with
+        ``aggregate_emit="batch"`` any sum, min, max or avg), as Spark's partial aggregation does.
+        Results, state and late records are the same; the shuffle topic holds partials. With
+        ``combine=False`` the topology is RIP-58's: one shuffle record per record."""
         if not self.graph.nodes:
             raise DslError(f"job {self.job_id!r} has no source yet: call builder.source(topic) first")
-        return TopologyBuilder(self.graph, self.shuffle_queues).build()
+        if not isinstance(combine, bool):
+            raise DslError(f"combine must be True or False, got {combine!r}")
+        return TopologyBuilder(self.graph, self.shuffle_queues, combine).build()
 
     def logical_dot(self) -> str:
         """The logical graph so far as DOT text."""

@@ -16,10 +16,13 @@ from typing import Any
 from rstream.graph.logical import LogicalGraph, LogicalNode, describe_callable
 from rstream.graph.style import HIGHLIGHT, TOPIC_STYLES, DrawEdge, DrawNode, fitted_svg, to_digraph
 from rstream.processors.base import Processor
-from rstream.processors.sink import SHUFFLE_SINK
+from rstream.processors.fold import CountFold
 from rstream.processors.spec import OperatorSpec, Role, Shuffle
-from rstream.processors.stateless import KEY_BY, SHUFFLE_SOURCE
+from rstream.processors.stateless import KEY_BY
 from rstream.settings import DEFAULTS, JobProperties
+from rstream.shuffle.combine import COMBINE
+from rstream.shuffle.sink import SHUFFLE_SINK
+from rstream.shuffle.source import SHUFFLE_SOURCE
 from rstream.time.windows import SessionWindow
 
 STATE_TOPIC_SUFFIX = "-stateTopic"
@@ -84,10 +87,12 @@ class RealNode:
 class Topology:
     """The real topology of a job: pipelines by input topic, and every topic the job uses."""
 
-    def __init__(self, graph: LogicalGraph, shuffle_queues: int) -> None:
+    def __init__(self, graph: LogicalGraph, shuffle_queues: int, combine: bool = False) -> None:
         self.job_id = graph.job_id
         self.graph = graph
         self.shuffle_queues = shuffle_queues
+        #: Whether the second build inserted combine nodes where they apply (``build(combine=...)``).
+        self.combine = combine
         self.nodes: list[RealNode] = []
         self.pipelines: dict[str, list[RealNode]] = {}
         self.source_topics: list[str] = []
@@ -279,17 +284,39 @@ def _counter_line(counters: Mapping[str, Any] | None) -> str:
     return "\n" + " · ".join(parts)
 
 
+def _combinable(spec: OperatorSpec, params: Mapping[str, Any], window: Any) -> Any:
+    """The fold a combine node before ``spec``'s shuffle would use, or None where none can: an
+    unwindowed aggregation whose fold merges (associative and commutative), or a count over
+    tumbling or sliding windows (sessions merge: no combine)."""
+    if not spec.combines or spec.fold is None:
+        return None
+    fold = spec.fold(params)
+    if window is None:
+        return fold
+    return fold if type(fold) is CountFold and not isinstance(window, SessionWindow) else None
+
+
+def _combine_detail(lnode: LogicalNode, fold: Any, window: Any) -> str:
+    """A combine node's label: what it sends instead of records."""
+    if window is not None:
+        return "counts per key and window,\nper source range"
+    if type(fold) is CountFold:
+        return "counts per key,\nper source range"
+    return f"{lnode.kind} per key, per batch\n(aggregate_emit='batch')"
+
+
 class TopologyBuilder:
     """Turns a logical graph into a ``Topology`` (the second build), reading what each node needs
     from its operator's spec: a pipeline of its own (a source), a key shuffle before it (an
     aggregation), one shuffle topic for both sides (a join), nothing of its own (a window)."""
 
-    def __init__(self, graph: LogicalGraph, shuffle_queues: int = 8) -> None:
+    def __init__(self, graph: LogicalGraph, shuffle_queues: int = 8, combine: bool = True) -> None:
         self.graph = graph
         self.shuffle_queues = shuffle_queues
+        self.combine = combine
 
     def build(self) -> Topology:
-        topo = Topology(self.graph, self.shuffle_queues)
+        topo = Topology(self.graph, self.shuffle_queues, self.combine)
         out: dict[int, RealNode] = {}  # logical node number -> the real node its children attach to
 
         def add(node: RealNode, parent: RealNode | None) -> RealNode:
@@ -313,9 +340,14 @@ class TopologyBuilder:
                     parent = add(RealNode(KEY_BY, f"KEY_BY{suffix}-{lnode.number}", parent.pipeline,
                                           {"fn": key_fn, "detail": describe_callable(key_fn)},
                                           logical=lnode.number), parent)
+                if combine is not None and self.combine:  # the rewrite: partials instead of records
+                    parent = add(RealNode(COMBINE, f"COMBINE{suffix}-{lnode.number}", parent.pipeline,
+                                          {"fold": combine, "combine_window": window,
+                                           "detail": _combine_detail(lnode, combine, window)},
+                                          logical=lnode.number), parent)
                 add(RealNode(SHUFFLE_SINK, f"SHUFFLE_SINK{suffix}-{lnode.number}", parent.pipeline,
                              {"topic": shuffle, "queues": self.shuffle_queues, "detail": shuffle,
-                              "framed": framed, "side": side, "combine": combine, "combine_window": window},
+                              "framed": framed, "side": side},
                              logical=lnode.number), parent)
             topo.shuffle_topics[shuffle] = self.shuffle_queues
             topo.state_topics[shuffle] = state_topic_name(shuffle)
@@ -340,8 +372,7 @@ class TopologyBuilder:
             if spec.shuffle is Shuffle.BY_KEY:
                 window = windows.get(lnode.parents[0].number)
                 params["window"] = window
-                fixed = window is None or not isinstance(window, SessionWindow)  # sessions merge: no combine
-                combine = spec.fold(params) if spec.combines and spec.fold and fixed else None
+                combine = _combinable(spec, params, window)
                 parent = shuffle_into(lnode, [(parent, "", None)], framed=window is not None, combine=combine,
                                       window=window)
             elif spec.shuffle is Shuffle.JOIN:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rstream.broker.base import RecordBlock
     from rstream.processors.chunk import Chunk, ChunkedPipeline
     from rstream.processors.watermarks import OperatorWatermark
+    from rstream.shuffle.wire import WindowPartial
     from rstream.state.store import StateStore
 
 
@@ -155,24 +156,6 @@ class Partial:
         return f"Partial({self.acc!r})"
 
 
-class WindowPartial(NamedTuple):
-    """What a combining framed shuffle sink sends for one key at the end of a source range (the
-    body of a shuffle record with ``PARTIAL_HEADER``, as a plain tuple): its on-time records' count
-    per window start, their data times in order (what the event-time chart draws; a record of a
-    sliding window counts in several windows), and where they came from: the producer
-    (``topic/queue/shuffle sink``), the source range it read and its watermark before that range, so
-    the records can be found again (``StreamContext.source_records``)."""
-
-    starts: list[Any]
-    counts: list[int]
-    times: list[Any]
-    producer: str
-    source_start: int
-    source_end: int
-    watermark: int
-    side: int
-
-
 #: One on-time record of a source range as its shuffle sink saw it: (source offset, value, data time,
 #: its source queue's watermark then).
 SourceRecord = tuple[int, Any, Any, int]
@@ -225,6 +208,9 @@ class StreamContext:
     #: The records a ``WindowPartial`` counted, per key, found again by running its source range once
     #: more (set by the task; ``rstream.runtime.task.QueueRun.source_records``).
     source_records: Callable[[WindowPartial], dict[Any, list[SourceRecord]]] | None = None
+    #: Whether combine nodes combine (False: a range run again to find the records a partial holds,
+    #: each of them then goes on alone).
+    combine: bool = True
 
     def __post_init__(self) -> None:
         self.outputs: dict[tuple[str, int], Any] = {}  # lists, ItemRecords (``item_output``), FrameRecords, BodyRecords
@@ -404,6 +390,21 @@ class Processor:
 
     def flush(self) -> None:
         """Called after the batch's last record."""
+
+    def alone(self) -> None:
+        """Called by the task, before ``open``, when no other processor sees the values this one is
+        given (a chain of pure operators from the root, no fan-out): it may keep them as they are,
+        and the records it gets can be found again by running the source range once more."""
+
+    def carried_watermark(self) -> int | None:
+        """The source watermark this processor keeps from one batch of its queue to the next (a
+        framed shuffle sink's, given back in ``StreamContext.source_watermarks``); None: none."""
+        return None
+
+    def written(self) -> dict[str, int]:
+        """Per topic this processor writes to: how many input records its outputs of the batch stand
+        for (a batch's records out); control records it wrote stand for none."""
+        return {}
 
     def metrics(self) -> OperatorMetrics:
         """What this processor did in the batch (typed; ``rstream.processors.metrics``)."""

@@ -10,12 +10,9 @@ never mistakes the backlog for silence."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rstream.broker.base import CommitTag
 from rstream.time.watermark import NO_WATERMARK
 
 if TYPE_CHECKING:
@@ -23,15 +20,6 @@ if TYPE_CHECKING:
 
 #: The operator watermark when every producer is idle: every open window is due.
 FIRE_ALL = 2**62
-
-#: Headers of the control records on shuffle topics (data records there have no headers).
-WM_HEADER = "rstream-wm"
-PRODUCER_HEADER = "rstream-producer"
-ACTIVE_HEADER = "rstream-active"
-#: On a marker: its producer's range stopped short of its queue's end (a backlog waits): not idle.
-BEHIND_HEADER = "rstream-behind"
-TICK_HEADER = "rstream-tick"
-FLUSH_HEADER = "rstream-flush"
 
 _NAMESPACE = "__watermarks__"
 
@@ -117,33 +105,6 @@ class OperatorWatermark:
             }
             for p in self.producers
         }
-
-
-def tick_records(queues: dict[str, int], now_ms: int, flush: bool) -> dict[tuple[str, int], list[Any]]:
-    """An idle tick for every queue of the given framed topics (``{topic: queue count}``): it makes
-    their operators check idleness even when no data comes; ``flush`` treats every source as idle."""
-    headers = {TICK_HEADER: str(now_ms), **({FLUSH_HEADER: "1"} if flush else {})}
-    return {(topic, q): [(None, b"", now_ms, headers, "TICK")] for topic, n in queues.items() for q in range(n)}
-
-
-def send_ticks(broker: Any, topics: Iterable[str], flush: bool = False, once: CommitTag | None = None) -> bool:
-    """Append an idle tick (``tick_records``) to every queue of ``topics`` on ``broker``, stamped now.
-    With ``once``, a tagged append: nothing is sent if that tag was (returns False)."""
-    queues = {t: broker.topic(t).queues for t in topics}
-    if not queues:
-        return False
-    return bool(broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush), once))
-
-
-#: The topic of the commit tag of a batch's idle flush (``flush_tag``): no topic's name (topic names
-#: have no ``<``), so no queue's progress.
-FLUSH_TAG_TOPIC = "<idle flush>"
-
-
-def flush_tag(job: str, batch: int) -> CommitTag:
-    """The tag of the idle flush that ends ``job``'s batch ``batch`` (``run_until_idle``): whichever of
-    the batch's source tasks or its driver sends it first, it is sent once (``send_ticks(once=...)``)."""
-    return CommitTag(job, FLUSH_TAG_TOPIC, 0, batch, batch + 1, batch_id=batch)
 
 
 def finite(watermark: int) -> int | None:

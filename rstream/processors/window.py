@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Iterable
 from itertools import compress, repeat
 from operator import le, lt, not_, or_
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rstream.processors.base import Frame, LateCause, Processor, StreamContext, WindowPartial, _short_repr
+from rstream.processors.base import Frame, LateCause, Processor, StreamContext, _short_repr
 from rstream.processors.chunk import Chunk, ChunkedPipeline, pure_path
 from rstream.processors.fold import CountFold, Fold
 from rstream.processors.metrics import OperatorMetrics
@@ -26,6 +26,9 @@ from rstream.serde.codec import PICKLE_MARK, encode
 from rstream.state.store import MISSING, timer_key
 from rstream.time.watermark import NO_WATERMARK
 from rstream.time.windows import SessionWindow, TumblingWindow, Window, WindowError, WindowKey
+
+if TYPE_CHECKING:
+    from rstream.shuffle.wire import WindowPartial
 
 #: Pending windows listed per operator and queue in the progress (for "why has it not fired?").
 MAX_PENDING = 20
@@ -168,7 +171,7 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def take_partial(self, key: Any, partial: WindowPartial) -> None:
         """A source range's on-time records of ``key``, counted per window before the shuffle
-        (``WindowCombiningShuffleSinkProcessor``): each window's count added at once, as
+        (``rstream.shuffle.combine.WindowCountCombiner``): each window's count added at once, as
         ``take_chunk`` adds a chunk's. Where a window already fired, its records are found again
         and each reported late, as it would have been alone."""
         self.records_in += len(partial.times)

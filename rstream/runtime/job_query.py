@@ -12,7 +12,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from rstream import progressbar
-from rstream.processors.watermarks import flush_tag, send_ticks
 from rstream.progressbar import NoBar, progress_bar, set_total
 from rstream.runtime.job_core import JobTimeoutError
 from rstream.runtime.job_state import StateViews
@@ -28,6 +27,7 @@ from rstream.runtime.source import (
 )
 from rstream.runtime.task import dump_blob, load_blob, run_groups
 from rstream.settings import ConsumeFrom, JobError
+from rstream.shuffle.wire import flush_tag, send_ticks
 
 if TYPE_CHECKING:
     from rstream.runtime.job import RocketMQStream

@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import compress
 from pathlib import Path
 from typing import Any
@@ -26,23 +26,12 @@ from typing import Any
 from rstream.broker.base import Broker, CommitTag, ReadRecord, RecordBlock, blocks_of, read_blocks
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
-from rstream.processors.base import (
-    END_OF_BATCH,
-    Processor,
-    RecordError,
-    SourceRecord,
-    StreamContext,
-    WindowPartial,
-)
+from rstream.processors.base import END_OF_BATCH, Processor, RecordError, SourceRecord, StreamContext
 from rstream.processors.chunk import CHUNK_RECORDS, MIN_CHUNK_RECORDS, ChunkedPipeline
-from rstream.processors.sink import (
-    RecordCombiningShuffleSinkProcessor,
-    ShuffleSinkProcessor,
-    WindowCombiningShuffleSinkProcessor,
-)
-from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite, flush_tag, send_ticks
-from rstream.serde.codec import decode
+from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
 from rstream.settings import DEFAULTS, JobProperties
+from rstream.shuffle import wire
+from rstream.shuffle.wire import WindowPartial, flush_tag, send_ticks
 from rstream.state.store import StateStore
 from rstream.time.watermark import NO_WATERMARK
 
@@ -133,7 +122,7 @@ class QueueRun:
                  store: StateStore | None, last: CommitTag | None, now_ms: int | None = None,
                  make_output: Callable[[str, int], list[Any]] | None = None, caught_up: bool = True,
                  chunked: bool = True, only: str | None = None,
-                 source_watermarks: dict[str, int] | None = None) -> None:
+                 source_watermarks: dict[str, int] | None = None, combine: bool = True) -> None:
         self.cfg, self.topic, self.queue, self.start, self.end, self.batch = cfg, topic, queue, start, end, batch
         self.store = store
         self.ctx = ctx = StreamContext(
@@ -141,6 +130,7 @@ class QueueRun:
             source_watermarks=_source_watermarks(last) if source_watermarks is None else source_watermarks,
             batch_id=batch, dlq_topic=cfg.dlq_topic, fixed_now_ms=now_ms, make_output=make_output,
             caught_up=caught_up, chunked=chunked, range_start=start, range_end=end, source_records=self.source_records,
+            combine=combine,
         )
         self._found: dict[tuple[str, int], dict[Any, list[SourceRecord]]] = {}
         self.now_ms = ctx.now_ms()
@@ -154,10 +144,7 @@ class QueueRun:
             self.roots = [root for root in self.roots if any(p.name == only for p in root.walk())]
         self.procs = [p for root in self.roots for p in root.walk()]
         for proc in _alone(self.roots):
-            if type(proc) is ShuffleSinkProcessor:  # (a combining one writes whole partials, not items)
-                proc.defer = True
-            elif type(proc) is WindowCombiningShuffleSinkProcessor:  # its range can be run again
-                proc.combinable = True
+            proc.alone()
         for proc in self.procs:
             proc.open(ctx)
         self.receivers = [root.receive for root in self.roots]  # type: ignore[attr-defined]
@@ -275,17 +262,12 @@ class QueueRun:
         if store is not None and store.changed_keys:
             info["changed_keys"] = store.changed_keys
             records[(store.state_topic, self.queue)] = store.changelog()
-        out: dict[str, int] = {}
-        for (t, _q), recs in records.items():
-            if t in (cfg.dlq_topic, cfg.late_topic) or (store is not None and t == store.state_topic):
-                continue
-            out[t] = out.get(t, 0) + len(recs)
-        for proc in self.procs:  # records out are data records: not the markers framed shuffle sinks sent,
-            if isinstance(proc, ShuffleSinkProcessor) and proc.markers_sent and proc.topic in out:
-                out[proc.topic] -= proc.markers_sent
-            if isinstance(proc, (WindowCombiningShuffleSinkProcessor, RecordCombiningShuffleSinkProcessor)) \
-                    and proc.partials_sent:  # and each record a partial holds (a window count's, a count's)
-                out[proc.topic] += proc.records_combined - proc.partials_sent
+        written: dict[str, int] = {}  # records out: the input records each writer's outputs stand for
+        for proc in self.procs:
+            for t, n in proc.written().items():
+                written[t] = written.get(t, 0) + n
+        out = {t: written.get(t, 0) for (t, _q) in records
+               if t not in (cfg.dlq_topic, cfg.late_topic) and (store is None or t != store.state_topic)}
         info.update(
             records_in=self.roots[0].records_in if self.roots else 0, records_out=out, late=ctx.late_count,
             error_count=ctx.error_count, operators={p.name: p.metrics().to_dict() for p in self.procs},
@@ -303,17 +285,17 @@ class QueueRun:
             return found
         cfg = self.cfg
         topic, queue, sink = _split_producer(partial.producer)
-        again = QueueRun(replace(cfg, settings=replace(cfg.settings, combine_windows=False)), topic, queue,
-                         partial.source_start, partial.source_end, self.batch, None, None,
-                         make_output=lambda _topic, _queue: [], only=sink, source_watermarks={sink: partial.watermark})
+        again = QueueRun(cfg, topic, queue, partial.source_start, partial.source_end, self.batch, None, None,
+                         make_output=lambda _topic, _queue: [], only=sink, source_watermarks={sink: partial.watermark},
+                         combine=False)
         again.feed_blocks(read_blocks(cfg.broker, topic, queue, partial.source_start, partial.source_end))
         found = {}
         for kb, body, ts, headers, _tags in again.ctx.outputs.get((self.topic, self.queue), ()):
-            if headers:
+            record = wire.decode(kb, body, headers, framed=True)
+            if not isinstance(record, wire.FramedRecord):
                 continue
-            value, mark, producer, offset, _side = decode(body)
-            if producer == partial.producer and ts >= mark:  # on time (a late one came alone)
-                found.setdefault(decode(kb), []).append((offset, value, ts, mark))
+            if record.producer == partial.producer and ts >= record.watermark:  # on time (a late one came alone)
+                found.setdefault(record.key, []).append((record.source_offset, record.value, ts, record.watermark))
         self._found[(partial.producer, partial.source_start)] = found
         return found
 
@@ -333,8 +315,8 @@ class QueueRun:
 
     def meta(self) -> str:
         """What the next batch of this queue needs back: each framed shuffle sink's source watermark."""
-        return json.dumps({"wm": {p.name: p.watermark for p in self.procs
-                                  if isinstance(p, ShuffleSinkProcessor) and p.framed}})
+        carried = ((p.name, p.carried_watermark()) for p in self.procs)
+        return json.dumps({"wm": {name: wm for name, wm in carried if wm is not None}})
 
 
 def _split_producer(producer: str) -> tuple[str, int, str]:

@@ -26,18 +26,11 @@ from rstream.errors import RStreamError
 from rstream.graph.topology import short_topic_name
 from rstream.processors.aggregate import AggregateProcessor
 from rstream.processors.join import JoinProcessor
-from rstream.processors.sink import (
-    PARTIAL_HEADER,
-    RECORDS_PARTIAL,
-    CombiningShuffleSinkProcessor,
-    RecordCombiningShuffleSinkProcessor,
-    ShuffleSinkProcessor,
-    WindowCombiningShuffleSinkProcessor,
-)
 from rstream.processors.window import WindowedOperator
-from rstream.runtime.inspect import DLQ, LATE, SHUFFLE, SINK, SOURCE, decode_message, topic_role
 from rstream.runtime.task import QueueRun, TaskConfig
+from rstream.runtime.topic_decoder import DLQ, LATE, SHUFFLE, SINK, SOURCE, decode_message, topic_role
 from rstream.serde.codec import decode, encode
+from rstream.shuffle import wire
 from rstream.state.store import StateError, StateStore, is_bookkeeping, is_timer, split_state_key, state_key
 
 if TYPE_CHECKING:
@@ -165,7 +158,7 @@ class _Replay:
             effect = self.effects[offset] = _Effect()
             staged, made, seen = self._staged(), len(self.log), {p.name: p.records_in for p in run.procs}
             self._receiving = effect
-            if rec[5] and rec[5].get(PARTIAL_HEADER) == RECORDS_PARTIAL:  # its records have no value: the
+            if wire.partial_kind(rec[5]) == wire.RECORDS:  # its records have no value: the
                 effect.received = _AS_READ  # hop shows the partial as read, not what it forwards
             run.feed([rec])
             self._receiving = None
@@ -187,11 +180,10 @@ class _Replay:
         # before a window count; the place: before a count of every update, how many of the key's records
         # the partial held before it)
         self.combined: dict[int, list[tuple[str, bytes, Any, int | None]]] = {}
-        combining = [p for p in self.run.procs if isinstance(p, (CombiningShuffleSinkProcessor,
-                                                                 RecordCombiningShuffleSinkProcessor))
-                     or isinstance(p, WindowCombiningShuffleSinkProcessor) and p.combining]
-        for sink in combining:
-            sink.process = self._combining(sink, sink.process)  # type: ignore[method-assign]
+        # the combine nodes that combine in this run (one whose combiner does not apply passes records on)
+        combining = [p for p in self.run.procs if getattr(p, "combiner", None) is not None]
+        for proc in combining:
+            proc.process = self._combining(proc, proc.process)  # type: ignore[method-assign]
         if combining:
             for proc in self.run.procs:
                 proc.wire()  # parents call the children's process: point them at the wrapped ones
@@ -201,18 +193,18 @@ class _Replay:
             if isinstance(proc, (AggregateProcessor, WindowedOperator)):
                 proc.forward = self._emitting(proc.name, proc.forward)
 
-    def _combining(self, sink: ShuffleSinkProcessor, process: Any) -> Any:
+    def _combining(self, proc: Any, process: Any) -> Any:
+        partial = proc.combiner.partial  # the kind of partial it sends (``rstream.shuffle.wire``)
+
         def combine(key: Any, value: Any, ts: int) -> None:
             made = len(self.log)
-            place = None  # before a count of every update: how many of the key's records its partial has so far
-            if isinstance(sink, RecordCombiningShuffleSinkProcessor):
-                place = sum(sink.runs.get(key, [])[1::2])
+            # before a count of every update: how many of the key's records its partial has so far
+            place = proc.held(key) if partial == wire.RECORDS else None
             process(key, value, ts)
             # a record it sent on at once (a late one, before a window count) went into no partial
             if self._receiving is not None and self.current is not None and len(self.log) == made:
-                windowed = isinstance(sink, WindowCombiningShuffleSinkProcessor)
                 self.combined.setdefault(self.current, []).append(
-                    (sink.topic, encode(key), ts if windowed else None, place))
+                    (proc.sink.topic, encode(key), ts if partial == wire.WINDOWS else None, place))
         return combine
 
     def _combined_outputs(self, made_at_end: list[tuple[str, int, int]]) -> None:
@@ -548,12 +540,12 @@ def _output_hop(job: RocketMQStream, replay: _Replay, topic: str, queue: int, in
         note = "; ".join(n for n in (note, str(decoded.detail.get("reason", ""))) if n)
     if role.role == DLQ:
         note = "; ".join(n for n in (note, str(decoded.detail.get("error", ""))) if n)
-    if "source_offsets" in decoded.detail:  # a window count's partial: the range's on-time records of its key
-        note = "; ".join(n for n in (note, f"partial: {decoded.detail['records']} records of its key from "
-                                     f"offsets {decoded.detail['source_offsets']}, counted per window start") if n)
-    elif "records" in decoded.detail:  # a partial of records: the count emits an update for each
-        note = "; ".join(n for n in (note, f"partial: {decoded.detail['records']} records of its key in this "
-                                     "range, counted before the shuffle; the count emits an update for each") if n)
+    if decoded.kind == "partial" and "counts" in decoded.detail:  # a window count's: on-time records per window
+        note = "; ".join(n for n in (note, "sent by the combine node instead of those records; per window start: "
+                                     f"{decoded.detail['counts']}") if n)
+    elif decoded.kind == "partial" and "times" in decoded.detail:  # a count's: it emits an update for each
+        note = "; ".join(n for n in (note, "sent by the combine node instead of those records; the count "
+                                     "emits an update for each") if n)
     return Hop(kind, topic, queue, replay.offset(topic, queue, index), operator, decoded.key, decoded.value,
                batch_id=replay.tag.batch_id, note=note)
 

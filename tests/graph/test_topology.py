@@ -8,7 +8,14 @@ from typing import Any
 import graphviz
 import pytest
 
-from rstream import Accumulator, StreamBuilder, TextDeserializer, TextSerializer
+from rstream import (
+    Accumulator,
+    SessionWindow,
+    StreamBuilder,
+    TextDeserializer,
+    TextSerializer,
+    TumblingWindow,
+)
 from rstream.graph.style import FIT_WIDTH_PX, svg_size
 
 
@@ -31,7 +38,7 @@ def test_every_dsl_call_adds_a_logical_node_at_once() -> None:
 
 
 def test_wordcount_real_topology_names_rip58_topics() -> None:
-    topo = wordcount().build()
+    topo = wordcount().build(combine=False)
     shuffle = "wc-ROCKETMQ-COUNT-4-shuffleTopic"
     assert topo.source_topics == ["sentences"]
     assert topo.shuffle_topics == {shuffle: 8}
@@ -45,6 +52,39 @@ def test_wordcount_real_topology_names_rip58_topics() -> None:
     text = topo.describe()
     assert "consumes source topic sentences" in text and f"consumes shuffle topic {shuffle}" in text
     assert "state topic" in text
+
+
+def test_the_combine_rewrite_inserts_a_node_of_its_own_before_the_shuffle_sink() -> None:
+    """``build()`` (combine on) puts a COMBINE node between key_by and the shuffle sink, drawn with its
+    own shape and a label that says what it sends; RIP-58's shape has none. The topics are the same."""
+    plain, combined = wordcount().build(combine=False), wordcount().build()
+    assert [n.kind for n in combined.pipeline_nodes("sentences")] == [
+        "source", "flat_map", "key_by", "combine", "shuffle_sink"]
+    assert (plain.shuffle_topics, plain.state_topics) == (combined.shuffle_topics, combined.state_topics)
+    node = next(n for n in combined.nodes if n.kind == "combine")
+    assert node.name == "COMBINE-4" and "counts per key" in node.label
+    assert node.spec.style.shape not in {n.spec.style.shape for n in plain.nodes}
+    assert "COMBINE-4" in combined.real_dot() and "COMBINE" not in plain.real_dot()
+    assert "combine" in combined.describe() and "combine" not in plain.describe()
+
+
+@pytest.mark.parametrize(("stream", "combines"), [
+    (lambda s: s.key_by(len).count(), True),
+    (lambda s: s.key_by(len).sum(len), True),  # (passes records on unless aggregate_emit="batch": its label says so)
+    (lambda s: s.key_by(len).window(TumblingWindow(10)).count(), True),
+    (lambda s: s.key_by(len).window(SessionWindow(10)).count(), False),
+    (lambda s: s.key_by(len).window(TumblingWindow(10)).sum(len), False),
+])
+def test_a_combine_node_goes_where_the_aggregation_allows_it(stream: Any, combines: bool) -> None:
+    b = StreamBuilder("c")
+    stream(b.source("t")).to_rstream().sink("out")
+    assert any(n.kind == "combine" for n in b.build().nodes) is combines
+    assert not any(n.kind == "combine" for n in b.build(combine=False).nodes)
+
+
+def test_build_says_what_combine_must_be() -> None:
+    with pytest.raises(Exception, match="combine must be True or False"):
+        wordcount().build(combine="yes")  # type: ignore[arg-type]
 
 
 def test_shuffle_queue_count_follows_the_builder() -> None:

@@ -19,8 +19,8 @@ def produce(broker: EmbeddedBroker, topic: str, values: list[Any], queues: int =
     return {q: [json.loads(m.body) for m in broker.read(topic, q)] for q in range(queues)}
 
 
-def run(builder: StreamBuilder, broker: EmbeddedBroker, tmp: Path, **props: Any) -> InProcessJob:
-    job = InProcessJob(builder.build(), broker, tmp / "jobs" / builder.job_id, props)
+def run(builder: StreamBuilder, broker: EmbeddedBroker, tmp: Path, combine: bool = True, **props: Any) -> InProcessJob:
+    job = InProcessJob(builder.build(combine=combine), broker, tmp / "jobs" / builder.job_id, props)
     job.run_until_idle()
     return job
 

@@ -30,10 +30,10 @@ from rstream import (
 )
 from rstream.processors.base import UnhashableKeyError
 from rstream.processors.chunk import ChunkedPipeline
-from rstream.processors.watermarks import ACTIVE_HEADER, TICK_HEADER
 from rstream.processors.window import WindowAggregateProcessor
 from rstream.runtime import task
 from rstream.runtime.inprocess import InProcessJob
+from rstream.shuffle.wire import ACTIVE_HEADER, TICK_HEADER
 
 #: Words, numbers and the few bodies the functions below raise on ("x" in map, "boom" in flat_map,
 #: "bad" in the serializer, "ouch" in a sum's function).

@@ -1,4 +1,4 @@
-"""A count that emits every update combines before the shuffle (``combine_counts``, on by default):
+"""A count that emits every update combines before the shuffle (``build(combine=True)``, the default):
 each range sends one partial per key (how many records, and their data times), and the count emits
 an update per record from it. Run in this process (no Spark), the same generated input with it on
 and off gives the same updates per key (values and times, in order), the same sink messages, state,
@@ -19,9 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rstream import EmbeddedBroker, JsonDeserializer, StreamBuilder, TumblingWindow
-from rstream.processors.sink import PARTIAL_HEADER, RECORDS_PARTIAL
 from rstream.runtime.inprocess import InProcessJob
-from rstream.runtime.inspect import decode_message, topic_role
+from rstream.runtime.topic_decoder import decode_message, topic_role
+from rstream.shuffle.wire import PARTIAL_HEADER, RECORDS
 from tests.processors.test_chunked import _record_by_record
 from tests.processors.test_window_partials import FAST, flow, state_of
 from tests.processors.test_window_partials import run_phases as window_phases
@@ -68,7 +68,7 @@ def run_phases(tmp_path: Path, builder: StreamBuilder, phases: list[list[dict[st
 
 def run_all(tmp_path: Path, phases: list[list[dict[str, Any]]], queues: int, *args: Any,
             **props: Any) -> tuple[EmbeddedBroker, InProcessJob, InProcessJob, InProcessJob]:
-    """The same events (one broker) counted with ``combine_counts`` on (sink "on"), off ("off"), and
+    """The same events (one broker) counted with the combine rewrite (sink "on"), without ("off"), and
     on but record by record, no chunks ("each": how a trace re-executes, and what a chunk that
     raised falls back to)."""
     root = tmp_path / f"all-{next(_RUNS)}"
@@ -77,8 +77,8 @@ def run_all(tmp_path: Path, phases: list[list[dict[str, Any]]], queues: int, *ar
     jobs = []
     for name in ("on", "off", "each"):
         broker.create_topic(name, queues=2)
-        jobs.append(InProcessJob(counting(f"count-{name}", *args, sink=name).build(), broker, root / name,
-                                 {**props, "combine_counts": name != "off"}))
+        jobs.append(InProcessJob(counting(f"count-{name}", *args, sink=name).build(combine=name != "off"), broker,
+                                 root / name, props))
     for events in phases:
         if events:
             broker.send_batch("events", [json.dumps(e) for e in events])
@@ -156,11 +156,13 @@ def test_a_range_sends_one_partial_per_key_that_the_topic_browser_decodes(tmp_pa
     broker, job = run_phases(tmp_path, counting("browse"), [phase], 1)
     (shuffle,) = job.topology.shuffle_topics
     messages = broker.read(shuffle)
-    assert all(m.headers == {PARTIAL_HEADER: RECORDS_PARTIAL} for m in messages)
+    assert all(m.headers == {PARTIAL_HEADER: RECORDS} for m in messages)
     role = topic_role(shuffle, job.topology)
     decoded = {d.key: d for m in messages for d in [decode_message(role, m.key, m.body, m.headers)]}
-    assert decoded["a"].value == 4 and decoded["a"].detail["times"] == [5, 5, 7, 7]
-    assert decoded["b"].value == 2 and decoded["b"].detail["times"] == [5, 3]
+    assert decoded["a"].detail["records"] == 4 and decoded["a"].detail["times"] == [5, 5, 7, 7]
+    assert decoded["b"].detail["records"] == 2 and decoded["b"].detail["times"] == [5, 3]
+    # a partial says in words what it is, never a bare number that reads like a total
+    assert (decoded["a"].kind, decoded["a"].value) == ("partial", "4 records of 'a' combined into one")
     # the count emitted an update per record, each with that record's time
     assert updates(broker) == {"a": [(b"a:1", 5), (b"a:2", 5), (b"a:3", 7), (b"a:4", 7)],
                                "b": [(b"b:1", 5), (b"b:2", 3)]}
@@ -187,14 +189,14 @@ def test_where_counts_do_not_combine(tmp_path: Path) -> None:
 
     def partials_of_records(broker: EmbeddedBroker, job: InProcessJob) -> int:
         return sum(1 for t in job.topology.shuffle_topics for m in broker.read(t)
-                   if (m.headers or {}).get(PARTIAL_HEADER) == RECORDS_PARTIAL)
+                   if (m.headers or {}).get(PARTIAL_HEADER) == RECORDS)
 
     b_sum = StreamBuilder("summed", shuffle_queues=2)
     b_sum.source("events", JsonDeserializer()).key_by(lambda e: e["user"]).sum(lambda e: 1).to_rstream().sink("counts")
     b_win = StreamBuilder("windowed", shuffle_queues=2)
     (b_win.source("events", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["user"])
      .window(TumblingWindow(10_000)).count().to_rstream().sink("counts"))
-    cases = [(counting("off"), {"combine_counts": False}), (counting("batch"), {"aggregate_emit": "batch"}),
+    cases = [(counting("off"), {"combine": False}), (counting("batch"), {"aggregate_emit": "batch"}),
              (b_sum, {}), (b_win, {})]
     for builder, props in cases:
         broker, job = run_phases(tmp_path, builder, [phase], 2, **props)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstream.processors import base
-from rstream.processors.sink import _NUMPY_MARKS, running_marks
+from rstream.shuffle.sink import _NUMPY_MARKS, running_marks
 
 
 def reference(times: list[int], lateness: int, watermark: int) -> list[int]:

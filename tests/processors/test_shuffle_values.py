@@ -2,7 +2,7 @@
 other branch feeds from keep values as they are until the batch is appended (``ItemRecords``), so
 these check the two places where a value may change after that: a sibling branch of a fan-out, and
 an accumulator that a user's ``add`` changes in place and a per-record aggregation hands on. Their
-counts shuffle every record (``combine_counts=False``): combined, a count shuffles no values at all."""
+counts shuffle every record (``build(combine=False)``): combined, a count shuffles no values at all."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_a_branch_that_changes_a_value_after_the_shuffle_took_it_does_not_change
     s = b.source("in", JsonDeserializer())
     s.key_by(lambda d: d["k"]).count().to_rstream().sink("counts")
     s.foreach(lambda d: d.update(changed=True))  # the second branch: after the shuffle sink took d
-    job = run(b, broker, tmp_path, combine_counts=False)
+    job = run(b, broker, tmp_path, combine=False)
     (shuffle,) = job.topology.shuffle_topics
     got = _shuffled(broker, shuffle)
     assert sorted(got, key=lambda d: d["n"]) == values
@@ -51,7 +51,7 @@ def test_an_accumulator_changed_in_place_is_shuffled_as_it_was_at_each_record(tm
     b = StreamBuilder("inplace", shuffle_queues=1)
     (b.source("in", JsonDeserializer()).key_by(lambda n: n % 2).aggregate(_Seen()).to_rstream()
      .key_by(lambda acc: len(acc)).count().to_rstream().sink("out"))
-    job = run(b, broker, tmp_path, combine_counts=False)
+    job = run(b, broker, tmp_path, combine=False)
     assert len(job.topology.shuffle_topics) == 2
     # the second shuffle's values: each key's list as it was after each of its records
     snapshots = [tuple(v) for t in job.topology.shuffle_topics for v in _shuffled(broker, t) if isinstance(v, list)]
@@ -65,7 +65,7 @@ def test_a_shuffle_no_other_branch_feeds_from_is_stored_as_items(tmp_path: Path)
     produce(broker, "in", ["a b a", "c a"])
     b = StreamBuilder("items", shuffle_queues=2)
     b.source("in", JsonDeserializer()).flat_map(str.split).key_by(lambda w: w).count().to_rstream().sink("counts")
-    job = run(b, broker, tmp_path, combine_counts=False)
+    job = run(b, broker, tmp_path, combine=False)
     (shuffle,) = job.topology.shuffle_topics
     words = []
     for q in range(2):

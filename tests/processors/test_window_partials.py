@@ -1,4 +1,4 @@
-"""A count over tumbling or sliding windows combines before the shuffle (``combine_windows``, on by
+"""A count over tumbling or sliding windows combines before the shuffle (``build(combine=True)``, the
 default): each source range sends one partial per key, counted per window, and late records alone.
 Run in this process (no Spark), the same generated input with it on and off gives the same window
 results, the same late records (with their values, times, source offsets and reasons) and the same
@@ -24,8 +24,8 @@ from rstream import (
     StreamBuilder,
     TumblingWindow,
 )
-from rstream.processors.sink import PARTIAL_HEADER
 from rstream.runtime.inprocess import InProcessJob
+from rstream.shuffle.wire import PARTIAL_HEADER
 from rstream.state.store import decode_state_message
 from tests.processors.test_windows_in_process import results
 from tests.runtime.reference import split_late, window_frame
@@ -103,7 +103,8 @@ def partials(broker: EmbeddedBroker, job: InProcessJob) -> int:
 
 
 def run_phases(tmp_path: Path, builder: Any, phases: list[list[dict[str, Any]]], queues: int,
-               source: str = "clicks", sink: str = "results", **props: Any) -> tuple[EmbeddedBroker, InProcessJob]:
+               source: str = "clicks", sink: str = "results", combine: bool = True,
+               **props: Any) -> tuple[EmbeddedBroker, InProcessJob]:
     """Send each phase's events to ``source`` (round robin over ``queues``), then run the job until idle
     with an idle flush (every window fires): a later phase's old clicks then meet windows that already
     fired."""
@@ -111,7 +112,7 @@ def run_phases(tmp_path: Path, builder: Any, phases: list[list[dict[str, Any]]],
     broker = EmbeddedBroker(root / "broker")
     broker.create_topic(source, queues=queues)
     broker.create_topic(sink, queues=2)
-    job = InProcessJob(builder.build(), broker, root / "job", props)
+    job = InProcessJob(builder.build(combine=combine), broker, root / "job", props)
     for events in phases:
         if events:
             broker.send_batch(source, [json.dumps(e) for e in events])
@@ -121,8 +122,8 @@ def run_phases(tmp_path: Path, builder: Any, phases: list[list[dict[str, Any]]],
 
 def both(tmp_path: Path, builder: Any, phases: list[list[dict[str, Any]]], queues: int,
          **props: Any) -> tuple[tuple[EmbeddedBroker, InProcessJob], tuple[EmbeddedBroker, InProcessJob]]:
-    return (run_phases(tmp_path, builder, phases, queues, combine_windows=True, **props),
-            run_phases(tmp_path, builder, phases, queues, combine_windows=False, **props))
+    return (run_phases(tmp_path, builder, phases, queues, combine=True, **props),
+            run_phases(tmp_path, builder, phases, queues, combine=False, **props))
 
 
 def clicks(rng: random.Random, n: int, start: int, spread: int, disorder: int, users: int) -> list[dict[str, Any]]:
@@ -234,15 +235,19 @@ def test_windows_are_not_combined_where_the_range_cannot_be_run_again(tmp_path: 
 def test_a_partial_is_one_record_per_key_and_range_read_back_as_such(tmp_path: Path) -> None:
     """What the shuffle topic holds and how the topic browser's decoder shows it: per key, its
     on-time records' count per window start, and where they came from."""
-    from rstream.runtime.inspect import decode_message, topic_role
+    from rstream.runtime.topic_decoder import decode_message, topic_role
 
     sent = [{"user": "a", "ts": 100}, {"user": "b", "ts": 150}, {"user": "a", "ts": 1100}, {"user": "a", "ts": 50}]
     broker, job = run_phases(tmp_path, windowed("shown", TumblingWindow(1000)), [sent], 1, allowed_lateness_ms=0,
                              idle_timeout_ms=600_000)
     [topic] = job.topology.framed_topics
     decoded = [decode_message(topic_role(topic, job.topology), m.key, m.body, m.headers) for m in broker.read(topic)]
-    data = sorted(((d.key, repr(d.value), d.detail.get("records"), d.detail.get("source_offsets"))
-                   for d in decoded if d.kind == "data"), key=repr)
-    assert data == sorted([("a", "{'user': 'a', 'ts': 50}", None, None),  # late behind 1100: alone, with its frame
-                           ("a", "{0: 1, 1000: 1}", 2, "0..4"), ("b", "{0: 1}", 1, "0..4")], key=repr)
+    data = sorted(((d.kind, d.key, repr(d.detail.get("counts", d.value)), d.detail.get("records"),
+                    d.detail.get("source_offsets")) for d in decoded if d.kind in ("data", "partial")), key=repr)
+    assert data == sorted([("data", "a", "{'user': 'a', 'ts': 50}", None, None),  # late behind 1100: alone, with its frame
+                           ("partial", "a", "{0: 1, 1000: 1}", 2, "0..4"), ("partial", "b", "{0: 1}", 1, "0..4")], key=repr)
+    # a partial says in words what it is, never a bare number that reads like a total
+    assert {d.value for d in decoded if d.kind == "partial"} == {
+        "2 records of 'a' combined into one from clicks/0/SHUFFLE_SINK-5 offsets 0..4, counted per window",
+        "1 record of 'b' combined into one from clicks/0/SHUFFLE_SINK-5 offsets 0..4, counted per window"}
     assert Counter(d.kind for d in decoded)["watermark"] == 2  # the marker still goes to every shuffle queue

@@ -90,8 +90,8 @@ def test_a_consumer_catching_up_never_takes_its_backlog_for_silence(broker: Embe
                "ts": max(0, i * 100 - rng.randrange(1500))} for i in range(600)]
     queues = produce(broker, "clicks", events)
     # every record shuffled on its own (not one partial per key and range), so the hot key's queue has a backlog
-    job = make_job(windowed(job_id("catch-up"), TumblingWindow(2000), "count"), allowed_lateness_ms=LATENESS,
-                   idle_timeout_ms=2000, max_records_per_queue=12, combine_windows=False)
+    job = make_job(windowed(job_id("catch-up"), TumblingWindow(2000), "count").build(combine=False),
+                   allowed_lateness_ms=LATENESS, idle_timeout_ms=2000, max_records_per_queue=12)
     job.run_until_idle(progress=False)
     on_time, late = split_late(queues, lambda e: e["ts"], LATENESS)
     expected = window_frame(on_time, lambda e: e["user"], lambda e: e["ts"], lambda e: 1, 2000)

@@ -272,7 +272,7 @@ def test_window_and_join_queues_run_in_the_source_job_in_every_batch_and_its_tas
     window (join) queues of every batch, and in the one that reads the sources to the run's end they
     first send the idle flush, once (the first of them; the others find it sent), so no batch starts a
     second Spark job, and the results are exact."""
-    from rstream.processors.watermarks import FLUSH_HEADER, FLUSH_TAG_TOPIC
+    from rstream.shuffle.wire import FLUSH_HEADER, FLUSH_TAG_TOPIC
 
     if kind == "window":
         per_queue = {"clicks": produce(broker, "clicks", clicks(150, seed=31))}
@@ -341,7 +341,7 @@ def test_an_idle_tick_waits_while_a_batch_runs(broker: EmbeddedBroker, make_job:
 def test_without_the_source_tasks_the_driver_sends_the_idle_flush_once(broker: EmbeddedBroker, make_job: Any) -> None:
     """With ``shuffle_in_source_job`` off the driver runs the window queues and sends the idle flush:
     one flush tick a queue, tagged with its batch, and the windows exact."""
-    from rstream.processors.watermarks import FLUSH_HEADER, FLUSH_TAG_TOPIC
+    from rstream.shuffle.wire import FLUSH_HEADER, FLUSH_TAG_TOPIC
 
     per_queue = produce(broker, "clicks", clicks(60, seed=5))
     job = make_job(windowed(job_id("dflush"), TumblingWindow(Time.seconds(5)), "count"),

@@ -21,8 +21,8 @@ from rstream import (
     Time,
     TumblingWindow,
 )
-from rstream.processors.sink import PARTIAL_HEADER, RECORDS_PARTIAL, run_times
 from rstream.serde.codec import decode
+from rstream.shuffle.wire import PARTIAL_HEADER, RECORDS, run_times
 from tests.conftest import job_id
 from tests.runtime.test_wordcount import wordcount
 
@@ -42,7 +42,7 @@ def python_state_after(job: RocketMQStream, broker: EmbeddedBroker) -> dict[int,
         for q in batch.queues:
             if q.topic == shuffle:
                 for m in broker.read(shuffle, q.queue, q.start, q.end):  # a partial: the records it holds
-                    held = len(run_times(decode(m.body))) if m.headers.get(PARTIAL_HEADER) == RECORDS_PARTIAL else 1
+                    held = len(run_times(decode(m.body))) if m.headers.get(PARTIAL_HEADER) == RECORDS else 1
                     counts[(q.queue, decode(m.key))] += held  # type: ignore[arg-type]
         out[batch.batch_id] = dict(counts)
     return out

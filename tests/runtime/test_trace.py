@@ -37,8 +37,8 @@ def test_a_traced_records_hops_are_the_messages_it_caused(spark: Any, tmp_path_f
     broker = EmbeddedBroker(root / "broker")
     broker.create_topic("sentences", queues=2)
     broker.send_batch("sentences", sentences)
-    # every word its own shuffle record (``combine_counts`` off): the next test traces into partials
-    job = RocketMQStream(wordcount(job_id("trace")).build(), {"data_dir": str(root), "combine_counts": False,
+    # every word its own shuffle record (RIP-58's shuffle, no combine node): the next test traces into partials
+    job = RocketMQStream(wordcount(job_id("trace")).build(combine=False), {"data_dir": str(root),
                          "max_records_per_queue": batch_size}, broker=broker, spark=spark)
     job.run_until_idle()
     source = broker.read("sentences")[pick % len(sentences)]

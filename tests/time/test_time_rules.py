@@ -102,7 +102,7 @@ def test_a_batch_s_idle_flush_is_sent_once_whoever_sends_it(tmp_path: Path) -> N
     """The source tasks of ``run_until_idle``'s last batch and its driver may each send the batch's
     idle flush; the tagged append sends it once per batch, a flush tick on every queue."""
     from rstream import EmbeddedBroker
-    from rstream.processors.watermarks import FLUSH_HEADER, flush_tag, send_ticks
+    from rstream.shuffle.wire import FLUSH_HEADER, flush_tag, send_ticks
 
     broker = EmbeddedBroker(tmp_path / "broker")
     broker.create_topic("w1", queues=3)

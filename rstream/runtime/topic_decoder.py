@@ -12,18 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rstream.graph.topology import STATE_TOPIC_SUFFIX, Topology
-from rstream.processors.base import DLQ_ERROR, WindowPartial
-from rstream.processors.sink import PARTIAL_HEADER, RECORDS_PARTIAL, run_times
-from rstream.processors.watermarks import (
-    ACTIVE_HEADER,
-    BEHIND_HEADER,
-    FLUSH_HEADER,
-    PRODUCER_HEADER,
-    TICK_HEADER,
-    WM_HEADER,
-    finite,
-)
+from rstream.processors.base import DLQ_ERROR
+from rstream.processors.watermarks import finite
 from rstream.serde.codec import decode
+from rstream.shuffle import wire
 from rstream.state.store import DELETE_HEADER, is_bookkeeping, is_timer, split_state_key, unframe
 
 #: What a topic is for.
@@ -64,10 +56,12 @@ def topic_role(topic: str, topology: Topology | None = None, job_id: str | None 
 
 @dataclass(frozen=True)
 class Decoded:
-    """One message as Python values. ``kind`` says what it is: ``data``, ``watermark``, ``idle tick``,
-    ``flush tick``, ``state``, ``delete``, ``timer``, ``bookkeeping``, ``late record`` or
-    ``dead letter``; ``detail`` holds the rest (a shuffle record's watermark, producer and source
-    offset; a state message's operator; a dead letter's error ...)."""
+    """One message as Python values. ``kind`` says what it is: ``data``, ``partial`` (a shuffle record
+    a combine node sent instead of several records: its value says so in words, its detail holds how
+    many and their times), ``watermark``, ``idle tick``, ``flush tick``, ``state``, ``delete``,
+    ``timer``, ``bookkeeping``, ``late record`` or ``dead letter``; ``detail`` holds the rest (a
+    shuffle record's watermark, producer and source offset; a state message's operator; a dead
+    letter's error ...)."""
 
     kind: str
     key: Any
@@ -95,32 +89,31 @@ def decode_message(role: TopicRole, key: Any, body: bytes, headers: Any = None) 
 
 
 def _shuffle(role: TopicRole, key: Any, body: bytes, headers: dict[str, str]) -> Decoded:
-    if WM_HEADER in headers:
-        return Decoded("watermark", None, int(headers[WM_HEADER]),
-                       {"producer": headers.get(PRODUCER_HEADER), "active_ms": _int(headers.get(ACTIVE_HEADER)),
-                        **({"behind": True} if BEHIND_HEADER in headers else {})})
-    if TICK_HEADER in headers:
-        kind = "flush tick" if FLUSH_HEADER in headers else "idle tick"
-        return Decoded(kind, None, None, {"tick_ms": _int(headers[TICK_HEADER])})
-    k = decode(key) if isinstance(key, bytes) and key else key
-    value = decode(body) if body else None
-    if PARTIAL_HEADER in headers and type(value) is tuple and len(value) == len(WindowPartial._fields):
-        partial = WindowPartial(*value)  # a source range's on-time records of one key, counted per window
-        return Decoded("data", k, dict(zip(partial.starts, partial.counts)), {
-            "partial": True, "records": len(partial.times), "times": partial.times, "producer": partial.producer,
-            "source_offsets": f"{partial.source_start}..{partial.source_end}", "watermark": finite(partial.watermark)})
-    if headers.get(PARTIAL_HEADER) == RECORDS_PARTIAL and type(value) is list:
-        times = run_times(value)  # a range's records of one key, before a count of every update
-        return Decoded("data", k, len(times), {"partial": True, "records": len(times), "times": times})
-    framed = role.framed or (type(value) is tuple and len(value) == 5 and type(value[2]) is str)
-    if framed and type(value) is tuple and len(value) == 5:
-        inner, wm, producer, src_offset, side = value
-        detail = {"watermark": wm, "producer": producer, "source_offset": src_offset}
-        if side:
+    record = wire.decode(key if isinstance(key, bytes) and key else None, body, headers, role.framed or None)
+    k = record.key if isinstance(key, bytes) and key else key
+    if isinstance(record, wire.Marker):
+        return Decoded("watermark", None, record.watermark,
+                       {"producer": record.producer, "active_ms": record.active_ms,
+                        **({"behind": True} if record.behind else {})})
+    if isinstance(record, wire.Tick):
+        return Decoded("flush tick" if record.flush else "idle tick", None, None, {"tick_ms": record.tick_ms})
+    if isinstance(record, wire.WindowCounts) and record.partial is not None:
+        p = record.partial  # a source range's on-time records of one key, counted per window
+        return Decoded("partial", k, record.describe(), {
+            "records": record.records, "counts": dict(zip(p.starts, p.counts)), "times": record.times,
+            "producer": p.producer, "source_offsets": f"{p.source_start}..{p.source_end}",
+            "watermark": finite(p.watermark)})
+    if isinstance(record, wire.RecordsPartial):  # a range's records of one key, before a count of every update
+        return Decoded("partial", k, record.describe(), {"records": record.records, "times": record.times})
+    if isinstance(record, wire.FoldPartial):  # a range's values of one key folded (aggregate_emit="batch")
+        return Decoded("partial", k, record.describe(), {"records": record.records, "accumulator": record.accumulator})
+    if isinstance(record, wire.FramedRecord):
+        detail = {"watermark": record.watermark, "producer": record.producer, "source_offset": record.source_offset}
+        if record.side:
             detail["side"] = "right"
-        return Decoded("data", k, inner, detail)
-    detail = {"partial": True} if headers.get(PARTIAL_HEADER) else {}
-    return Decoded("data", k, value, detail)
+        return Decoded("data", k, record.value, detail)
+    assert isinstance(record, wire.Record)
+    return Decoded("data", k, record.value)
 
 
 def _state(key: Any, body: bytes, headers: dict[str, str]) -> Decoded:

@@ -1,0 +1,297 @@
+"""The shuffle's wire: every kind of record a shuffle topic holds, its headers and body layout, and
+one ``decode()`` that turns a stored record back into a typed ``ShuffleRecord``.
+
+A shuffle record stands for one or more input records, or for none (a control record):
+
+=================  ======================================  ==============================  =========
+kind               headers                                 body (``serde.codec.encode``)   records
+=================  ======================================  ==============================  =========
+record             none                                    the value                       1
+framed record      none (on a framed topic)                ``(value, watermark, producer,  1
+                                                           source offset, side)``
+fold partial       ``rstream-partial: fold``               ``(accumulator, records)``      records
+records partial    ``rstream-partial: records``            runs ``[time, n, time, n ...]`` sum of n
+window partial     ``rstream-partial: windows``            ``WindowPartial`` as a tuple    its times
+watermark marker   ``rstream-wm``, ``rstream-producer``,   empty                           0
+                   ``rstream-active`` [, ``rstream-behind``]
+idle / flush tick  ``rstream-tick`` [, ``rstream-flush``]  empty                           0
+=================  ======================================  ==============================  =========
+
+Records, framed records and markers are RIP-58's shuffle (a framed record carries what RIP-58 puts
+in a shuffle message's header: the watermark its source queue had). Partials are what rstream's
+combine rewrite sends instead of the records they stand for (``rstream.shuffle.combine``); ticks are
+rstream's idleness signal. To add a kind: a header value here, its ``ShuffleRecord`` subclass, a
+branch in ``decode``, and the writer (a combiner) and reader (``rstream.shuffle.source``).
+
+Nothing outside ``rstream.shuffle`` names a header: the shuffle sink and source, the trace, the topic
+browser and the task ask this module (``decode``, ``is_control``, ``input_records``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any, NamedTuple
+
+from rstream.broker.base import CommitTag
+from rstream.serde.codec import decode as decode_value
+from rstream.time.watermark import NO_WATERMARK
+
+#: Headers of the control records (data records have none).
+WM_HEADER = "rstream-wm"
+PRODUCER_HEADER = "rstream-producer"
+ACTIVE_HEADER = "rstream-active"
+#: On a marker: its producer's range stopped short of its queue's end (a backlog waits): not idle.
+BEHIND_HEADER = "rstream-behind"
+TICK_HEADER = "rstream-tick"
+FLUSH_HEADER = "rstream-flush"
+#: Header of a record that stands for several input records (a combine rewrite's), with its kind.
+PARTIAL_HEADER = "rstream-partial"
+FOLD = "fold"
+RECORDS = "records"
+WINDOWS = "windows"
+FOLD_HEADERS = {PARTIAL_HEADER: FOLD}
+RECORDS_HEADERS = {PARTIAL_HEADER: RECORDS}
+WINDOWS_HEADERS = {PARTIAL_HEADER: WINDOWS}
+
+#: Tags of control records (RocketMQ message tags: a consumer outside rstream may filter on them).
+MARKER_TAG = "WATERMARK"
+TICK_TAG = "TICK"
+
+class WindowPartial(NamedTuple):
+    """The body of a window partial (a plain tuple on the wire): a source range's on-time records of
+    one key, counted per window start, their data times in order (a record of a sliding window counts
+    in several windows), and where they came from: the producer (``topic/queue/shuffle sink``), the
+    source range it read and its watermark before that range, so the records can be found again
+    (``StreamContext.source_records``), and the join side."""
+
+    starts: list[Any]
+    counts: list[int]
+    times: list[Any]
+    producer: str
+    source_start: int
+    source_end: int
+    watermark: int
+    side: int
+
+
+# -- typed records -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShuffleRecord:
+    """One shuffle record, decoded. ``records``: how many input records it stands for (0: a control
+    record); ``times``: their data times where it holds several."""
+
+    kind = "record"
+    key: Any = None
+
+    @property
+    def records(self) -> int:
+        return 1
+
+    @property
+    def control(self) -> bool:
+        return self.records == 0
+
+    def describe(self) -> str:
+        """What it is, in a learner's words."""
+        return f"one record of key {self.key!r}"
+
+
+@dataclass(frozen=True)
+class Record(ShuffleRecord):
+    """One input record: its value (RIP-58's shuffle record)."""
+
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class FramedRecord(ShuffleRecord):
+    """One input record on a framed topic (feeding windows or joins): its value and the frame it
+    carries: its source queue's watermark, the producer that sent it, its offset there, its join side."""
+
+    kind = "framed record"
+    value: Any = None
+    watermark: int = NO_WATERMARK
+    producer: str = ""
+    source_offset: int = -1
+    side: int = 0
+
+
+@dataclass(frozen=True)
+class _Partial(ShuffleRecord):
+    times: list[Any] = field(default_factory=list)
+
+    @property
+    def records(self) -> int:
+        return len(self.times)
+
+    def describe(self) -> str:
+        n = self.records
+        return f"{n} record{'' if n == 1 else 's'} of {self.key!r} combined into one"
+
+
+@dataclass(frozen=True)
+class FoldPartial(_Partial):
+    """A source range's records of one key folded into one accumulator (``aggregate_emit="batch"``):
+    the aggregation merges it. ``count`` records went into it (their times are not kept)."""
+
+    kind = "fold partial"
+    accumulator: Any = None
+    count: int = 0
+
+    @property
+    def records(self) -> int:
+        return self.count
+
+
+@dataclass(frozen=True)
+class RecordsPartial(_Partial):
+    """A source range's records of one key before a count of every update: how many came and their
+    data times, in order; the count emits an update for each, as if each had come alone."""
+
+    kind = "records partial"
+
+
+@dataclass(frozen=True)
+class WindowCounts(_Partial):
+    """A source range's on-time records of one key before a count over fixed windows, counted per
+    window start (``partial``: the body as sent)."""
+
+    kind = "window partial"
+    partial: WindowPartial | None = None
+
+    def describe(self) -> str:
+        p = self.partial
+        where = f" from {p.producer} offsets {p.source_start}..{p.source_end}" if p else ""
+        return f"{super().describe()}{where}, counted per window"
+
+
+@dataclass(frozen=True)
+class Marker(ShuffleRecord):
+    """A producer's watermark at the end of its range (RIP-58's watermark message)."""
+
+    kind = "watermark"
+    watermark: int = NO_WATERMARK
+    producer: str = ""
+    active_ms: int | None = None
+    behind: bool = False
+
+    @property
+    def records(self) -> int:
+        return 0
+
+    def describe(self) -> str:
+        return f"watermark {self.watermark} of {self.producer}"
+
+
+@dataclass(frozen=True)
+class Tick(ShuffleRecord):
+    """An idle tick: makes window and join operators check their producers' idleness; a flush tick
+    (end of input, ``run_until_idle``) declares every producer idle."""
+
+    kind = "idle tick"
+    tick_ms: int = 0
+    flush: bool = False
+
+    @property
+    def records(self) -> int:
+        return 0
+
+    def describe(self) -> str:
+        return "flush tick (every producer idle)" if self.flush else f"idle tick at {self.tick_ms}"
+
+
+def decode(key: bytes | None, body: bytes, headers: Mapping[str, str] | None, framed: bool | None = None) -> ShuffleRecord:
+    """The typed record a shuffle topic stores as ``key``, ``body``, ``headers``. ``framed``: whether
+    the topic feeds windows or joins (None: guessed from the body)."""
+    headers = headers or {}
+    if WM_HEADER in headers:
+        return Marker(None, int(headers[WM_HEADER]), headers.get(PRODUCER_HEADER, ""),
+                      _int(headers.get(ACTIVE_HEADER)), BEHIND_HEADER in headers)
+    if TICK_HEADER in headers:
+        return Tick(None, int(headers[TICK_HEADER]), FLUSH_HEADER in headers)
+    k = decode_value(key) if key else None
+    value: Any = decode_value(body) if body else None
+    kind = headers.get(PARTIAL_HEADER)
+    if kind == RECORDS:
+        return RecordsPartial(k, run_times(value))
+    if kind == WINDOWS:
+        partial = WindowPartial(*value)
+        return WindowCounts(k, list(partial.times), partial)
+    if kind == FOLD:
+        acc, count = value
+        return FoldPartial(k, [], acc, count)
+    if framed is None:
+        framed = type(value) is tuple and len(value) == 5 and type(value[2]) is str
+    if framed:
+        inner, wm, producer, source_offset, side = value
+        return FramedRecord(k, inner, wm, producer, source_offset, side)
+    return Record(k, value)
+
+
+def _int(text: str | None) -> int | None:
+    return None if text is None else int(text)
+
+
+# -- what the hot paths ask ---------------------------------------------------------------------------
+def is_control(headers: Mapping[str, str] | None) -> bool:
+    """Whether a record of a framed topic goes record by record (markers, ticks, partials): any headers."""
+    return bool(headers)
+
+
+def partial_kind(headers: Mapping[str, str] | None) -> str | None:
+    """``FOLD``, ``RECORDS``, ``WINDOWS``, or None for a record that is no partial."""
+    return None if headers is None else headers.get(PARTIAL_HEADER)
+
+
+def run_times(runs: list[Any]) -> list[Any]:
+    """The data times a records partial holds, in order, from its runs ``[time, n, time, n, ...]``."""
+    times: list[Any] = []
+    for ts, n in zip(runs[::2], runs[1::2]):
+        times.extend(repeat(ts, n))
+    return times
+
+
+def input_records(key: bytes | None, body: bytes, headers: Mapping[str, str] | None) -> int:
+    """How many input records a stored shuffle record stands for (0: a control record)."""
+    if not headers:
+        return 1
+    return decode(key, body, headers).records
+
+
+# -- writing control records ----------------------------------------------------------------------------
+def marker(watermark: int, producer: str, active_ms: int, behind: bool) -> tuple[None, bytes, int, dict[str, str], str]:
+    """A producer's watermark marker, as a record to append."""
+    headers = {WM_HEADER: str(watermark), PRODUCER_HEADER: producer, ACTIVE_HEADER: str(active_ms)}
+    if behind:
+        headers[BEHIND_HEADER] = "1"
+    return (None, b"", max(watermark, 0), headers, MARKER_TAG)
+
+
+def tick_records(queues: dict[str, int], now_ms: int, flush: bool) -> dict[tuple[str, int], list[Any]]:
+    """An idle tick for every queue of the given framed topics (``{topic: queue count}``): it makes
+    their operators check idleness even when no data comes; ``flush`` treats every source as idle."""
+    headers = {TICK_HEADER: str(now_ms), **({FLUSH_HEADER: "1"} if flush else {})}
+    return {(topic, q): [(None, b"", now_ms, headers, TICK_TAG)] for topic, n in queues.items() for q in range(n)}
+
+
+def send_ticks(broker: Any, topics: Iterable[str], flush: bool = False, once: CommitTag | None = None) -> bool:
+    """Append an idle tick (``tick_records``) to every queue of ``topics`` on ``broker``, stamped now.
+    With ``once``, a tagged append: nothing is sent if that tag was (returns False)."""
+    queues = {t: broker.topic(t).queues for t in topics}
+    if not queues:
+        return False
+    return bool(broker.append(tick_records(queues, time.time_ns() // 1_000_000, flush), once))
+
+
+#: The topic of the commit tag of a batch's idle flush (``flush_tag``): no topic's name (topic names
+#: have no ``<``), so no queue's progress.
+FLUSH_TAG_TOPIC = "<idle flush>"
+
+
+def flush_tag(job: str, batch: int) -> CommitTag:
+    """The tag of the idle flush that ends ``job``'s batch ``batch`` (``run_until_idle``): whichever of
+    the batch's source tasks or its driver sends it first, it is sent once (``send_ticks(once=...)``)."""
+    return CommitTag(job, FLUSH_TAG_TOPIC, 0, batch, batch + 1, batch_id=batch)
