@@ -30,11 +30,13 @@ def test_source_shuffle_state_dead_letter_and_sink_topics_decode_to_what_was_sen
     words = Counter(w for s in sentences if s != "boom" for w in s.split())
     shuffled = TopicPage.of(broker, shuffle_topic(finished_job), limit=100, job=finished_job)
     # the count combines before the shuffle: a partial per word and range, holding that many of its records
-    assert all(m.decoded.detail["partial"] and m.decoded.value == m.decoded.detail["records"]
-               == len(m.decoded.detail["times"]) for m in shuffled.messages)
+    assert all(m.decoded.kind == "partial" and m.decoded.detail["records"] == len(m.decoded.detail["times"])
+               for m in shuffled.messages)
     held: Counter[str] = Counter()
-    for m in shuffled.messages:
-        held[m.decoded.key] += m.decoded.value
+    for m in shuffled.messages:  # each says in words how many records of its word it stands for
+        n = m.decoded.detail["records"]
+        assert m.decoded.value == f"{n} record{'' if n == 1 else 's'} of {m.decoded.key!r} combined into one"
+        held[m.decoded.key] += n
     assert held == words and len(shuffled.messages) < sum(words.values())
 
     state_topic = finished_job.topology.state_topics[shuffle_topic(finished_job)]
@@ -66,18 +68,19 @@ def test_framed_shuffle_records_carry_their_time_and_markers_show_as_watermarks(
     job, _ = held_back_job
     page = TopicPage.of(job.broker, shuffle_topic(job), limit=1000, job=job)
     assert page.role.framed
-    data = [m for m in page.messages if m.decoded.kind == "data"]
+    data = [m for m in page.messages if m.decoded.kind in ("data", "partial")]
     # the clicks on time: per page and source range, one partial with their data times, counted per
     # window start; a late click alone, with its frame (its value, watermark and source offset)
-    partials = [m for m in data if m.decoded.detail.get("partial")]
-    alone = [m for m in data if not m.decoded.detail.get("partial")]
+    partials = [m for m in data if m.decoded.kind == "partial"]
+    alone = [m for m in data if m.decoded.kind == "data"]
     sent = sorted((p, t) for p, t in FAST + SLOW + [("b", 16000)])
     assert sorted([(m.decoded.key, t) for m in partials for t in m.decoded.detail["times"]]
                   + [(m.decoded.value["page"], m.decoded.value["ts"]) for m in alone]) == sent
     assert [(m.decoded.value["page"], m.decoded.value["ts"]) for m in alone] == [("b", 4000)]  # behind 19000
     for m in partials:
         times = m.decoded.detail["times"]
-        assert m.decoded.value == dict(Counter(t - t % 10_000 for t in times)) and m.decoded.detail["records"] == len(times)
+        assert m.decoded.detail["counts"] == dict(Counter(t - t % 10_000 for t in times))
+        assert m.decoded.detail["records"] == len(times) and m.decoded.value.startswith(f"{len(times)} record")
         assert m.born_ms == max(times)  # the latest data time travels as born time
     assert all(m.born_ms == m.decoded.value["ts"] for m in alone)
     assert all(m.decoded.detail["producer"].startswith("clicks/") for m in data)
