@@ -18,7 +18,7 @@ Measured:
     ``send_batch`` and the job's construction are not timed), plus the sum of the batches' busy
     time (``BatchProgress.duration_ms``: the driver's ``foreachBatch``, i.e. the Spark tasks)
     and the sum of the per-queue task times (``QueueProgress.millis``). (a0): the same job with
-    ``combine_counts=False`` (every word shuffled alone, as before counts combined), in the same runs;
+    ``build(combine=False)`` (every word shuffled alone, as before counts combined), in the same runs;
     (a2): ``aggregate_emit="batch"``.
 (b) plain Python over the same list of sentences: a dict loop and ``collections.Counter``; the
     faster one is the ceiling.

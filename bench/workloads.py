@@ -37,13 +37,13 @@ from bench.data import (
 from bench.report import compare_windows, diff, fmt_rate, print_phases, top_rows
 
 
-def wordcount_topology(job_id: str, source: str, sink: str) -> Any:
+def wordcount_topology(job_id: str, source: str, sink: str, combine: bool = True) -> Any:
     from rstream import StreamBuilder, TextDeserializer, TextSerializer
 
     b = StreamBuilder(job_id)
     (b.source(source, TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()
      .to_rstream().sink(sink, TextSerializer(with_key=True)))
-    return b.build()
+    return b.build(combine=combine)
 
 
 def read_sink_counts(broker: Any, topic: str) -> dict[str, int]:
@@ -74,13 +74,13 @@ def progress_summary(progress: list[Any], source: str) -> dict[str, Any]:
 
 def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, expected: dict[str, int] | None,
                 max_per_queue: int, emit: str = "record", combine: bool = True) -> dict[str, Any]:
-    """(a) and (a2): the word count on Spark; ``combine``: the job's ``combine_counts`` (off: (a0))."""
+    """(a) and (a2): the word count on Spark; ``combine``: built with the combine rewrite (off: (a0))."""
     from rstream import RocketMQStream
 
     sink = f"{job_id}-counts"
-    topo = wordcount_topology(job_id, source, sink)
+    topo = wordcount_topology(job_id, source, sink, combine)
     job = RocketMQStream(topo, properties={"data_dir": str(root / "rstream"), "max_records_per_queue": max_per_queue,
-                                           "aggregate_emit": emit, "combine_counts": combine},
+                                           "aggregate_emit": emit},
                          broker=broker, spark=spark)
     wall = time.time()
     t = time.perf_counter()
@@ -239,14 +239,14 @@ def run_replay_updates(root: Path, keys: int, updates: int, repeat: int,
     return out
 
 
-def window_topology(job_id: str, source: str, sink: str) -> Any:
+def window_topology(job_id: str, source: str, sink: str, combine: bool = True) -> Any:
     from rstream import JsonDeserializer, JsonSerializer, StreamBuilder, Time, TumblingWindow
 
     b = StreamBuilder(job_id)
     (b.source(source, JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["page"])
      .window(TumblingWindow(Time.seconds(WINDOW_MS // 1000))).count().to_rstream()
      .sink(sink, JsonSerializer(with_key=True)))
-    return b.build()
+    return b.build(combine=combine)
 
 
 def read_window_results(broker: Any, topic: str) -> dict[tuple[str, int, int], int]:
@@ -263,14 +263,13 @@ def read_window_results(broker: Any, topic: str) -> dict[tuple[str, int, int], i
 def run_rstream_windows(spark: Any, broker: Any, root: Path, source: str, job_id: str, n: int,
                         expected: dict[tuple[str, int, int], int] | None,
                         expected_late: list[int] | None, combine: bool = True) -> dict[str, Any]:
-    """(a): the window count on Spark; ``combine``: the job's ``combine_windows`` (off: (a0))."""
+    """(a): the window count on Spark; ``combine``: built with the combine rewrite (off: (a0))."""
     from rstream import RocketMQStream
 
     sink = f"{job_id}-windows"
-    topo = window_topology(job_id, source, sink)
+    topo = window_topology(job_id, source, sink, combine)
     job = RocketMQStream(topo, properties={"data_dir": str(root / "rstream"), "allowed_lateness_ms": LATENESS_MS,
-                                           "idle_timeout_ms": 600_000, "max_records_per_queue": n,
-                                           "combine_windows": combine},
+                                           "idle_timeout_ms": 600_000, "max_records_per_queue": n},
                          broker=broker, spark=spark)
     t = time.perf_counter()
     job.run_until_idle(timeout=3600, progress=False)  # one query: the source sends the end-of-input idle flush itself
@@ -500,7 +499,7 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
     print_phases(runs["a"])
     print(f"      task time, source queues   {a_queue['source']:7.2f} s  (sum over queues; 2 tasks run at once)")
     print(f"      task time, shuffle queues  {a_queue['shuffle']:7.2f} s")
-    print(f"  (a0) rstream, combine_counts=False {med['a0']:6.2f} s  {fmt_rate(n, med['a0'])} words  (every word "
+    print(f"  (a0) rstream, build(combine=False) {med['a0']:6.2f} s  {fmt_rate(n, med['a0'])} words  (every word "
           f"shuffled; a0/a = {med['a0'] / med['a']:.2f})")
     a2_busy = statistics.median(x["busy_ms"] for x in runs["a2"]) / 1000
     print("  (a2) rstream, aggregate_emit=batch (combine before the shuffle, one update per key and batch)")
@@ -624,7 +623,7 @@ def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path)
           f"({len(runs['a'][-1]['batches'])} batches)")
     print(f"      task time, source queues      {a_queue['source']:7.2f} s  (sum over queues; 2 tasks run at once)")
     print(f"      task time, shuffle queues     {a_queue['shuffle']:7.2f} s")
-    print(f"  (a0) rstream, combine_windows=False {med['a0']:5.2f} s  {fmt_rate(n, med['a0'])} clicks  (every click "
+    print(f"  (a0) rstream, build(combine=False) {med['a0']:5.2f} s  {fmt_rate(n, med['a0'])} clicks  (every click "
           f"shuffled with its frame; a0/a = {med['a0'] / med['a']:.2f})")
     print(f"  (b) python, json.loads(bytes)     {b_bytes:7.3f} s  {fmt_rate(n, b_bytes)} clicks  (as JsonDeserializer)")
     print(f"      python, json.loads(str)       {b_str:7.3f} s  {fmt_rate(n, b_str)} clicks  "
