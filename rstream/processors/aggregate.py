@@ -39,6 +39,8 @@ class AggregateProcessor(Processor):
     (``aggregate_emit="batch"``) a key's result is emitted once per batch, at its end, instead of
     for every input record; its input may then hold ``Partial`` results combined before the shuffle."""
 
+    emits_results = True
+
     def __init__(self, name: str, fold: Fold, per_batch: bool = False) -> None:
         super().__init__(name)
         self.fold = fold
@@ -75,7 +77,7 @@ class AggregateProcessor(Processor):
                 return
             result = acc if self._result is None else self._result(acc)
         except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+            raise self.ctx.record_error(self.name, exc, value) from exc
         self.forward(key, result, ts)
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from rstream.broker.base import BodyRecords, FrameRecords, ItemRecords
 from rstream.enums import TextEnum
@@ -169,6 +169,25 @@ class LateCause(TextEnum):
     SESSION_FIRED = "session fired"  # its session had fired already: its source queue was idle
 
 
+Forward = Callable[[Any, Any, int], None]
+
+
+class Observer(Protocol):
+    """Watches a range run record by record (``job.trace`` re-executes committed ranges with one): what
+    each processor forwards and which records went into a combine node's partials. Processors report
+    to it through their context; nothing replaces their methods from outside."""
+
+    def watch(self, proc: Processor, forward: Forward) -> Forward:
+        """The ``forward`` that ``proc`` uses from now on: ``forward`` itself, or one that notes what
+        passes through it, then calls ``forward``."""
+        ...
+
+    def combined(self, topic: str, kind: str, key: Any, ts: Any, place: int) -> None:
+        """A combine node put a record of ``key`` at ``ts`` into the partial (of ``kind``, one of
+        ``rstream.shuffle.wire``'s) that it sends to ``topic``, after ``place`` records of that key."""
+        ...
+
+
 @dataclass
 class StreamContext:
     """What the processors of one input queue share during one micro-batch: the job's settings,
@@ -211,6 +230,9 @@ class StreamContext:
     #: Whether combine nodes combine (False: a range run again to find the records a partial holds,
     #: each of them then goes on alone).
     combine: bool = True
+    #: What watches this run (``job.trace``'s re-execution; None in a task): every processor hands it
+    #: its ``forward`` as it opens (``Observer.watch``), and a combine node says what it combined.
+    observer: Observer | None = None
 
     def __post_init__(self) -> None:
         self.outputs: dict[tuple[str, int], Any] = {}  # lists, ItemRecords (``item_output``), FrameRecords, BodyRecords
@@ -343,13 +365,17 @@ class Processor:
     pure = False
     #: Whether this root's ``chunk_of`` turns a list of records into a ``Chunk``.
     chunked_root = False
+    #: Whether what it forwards are results of its state (aggregations, windows, joins): a trace
+    #: follows them to what they caused.
+    emits_results = False
+    #: The context of the queue range being processed (set by ``open``).
+    ctx: StreamContext
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.children: list[Processor] = []
         self.records_in = 0
         self.forward: Callable[[Any, Any, int], None] = _drop
-        self.ctx: StreamContext | None = None
 
     def wire(self) -> None:
         """Point ``forward`` straight at the children (called once the chain is complete)."""
@@ -368,6 +394,16 @@ class Processor:
     def open(self, ctx: StreamContext) -> None:
         """Called before the batch's first record."""
         self.ctx = ctx
+        if ctx.observer is not None:
+            self.forward = ctx.observer.watch(self, self.forward)
+
+    def receive(self, offset: int, key: Any, body: bytes, born: int, store: int, headers: Any) -> None:
+        """For a root (a source or shuffle source): one record as read from its topic."""
+        raise NotImplementedError(f"{type(self).__name__} is no root")
+
+    def chunk_of(self, records: RecordBlock) -> Chunk:
+        """For a root that can read chunks (``chunked_root``): the chunk of ``records``."""
+        raise NotImplementedError(f"{type(self).__name__} reads no chunks")
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1

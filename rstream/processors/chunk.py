@@ -81,7 +81,7 @@ class ChunkedPipeline:
 
     def run(self, records: RecordBlock) -> bool:
         try:
-            chunk = self.root.chunk_of(records)  # type: ignore[attr-defined]
+            chunk = self.root.chunk_of(records)
         except Exception:
             return False
         self.records, self._by_offset = records, None

@@ -38,13 +38,13 @@ class JoinProcessor(WindowedOperator):
         try:
             out = self.fn(left, right)
         except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+            raise self.ctx.record_error(self.name, exc, value) from exc
         self.emitted += 1
         self.forward(key, out, ts)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        side = self.ctx.frame.side  # type: ignore[union-attr]
+        side = self.ctx.frame.side
         if self.window is None:
             self._latest(key, value, ts, side)
         else:
@@ -64,17 +64,17 @@ class JoinProcessor(WindowedOperator):
 
     def _windowed(self, key: Any, value: Any, ts: int, side: int) -> None:
         ctx = self.ctx
-        carried = ctx.frame.watermark  # type: ignore[union-attr]
+        carried = ctx.frame.watermark
         if ts < carried:
             self.late += 1
-            ctx.late(self.name, key, value, ts, carried, LateCause.BEHIND_WATERMARK,  # type: ignore[union-attr]
+            ctx.late(self.name, key, value, ts, carried, LateCause.BEHIND_WATERMARK,
                      f"data time {ts} is behind its source queue's watermark {carried}")
             return
         store, name = self.store, self.name
         for start, end in self.window.assign(ts):  # type: ignore[union-attr]
             if end <= self.horizon:
                 self.late += 1
-                ctx.late(self.name, key, value, ts, self.horizon, LateCause.WINDOW_FIRED,  # type: ignore[union-attr]
+                ctx.late(self.name, key, value, ts, self.horizon, LateCause.WINDOW_FIRED,
                          f"its window [{start},{end}) already closed: its source queue was idle")
                 continue
             mine_key, other_key = (side, key, start, end), (1 - side, key, start, end)

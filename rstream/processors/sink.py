@@ -50,7 +50,7 @@ class SinkProcessor(Processor):
             if type(body) is not bytes:
                 body = _as_bytes(body)
         except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, (key, value)) from exc  # type: ignore[union-attr]
+            raise self.ctx.record_error(self.name, exc, (key, value)) from exc
         self.records_out += 1
         if key is None:
             self._keyless.append((None, body, ts, None, None))

@@ -52,7 +52,7 @@ class SourceProcessor(Processor):
         try:
             result = self.deserialize(body)
         except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, body) from exc  # type: ignore[union-attr]
+            raise self.ctx.record_error(self.name, exc, body) from exc
         if type(result) is not tuple or len(result) != 2:
             raise SerdeError(
                 f"the deserializer of {self.name} must return a (key, value) tuple, got "
@@ -64,7 +64,7 @@ class SourceProcessor(Processor):
         elif time_type is TimeType.BROKER_TIME:
             ts = store
         else:
-            ts = self.ctx.now_ms()  # type: ignore[union-attr]
+            ts = self.ctx.now_ms()
         self.forward(result[0], result[1], ts)
 
     def chunk_of(self, records: RecordBlock) -> Chunk:
@@ -81,7 +81,7 @@ class SourceProcessor(Processor):
         elif time_type is TimeType.BROKER_TIME:
             times = list(records.stores)
         else:
-            times = [self.ctx.now_ms()] * len(records)  # type: ignore[union-attr]
+            times = [self.ctx.now_ms()] * len(records)
         return Chunk(list(records.offsets), keys, values, times)
 
 
@@ -102,7 +102,7 @@ class MapProcessor(_FnProcessor):
         try:
             out = self.fn(value)
         except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+            raise self.ctx.record_error(self.name, exc, value) from exc
         self.forward(key, out, ts)
 
 
@@ -130,7 +130,7 @@ class FlatMapProcessor(_FnProcessor):
             if type(items) is not list and type(items) is not tuple:
                 items = list(items)
         except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+            raise self.ctx.record_error(self.name, exc, value) from exc
         forward = self.forward
         for item in items:
             forward(key, item, ts)
@@ -148,7 +148,7 @@ class FilterProcessor(_FnProcessor):
         try:
             keep = self.fn(value)
         except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+            raise self.ctx.record_error(self.name, exc, value) from exc
         if keep:
             self.forward(key, value, ts)
 
@@ -160,7 +160,7 @@ class ForeachProcessor(_FnProcessor):
         try:
             self.fn(value)
         except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+            raise self.ctx.record_error(self.name, exc, value) from exc
         self.forward(key, value, ts)
 
 
@@ -174,7 +174,7 @@ class PrintProcessor(Processor):
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        printed = self.ctx.printed  # type: ignore[union-attr]
+        printed = self.ctx.printed
         if len(printed) < MAX_PRINTED:
             printed.append(f"{self.prefix}{key}: {value}")
         self.forward(key, value, ts)
@@ -203,7 +203,7 @@ class SelectTimestampProcessor(_FnProcessor):
         try:
             new_ts = int(self.fn(value))
         except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+            raise self.ctx.record_error(self.name, exc, value) from exc
         self.forward(key, value, new_ts)
 
 
@@ -243,7 +243,7 @@ class KeyByProcessor(_FnProcessor):
         try:
             new_key = self.fn(value)
         except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+            raise self.ctx.record_error(self.name, exc, value) from exc
         try:
             if type(new_key) is not str:  # str keys are hashable: skip the check on the common path
                 hash(new_key)
@@ -251,7 +251,7 @@ class KeyByProcessor(_FnProcessor):
             ctx = self.ctx
             raise UnhashableKeyError(
                 f"the key function of {self.name} returned an unhashable {type(new_key).__name__}: "
-                f"{new_key!r:.80} (record at topic {ctx.topic!r} queue {ctx.queue} offset {ctx.offset}); "  # type: ignore[union-attr]
+                f"{new_key!r:.80} (record at topic {ctx.topic!r} queue {ctx.queue} offset {ctx.offset}); "
                 "keys must be hashable: return a str, a number or a tuple"
             ) from None
         self.forward(new_key, value, ts)

@@ -39,6 +39,8 @@ class WindowedOperator(Processor):
     """What window and join operators share: the state store, and the *horizon*: the end up to which
     their windows have fired (a record whose window ends at or before it is late)."""
 
+    emits_results = True
+
     def __init__(self, name: str, window: Window | None) -> None:
         super().__init__(name)
         self.window = window
@@ -119,19 +121,19 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def _late(self, key: Any, value: Any, ts: int, watermark: int, cause: LateCause, reason: str) -> None:
         self.late += 1
-        self.ctx.late(self.name, key, value, ts, watermark, cause, reason)  # type: ignore[union-attr]
+        self.ctx.late(self.name, key, value, ts, watermark, cause, reason)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
         ctx = self.ctx
-        carried = ctx.frame.watermark  # type: ignore[union-attr]
+        carried = ctx.frame.watermark
         if ts < carried:
             self._late_behind(key, value, ts, carried)
             return
         try:
             x = self.fold.extract(value)
         except Exception as exc:
-            raise ctx.record_error(self.name, exc, value) from exc  # type: ignore[union-attr]
+            raise ctx.record_error(self.name, exc, value) from exc
         if self.session:
             self._add_to_session(key, value, x, ts)
             return
@@ -151,7 +153,7 @@ class WindowAggregateProcessor(WindowedOperator):
             try:
                 cache[wk] = fold.add(acc, x)
             except Exception as exc:
-                raise ctx.record_error(name, exc, value) from exc  # type: ignore[union-attr]
+                raise ctx.record_error(name, exc, value) from exc
 
     @property
     def takes_frames(self) -> bool:
@@ -285,7 +287,7 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def _at(self, root: Any, chunk: Chunk, i: int) -> tuple[Any, Any, int]:
         """The ``i``-th record of a framed chunk, with the context's offset and frame set to it."""
-        self.ctx.offset, self.ctx.frame = chunk.offsets[i], root.frame_at(i)  # type: ignore[union-attr]
+        self.ctx.offset, self.ctx.frame = chunk.offsets[i], root.frame_at(i)
         return chunk.keys[i], chunk.values[i], chunk.times[i]
 
     def _window_counts(self, chunk: Chunk, root: Any) -> dict[tuple[Any, int, int], int]:
@@ -350,7 +352,7 @@ class WindowAggregateProcessor(WindowedOperator):
         except WindowError:
             raise
         except Exception as exc:
-            raise self.ctx.record_error(name, exc, value) from exc  # type: ignore[union-attr]
+            raise self.ctx.record_error(name, exc, value) from exc
         keep.append((start, end))
         store.put(name, index, sorted(keep))
         store.put(name, (key, start, end), acc)
@@ -418,7 +420,7 @@ class WindowAggregateProcessor(WindowedOperator):
         nowhere else (no fan-out, nothing wrapping ``forward``), for ``_fire_to_sink``. While the
         batch ends, ``QueueRun._results_at_end`` wraps ``forward`` (a dead letter per result that
         raises), so windows fired then go one by one."""
-        if not self.ctx.chunked or len(self.children) != 1 or self.forward != self.children[0].process:  # type: ignore[union-attr]
+        if not self.ctx.chunked or len(self.children) != 1 or self.forward != self.children[0].process:
             return None
         stages, sink = pure_path(self)
         return (stages, sink) if type(sink) is SinkProcessor else None
@@ -446,7 +448,7 @@ class WindowAggregateProcessor(WindowedOperator):
             keys = list(map(tuple.__new__, repeat(WindowKey), held))
             values = accs if self.fold.result_is_acc else list(map(self.fold.result, accs))
             times = [end - 1 for _key, _start, end in held]
-            chunk = Chunk([self.ctx.offset] * len(keys), keys, values, times)  # type: ignore[union-attr]
+            chunk = Chunk([self.ctx.offset] * len(keys), keys, values, times)
             for stage in stages:
                 inputs.append(chunk)
                 chunk = stage.chunk(chunk)

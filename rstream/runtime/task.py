@@ -26,7 +26,14 @@ from typing import Any
 from rstream.broker.base import Broker, CommitTag, ReadRecord, RecordBlock, blocks_of, read_blocks
 from rstream.errors import RStreamError
 from rstream.graph.topology import Topology
-from rstream.processors.base import END_OF_BATCH, Processor, RecordError, SourceRecord, StreamContext
+from rstream.processors.base import (
+    END_OF_BATCH,
+    Observer,
+    Processor,
+    RecordError,
+    SourceRecord,
+    StreamContext,
+)
 from rstream.processors.chunk import CHUNK_RECORDS, MIN_CHUNK_RECORDS, ChunkedPipeline
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
 from rstream.settings import DEFAULTS, JobProperties
@@ -122,7 +129,8 @@ class QueueRun:
                  store: StateStore | None, last: CommitTag | None, now_ms: int | None = None,
                  make_output: Callable[[str, int], list[Any]] | None = None, caught_up: bool = True,
                  chunked: bool = True, only: str | None = None,
-                 source_watermarks: dict[str, int] | None = None, combine: bool = True) -> None:
+                 source_watermarks: dict[str, int] | None = None, combine: bool = True,
+                 observer: Observer | None = None) -> None:
         self.cfg, self.topic, self.queue, self.start, self.end, self.batch = cfg, topic, queue, start, end, batch
         self.store = store
         self.ctx = ctx = StreamContext(
@@ -130,7 +138,7 @@ class QueueRun:
             source_watermarks=_source_watermarks(last) if source_watermarks is None else source_watermarks,
             batch_id=batch, dlq_topic=cfg.dlq_topic, fixed_now_ms=now_ms, make_output=make_output,
             caught_up=caught_up, chunked=chunked, range_start=start, range_end=end, source_records=self.source_records,
-            combine=combine,
+            combine=combine, observer=observer,
         )
         self._found: dict[tuple[str, int], dict[Any, list[SourceRecord]]] = {}
         self.now_ms = ctx.now_ms()
@@ -147,7 +155,7 @@ class QueueRun:
             proc.alone()
         for proc in self.procs:
             proc.open(ctx)
-        self.receivers = [root.receive for root in self.roots]  # type: ignore[attr-defined]
+        self.receivers = [root.receive for root in self.roots]
         self.plan = None
         if chunked and len(self.roots) == 1:
             self.plan = ChunkedPipeline.of(self.roots[0], ctx, self._failed)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rstream.broker.base import CommitTag
 from rstream.errors import RStreamError
 from rstream.graph.topology import short_topic_name
-from rstream.processors.aggregate import AggregateProcessor
+from rstream.processors.base import Forward, Processor
 from rstream.processors.join import JoinProcessor
 from rstream.processors.window import WindowedOperator
 from rstream.runtime.task import QueueRun, TaskConfig
@@ -137,16 +137,21 @@ class _Replay:
         info = json.loads(tag.info) if tag.info else {}
         batch = -1 if tag.batch_id is None else tag.batch_id
         self.log: list[tuple[str, int, int]] = []  # every output record, in the order it was made
-        self.run = run = QueueRun(cfg, topic, queue, tag.start_offset, tag.end_offset, batch, self.store,
-                                  previous, now_ms=info.get("now_ms"), make_output=self._logged,
-                                  caught_up=bool(info.get("caught_up", True)), chunked=False)
         self.current: int | None = None
         self.control: set[int] = set()
         self.emits: list[_Emit] = []
         self.effects: dict[int, _Effect] = {}
-        self.kinds = {p.name: p for p in run.procs}
         self._receiving: _Effect | None = None
-        self._instrument()
+        # offset -> (topic, key, data time or None, place or None) of each partial it went into (the time:
+        # before a window count; the place: before a count of every update, how many of the key's records
+        # the partial held before it)
+        self.partials_of: dict[int, list[tuple[str, bytes, Any, int | None]]] = {}
+        self._roots = {node.name for node in topology.pipelines.get(topic, [])}
+        # the processors report what they forward and combine to this replay (``watch``, ``combined``)
+        self.run = run = QueueRun(cfg, topic, queue, tag.start_offset, tag.end_offset, batch, self.store,
+                                  previous, now_ms=info.get("now_ms"), make_output=self._logged,
+                                  caught_up=bool(info.get("caught_up", True)), chunked=False, observer=self)
+        self.kinds = {p.name: p for p in run.procs}
         targets = set(targets)
         for rec in broker.read_records(topic, queue, tag.start_offset, tag.end_offset):
             offset = self.current = rec[0]
@@ -174,44 +179,28 @@ class _Replay:
         if self.store is not None:
             self.store.close()
 
-    # -- instrumentation ------------------------------------------------------------------------
-    def _instrument(self) -> None:
-        # offset -> (topic, key, data time or None, place or None) of each partial it went into (the time:
-        # before a window count; the place: before a count of every update, how many of the key's records
-        # the partial held before it)
-        self.combined: dict[int, list[tuple[str, bytes, Any, int | None]]] = {}
-        # the combine nodes that combine in this run (one whose combiner does not apply passes records on)
-        combining = [p for p in self.run.procs if getattr(p, "combiner", None) is not None]
-        for proc in combining:
-            proc.process = self._combining(proc, proc.process)  # type: ignore[method-assign]
-        if combining:
-            for proc in self.run.procs:
-                proc.wire()  # parents call the children's process: point them at the wrapped ones
-        for root in self.run.roots:
-            root.forward = self._receive(root.forward)
-        for proc in self.run.procs:
-            if isinstance(proc, (AggregateProcessor, WindowedOperator)):
-                proc.forward = self._emitting(proc.name, proc.forward)
+    # -- what the processors report (``rstream.processors.base.Observer``) -------------------------
+    def watch(self, proc: Processor, forward: Forward) -> Forward:
+        """A root's first forward of the traced record is what it received; what an aggregation, a
+        window or a join forwards is a result, followed to what it caused."""
+        if proc.name in self._roots:
+            return self._receive(forward)
+        if proc.emits_results:
+            return self._emitting(proc.name, forward)
+        return forward
 
-    def _combining(self, proc: Any, process: Any) -> Any:
-        partial = proc.combiner.partial  # the kind of partial it sends (``rstream.shuffle.wire``)
-
-        def combine(key: Any, value: Any, ts: int) -> None:
-            made = len(self.log)
-            # before a count of every update: how many of the key's records its partial has so far
-            place = proc.held(key) if partial == wire.RECORDS else None
-            process(key, value, ts)
-            # a record it sent on at once (a late one, before a window count) went into no partial
-            if self._receiving is not None and self.current is not None and len(self.log) == made:
-                self.combined.setdefault(self.current, []).append(
-                    (proc.sink.topic, encode(key), ts if partial == wire.WINDOWS else None, place))
-        return combine
+    def combined(self, topic: str, kind: str, key: Any, ts: Any, place: int) -> None:
+        """A combine node put the traced record into its key's partial (sent at the end of the range)."""
+        if self._receiving is None or self.current is None:
+            return
+        self.partials_of.setdefault(self.current, []).append(
+            (topic, encode(key), ts if kind == wire.WINDOWS else None, place if kind == wire.RECORDS else None))
 
     def _combined_outputs(self, made_at_end: list[tuple[str, int, int]]) -> None:
         """A combining shuffle sink writes one partial per key at the end of the batch (before a
         window count: per key and range, counted per window): it belongs to every record whose key
         went into it."""
-        for offset, entries in self.combined.items():
+        for offset, entries in self.partials_of.items():
             effect = self.effects[offset]
             times: dict[tuple[str, bytes], list[Any]] = {}
             places: dict[tuple[str, bytes], list[int]] = {}

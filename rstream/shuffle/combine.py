@@ -46,8 +46,9 @@ class Combiner(Protocol):
     #: The kind of partial it sends (``wire.RECORDS``, ``wire.FOLD``, ``wire.WINDOWS``).
     partial: str
 
-    def add(self, key: Any, value: Any, ts: int) -> None:
-        """One record (user code that raises here raises ``RecordError``)."""
+    def add(self, key: Any, value: Any, ts: int) -> bool:
+        """One record (user code that raises here raises ``RecordError``); False where it went on
+        alone instead (a late record before a window count)."""
 
     def add_chunk(self, chunk: Chunk) -> bool:
         """A chunk's items, as ``add`` on each would; False (nothing added) where it takes them one by
@@ -71,8 +72,9 @@ class CountCombiner:
         self.sink = sink
         self.runs: dict[Any, list[Any]] = {}
 
-    def add(self, key: Any, value: Any, ts: int) -> None:
+    def add(self, key: Any, value: Any, ts: int) -> bool:
         self._add_runs(((key, ts, 1),))
+        return True
 
     def add_chunk(self, chunk: Chunk) -> bool:
         keys, times = chunk.keys, chunk.times
@@ -115,20 +117,21 @@ class FoldCombiner:
         self.sink, self.fold, self.proc = sink, fold, proc
         self.partials: dict[Any, list[Any]] = {}  # key -> [accumulator, latest time, records]
 
-    def add(self, key: Any, value: Any, ts: int) -> None:
+    def add(self, key: Any, value: Any, ts: int) -> bool:
         fold = self.fold
         partial = self.partials.get(key)
         try:
             x = fold.extract(value)
             if partial is None:
                 self.partials[key] = [fold.add(fold.initial(), x), ts, 1]
-                return
+                return True
             partial[0] = fold.add(partial[0], x)
         except Exception as exc:
-            raise self.proc.ctx.record_error(self.proc.name, exc, value) from exc  # type: ignore[union-attr]
+            raise self.proc.ctx.record_error(self.proc.name, exc, value) from exc
         partial[2] += 1
         if ts > partial[1]:
             partial[1] = ts
+        return True
 
     def add_chunk(self, chunk: Chunk) -> bool:
         if type(self.fold) is not CountFold:  # user code: record by record, so one that raises says which
@@ -185,19 +188,20 @@ class WindowCountCombiner:
         self.counts: Counter[tuple[Any, Any]] = Counter()  # (key, window start) -> on-time records in it
         self.times: defaultdict[Any, list[Any]] = defaultdict(list)  # key -> its on-time records' data times
 
-    def add(self, key: Any, value: Any, ts: int) -> None:
+    def add(self, key: Any, value: Any, ts: int) -> bool:
         # (record by record only where a chunk fell back, or a range is re-executed): a chunk of one
-        self._combine(Chunk([self.sink.ctx.offset], [key], [value], [ts]))  # type: ignore[union-attr]
+        return not self._combine(Chunk([self.sink.ctx.offset], [key], [value], [ts]))
 
     def add_chunk(self, chunk: Chunk) -> bool:
         self._combine(chunk)
         return True
 
-    def _combine(self, chunk: Chunk) -> None:
-        """Each record's watermark; the late ones on alone with their frames, the others counted."""
+    def _combine(self, chunk: Chunk) -> int:
+        """Each record's watermark; the late ones on alone with their frames (how many: returned),
+        the others counted."""
         n = len(chunk.offsets)
         if not n:
-            return
+            return 0
         sink = self.sink
         keys, times = chunk.keys, chunk.times
         marks = sink.marks(times)
@@ -220,6 +224,7 @@ class WindowCountCombiner:
         else:
             assign = self.window.assign
             self.counts.update((key, start) for key, t in zip(keys, times) for start, _end in assign(t))
+        return n - len(keys)
 
     def held(self, key: Any) -> int:
         return len(self.times.get(key, ()))
@@ -236,8 +241,8 @@ class WindowCountCombiner:
                 at[1].append(n)
         for key, (starts, counts) in windows.items():
             times = times_of[key]
-            partial = wire.WindowPartial(starts, counts, times, sink.producer, ctx.range_start,  # type: ignore[union-attr]
-                                         ctx.range_end, self.watermark_before, sink.side)  # type: ignore[union-attr]
+            partial = wire.WindowPartial(starts, counts, times, sink.producer, ctx.range_start,
+                                         ctx.range_end, self.watermark_before, sink.side)
             sink.send_partial(key, encode(tuple(partial)), max(times), wire.WINDOWS_HEADERS, len(times))
 
 
@@ -283,10 +288,17 @@ class CombineProcessor(Processor):
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        if self.combiner is None:
+        combiner = self.combiner
+        if combiner is None:
             self.forward(key, value, ts)
             return
-        self.combiner.add(key, value, ts)
+        observer = self.ctx.observer
+        if observer is None:
+            combiner.add(key, value, ts)
+            return
+        place = combiner.held(key)
+        if combiner.add(key, value, ts):
+            observer.combined(self.sink.topic, combiner.partial, key, ts, place)
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
         if self.combiner is None:

@@ -122,10 +122,10 @@ class ShuffleSinkProcessor(Processor):
             if candidate > self.watermark:
                 self.watermark = candidate
             wm = self.watermark
-            offset = ctx.offset  # type: ignore[union-attr]
+            offset = ctx.offset
         else:
-            wm = self.watermark = max(self.watermark, ctx.emit_watermark)  # type: ignore[union-attr]
-            offset = ctx.frame.source_offset  # type: ignore[union-attr]
+            wm = self.watermark = max(self.watermark, ctx.emit_watermark)
+            offset = ctx.frame.source_offset
         self._send_frame(out, kb, value, ts, wm, offset)
 
     def _send_frame(self, out: Any, kb: bytes, value: Any, ts: int, wm: int, offset: int) -> None:
@@ -249,8 +249,8 @@ class ShuffleSinkProcessor(Processor):
             return
         ctx = self.ctx
         if not self.from_source:
-            self.watermark = max(self.watermark, ctx.emit_watermark)  # type: ignore[union-attr]
-        marker = wire.marker(self.watermark, self.producer, ctx.now_ms(), not ctx.caught_up)  # type: ignore[union-attr]
+            self.watermark = max(self.watermark, ctx.emit_watermark)
+        marker = wire.marker(self.watermark, self.producer, ctx.now_ms(), not ctx.caught_up)
         for out in self._outs:
             out.append(marker)
 

@@ -80,7 +80,7 @@ class ShuffleSourceProcessor(Processor):
                 self.forward(k, _loads(body) if body[0] != PICKLE_MARK else decode(body), born)
             return
         ctx = self.ctx
-        ctx.position_ms = store  # type: ignore[union-attr]
+        ctx.position_ms = store
         if headers:
             if PARTIAL_HEADER in headers:  # a source range's counts of one key per window
                 partial = WindowPartial(*decode(body))
@@ -93,7 +93,7 @@ class ShuffleSourceProcessor(Processor):
             return
         self.records_in += 1
         value, watermark, producer, source_offset, side = decode(body)
-        ctx.frame = Frame(watermark, producer, source_offset, side)  # type: ignore[union-attr]
+        ctx.frame = Frame(watermark, producer, source_offset, side)
         self.forward(k, value, born)
 
     def _each_record(self, k: Any, key: bytes, body: bytes, born: int) -> None:
@@ -107,9 +107,9 @@ class ShuffleSourceProcessor(Processor):
             try:
                 self.forward(k, None, ts)
             except RecordError as err:
-                if not ctx.settings.skip_data_error:  # type: ignore[union-attr]
+                if not ctx.settings.skip_data_error:
                     raise
-                ctx.dead_letter(err, key, body, ts)  # type: ignore[union-attr]
+                ctx.dead_letter(err, key, body, ts)
 
     def chunk_of(self, records: RecordBlock) -> Chunk:
         if self.framed:
@@ -198,8 +198,8 @@ class ShuffleSourceProcessor(Processor):
         self._more = 0
         if self.framed:
             ctx = self.ctx
-            ctx.position_ms = records.stores[-1]  # type: ignore[union-attr]
-            ctx.frame = self.frame_at(len(records) - 1)  # type: ignore[union-attr]
+            ctx.position_ms = records.stores[-1]
+            ctx.frame = self.frame_at(len(records) - 1)
 
     def _control(self, headers: dict[str, str], stored_ms: int) -> None:
         ctx = self.ctx
