@@ -70,8 +70,9 @@ class JoinProcessor(WindowedOperator):
             ctx.late(self.name, key, value, ts, carried, LateCause.BEHIND_WATERMARK,
                      f"data time {ts} is behind its source queue's watermark {carried}")
             return
-        store, name = self.store, self.name
-        for start, end in self.window.assign(ts):  # type: ignore[union-attr]
+        store, name, window = self.store, self.name, self.window
+        assert window is not None  # (a windowed join's)
+        for start, end in window.assign(ts):
             if end <= self.horizon:
                 self.late += 1
                 ctx.late(self.name, key, value, ts, self.horizon, LateCause.WINDOW_FIRED,

@@ -219,9 +219,10 @@ def is_identity(fn: Any) -> bool:
     """Whether ``fn`` is ``lambda x: x`` (or ``def f(x): return x``), by its code: the key function of
     most word counts, which a chunk then need not call once per record."""
     code = getattr(fn, "__code__", None)
-    return (type(code) is type(_IDENTITY) and code.co_code == _IDENTITY.co_code  # type: ignore[union-attr]
-            and code.co_argcount == 1 and code.co_kwonlyargcount == 0  # type: ignore[union-attr]
-            and not code.co_flags & _NOT_PLAIN)  # type: ignore[union-attr]
+    if type(code) is not type(_IDENTITY):
+        return False
+    return (code.co_code == _IDENTITY.co_code and code.co_argcount == 1 and code.co_kwonlyargcount == 0
+            and not code.co_flags & _NOT_PLAIN)
 
 
 class KeyByProcessor(_FnProcessor):

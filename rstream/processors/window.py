@@ -77,6 +77,8 @@ class WindowAggregateProcessor(WindowedOperator):
     """One windowed aggregation on one shuffle queue, folding with ``fold`` (the aggregation's spec
     makes it: ``rstream.processors.aggregate``)."""
 
+    window: Window  # (never None here)
+
     def __init__(self, name: str, window: Window, fold: Fold) -> None:
         super().__init__(name, window)
         self.fold = fold
@@ -138,7 +140,7 @@ class WindowAggregateProcessor(WindowedOperator):
             self._add_to_session(key, value, x, ts)
             return
         store, name, fold, cache = self.store, self.name, self.fold, self.cache
-        for start, end in self.window.assign(ts):  # type: ignore[union-attr]
+        for start, end in self.window.assign(ts):
             if end <= self.horizon:
                 self._late_fired(key, value, ts, start, end)
                 continue
@@ -177,7 +179,7 @@ class WindowAggregateProcessor(WindowedOperator):
         ``take_chunk`` adds a chunk's. Where a window already fired, its records are found again
         and each reported late, as it would have been alone."""
         self.records_in += len(partial.times)
-        size, horizon = self.window.size, self.horizon  # type: ignore[union-attr]
+        size, horizon = self.window.size, self.horizon
         counts = [((key, start, start + size), n) for start, n in zip(partial.starts, partial.counts)]
         fired = [wk[1] for wk, _n in counts if wk[2] <= horizon]
         self._add_counts([c for c in counts if c[0][2] > horizon] if fired else counts)
@@ -210,14 +212,14 @@ class WindowAggregateProcessor(WindowedOperator):
         frame = ctx.frame
         try:
             for offset, value, ts, mark in ctx.source_records(partial).get(key, ()):
-                for start, end in self.window.assign(ts):  # type: ignore[union-attr]
+                for start, end in self.window.assign(ts):
                     if left.get(start):
                         left[start] -= 1
                         ctx.frame = Frame(mark, partial.producer, offset, partial.side)
                         self._late_fired(key, value, ts, start, end)
             ctx.frame = Frame(partial.watermark, partial.producer, -1, partial.side)
             for start, missing in left.items():
-                end = start + self.window.size  # type: ignore[union-attr]
+                end = start + self.window.size
                 for _ in range(missing):
                     self._late(key, None, start, self.horizon, LateCause.WINDOW_FIRED,
                                f"its window [{start},{end}) already fired: its source queue was idle (running "
@@ -292,7 +294,7 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def _window_counts(self, chunk: Chunk, root: Any) -> dict[tuple[Any, int, int], int]:
         """Per window key, the chunk's records in it (in order of first appearance); late ones reported."""
-        marks, horizon, assign = root.fields[1], self.horizon, self.window.assign  # type: ignore[union-attr]
+        marks, horizon, assign = root.fields[1], self.horizon, self.window.assign
         added: dict[tuple[Any, int, int], int] = {}
         get = added.get
         for i, (key, ts) in enumerate(zip(chunk.keys, chunk.times)):
@@ -311,7 +313,7 @@ class WindowAggregateProcessor(WindowedOperator):
     def _tumbling_counts(self, chunk: Chunk, root: Any) -> dict[tuple[Any, int, int], int]:
         """``_window_counts`` for tumbling windows (one per record), over whole lists: which records
         are late, then one ``Counter`` of (key, window start) over the others."""
-        keys, times, size, horizon = chunk.keys, chunk.times, self.window.size, self.horizon  # type: ignore[union-attr]
+        keys, times, size, horizon = chunk.keys, chunk.times, self.window.size, self.horizon
         starts = [t - t % size for t in times]
         carried = root.fields[1]
         behind = list(map(lt, times, carried))
@@ -329,7 +331,9 @@ class WindowAggregateProcessor(WindowedOperator):
         return {(key, start, start + size): n for (key, start), n in Counter(zip(keys, starts)).items()}
 
     def _add_to_session(self, key: Any, value: Any, x: Any, ts: int) -> None:
-        gap = self.window.gap  # type: ignore[union-attr]
+        window = self.window
+        assert isinstance(window, SessionWindow)
+        gap = window.gap
         if ts + gap <= self.horizon:
             self._late(key, value, ts, self.horizon, LateCause.SESSION_FIRED, "its session already fired: its source queue was idle")
             return

@@ -247,10 +247,13 @@ class _Replay:
         return out
 
     def _changed(self, before: dict[bytes, bytes | None], after: dict[bytes, bytes | None]) -> list[tuple[bytes, bytes | None, bytes | None]]:
-        assert self.store is not None or not after
+        if not after:
+            return []
+        store = self.store
+        assert store is not None  # (only a stateful range stages changes)
         out = []
         for kb in after:
-            old = before[kb] if kb in before else self.store.committed_raw(kb)  # type: ignore[union-attr]
+            old = before[kb] if kb in before else store.committed_raw(kb)
             new = after[kb]
             if old == new or is_timer(kb):
                 continue
@@ -311,7 +314,7 @@ class _Replay:
         return out
 
 
-class _LoggedList(list):  # type: ignore[type-arg]
+class _LoggedList(list[Any]):
     """An output list that also notes, in one shared log, the order in which records were made."""
 
     def __init__(self, log: list[tuple[str, int, int]], topic: str, queue: int) -> None:

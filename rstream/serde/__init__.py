@@ -249,9 +249,9 @@ def as_deserializer(obj: Any) -> Callable[[bytes], tuple[Any, Any]]:
         return TextDeserializer().deserialize
     method = getattr(obj, "deserialize", None)
     if callable(method):
-        return method  # type: ignore[no-any-return]
+        return method
     if callable(obj):
-        return obj  # type: ignore[no-any-return]
+        return obj
     raise SerdeError(
         f"{obj!r} is not a deserializer: pass a callable bytes -> (key, value) or an object with deserialize()"
     )
@@ -263,9 +263,9 @@ def as_serializer(obj: Any) -> Callable[[Any, Any], bytes]:
         return TextSerializer(with_key=True).serialize
     method = getattr(obj, "serialize", None)
     if callable(method):
-        return method  # type: ignore[no-any-return]
+        return method
     if callable(obj):
-        return obj  # type: ignore[no-any-return]
+        return obj
     raise SerdeError(
         f"{obj!r} is not a serializer: pass a callable (key, value) -> bytes or an object with serialize()"
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import marshal
 from collections.abc import Mapping, Sequence, Set
 from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
 from rstream.broker.base import Fields, RecordBlock
 from rstream.processors.base import Frame, Partial, Processor, RecordError
@@ -163,7 +163,7 @@ class ShuffleSourceProcessor(Processor):
         """The decoded keys of a chunk's records (each distinct serialized key decoded once, cached)."""
         keys, serialized = self._keys, records.keys
         for kb in set(serialized).difference(keys):  # a cache: changes no result
-            keys[kb] = decode(kb) if kb is not None else None  # type: ignore[arg-type]  # a shuffle key is bytes
+            keys[kb] = decode(kb) if isinstance(kb, bytes) else None  # a shuffle key is bytes
         return list(map(keys.__getitem__, serialized))
 
     def _framed_chunk_of(self, records: RecordBlock) -> Chunk:
@@ -184,7 +184,9 @@ class ShuffleSourceProcessor(Processor):
                     frames = list(map(decode, records.bodies))
             fields = tuple(map(list, zip(*frames, strict=True))) if frames else ([],) * 5
         self.fields = fields
-        return Chunk(list(records.offsets), keys, fields[0], list(records.borns))  # type: ignore[arg-type]
+        # the values column as it is (a broker's lazily decoding sequence stays lazy: a windowed count
+        # reads a value only for a late record)
+        return Chunk(list(records.offsets), keys, cast(list, fields[0]), list(records.borns))
 
     def frame_at(self, i: int) -> Frame:
         """The frame of the ``i``-th record of the last framed chunk."""
