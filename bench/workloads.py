@@ -299,7 +299,8 @@ def profile_queue(broker: Any, root: Path, source: str, top: int) -> dict[str, A
        queue ran, so the shuffle queue holds its whole input).
     """
     from rstream import StreamBuilder, TextDeserializer
-    from rstream.runtime.task import TaskConfig, run_queue
+    from rstream.runtime.commit import run_queue
+    from rstream.runtime.config import TaskConfig
 
     def setup(job_id: str, with_sink: bool = True) -> tuple[Any, str]:
         sink = f"{job_id}-counts"
@@ -356,7 +357,8 @@ def profile_window_queue(broker: Any, root: Path, source: str, top: int) -> dict
     """
     from rstream import JobProperties
     from rstream.processors.watermarks import send_ticks
-    from rstream.runtime.task import TaskConfig, run_queue
+    from rstream.runtime.commit import run_queue
+    from rstream.runtime.config import TaskConfig
 
     def setup(job_id: str) -> tuple[Any, str]:
         sink = f"{job_id}-windows"

@@ -10,8 +10,8 @@ from typing import Any
 
 from rstream.broker.base import Broker, CommitTag
 from rstream.graph.topology import Topology
+from rstream.runtime.config import TaskConfig
 from rstream.runtime.progress import BatchProgress, QueueProgress
-from rstream.runtime.task import TaskConfig
 from rstream.runtime.topics import dlq_topic_name, late_topic_name, task_config
 from rstream.settings import JobError, JobProperties
 

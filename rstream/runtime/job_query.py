@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any, cast
 from rstream import progressbar
 from rstream.processors.watermarks import flush_tag, send_ticks
 from rstream.progressbar import NoBar, progress_bar, set_total
+from rstream.runtime.config import dump_blob, load_blob
 from rstream.runtime.job_core import JobTimeoutError
 from rstream.runtime.job_state import StateViews
-from rstream.runtime.progress import BatchProgress
-from rstream.runtime.session import await_warm_up, warming_up
-from rstream.runtime.source import (
+from rstream.runtime.planning import (
     committed_end,
     plan_tasks,
     queue_key,
@@ -26,7 +25,9 @@ from rstream.runtime.source import (
     shuffle_ranges,
     split_queue_key,
 )
-from rstream.runtime.task import dump_blob, load_blob, run_groups
+from rstream.runtime.progress import BatchProgress
+from rstream.runtime.session import await_warm_up, warming_up
+from rstream.runtime.shuffle_share import run_groups
 from rstream.settings import ConsumeFrom, JobError
 
 if TYPE_CHECKING:
@@ -271,7 +272,7 @@ class QueryDriver(StateViews):
         check idleness (with ``flush``: treat every source as idle now) even when no data comes.
         Never while a batch's Spark jobs run (it waits for them): a batch's source tasks plan the
         window queues' ranges they run from where those queues end, each on its own, so the ends
-        must hold still (``rstream.runtime.task.run_with_share``)."""
+        must hold still (``rstream.runtime.shuffle_share.run_with_share``)."""
         with self._batch_lock:
             send_ticks(self.broker, self.topology.framed_topics, flush)
 
@@ -409,7 +410,7 @@ class QueryDriver(StateViews):
     def _run_shuffles(self, batch_id: int) -> list[dict[str, Any]]:
         """The shuffle side of batch ``batch_id``, in the same trigger: what its source tasks (or the
         shuffle ranges before) wrote to shuffle queues and did not run themselves (see
-        ``rstream.runtime.task.run_with_share``), run as one more Spark job of the batch, until
+        ``rstream.runtime.shuffle_share.run_with_share``), run as one more Spark job of the batch, until
         no shuffle queue has anything uncommitted (a chain of shuffles takes one job per step; after
         one job per shuffle topic and one more, what is left is the next batch's).
         Returns the ranges' metrics. Its ranges are tagged with this batch, so a rerun of the batch

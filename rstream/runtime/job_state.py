@@ -12,7 +12,7 @@ from rstream.runtime.job_progress import ProgressViews
 
 if TYPE_CHECKING:
     from rstream.runtime.job import RocketMQStream
-from rstream.runtime.task import state_folder
+from rstream.runtime.config import state_folder
 from rstream.settings import JobError
 from rstream.state.store import StateError, StateStore, decode_state_message, is_bookkeeping
 

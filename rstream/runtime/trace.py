@@ -35,8 +35,9 @@ from rstream.processors.sink import (
     WindowCombiningShuffleSinkProcessor,
 )
 from rstream.processors.window import WindowedOperator
+from rstream.runtime.config import TaskConfig
 from rstream.runtime.inspect import DLQ, LATE, SHUFFLE, SINK, SOURCE, decode_message, topic_role
-from rstream.runtime.task import QueueRun, TaskConfig
+from rstream.runtime.queue_run import QueueRun
 from rstream.serde.codec import decode, encode
 from rstream.state.store import StateError, StateStore, is_bookkeeping, is_timer, split_state_key, state_key
 
