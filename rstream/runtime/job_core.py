@@ -19,8 +19,8 @@ from rstream.settings import JobProperties
 
 @dataclass(frozen=True)
 class JobCore:
-    """A job's topology, settings (``properties``), broker and folder; small and picklable (no
-    locks, threads or Spark objects)."""
+    """A job's topology, settings (``properties``), broker and folder: plain values, no locks,
+    threads or Spark objects. What travels to the executors is made from it (``task_config``)."""
 
     topology: Topology
     properties: JobProperties
