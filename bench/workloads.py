@@ -298,7 +298,8 @@ def profile_queue(broker: Any, root: Path, source: str, top: int) -> dict[str, A
        queue ran, so the shuffle queue holds its whole input).
     """
     from rstream import StreamBuilder, TextDeserializer
-    from rstream.runtime.task import TaskConfig, run_queue
+    from rstream.runtime.commit import run_queue
+    from rstream.runtime.config import TaskConfig
 
     def setup(job_id: str, with_sink: bool = True) -> tuple[Any, str]:
         sink = f"{job_id}-counts"
@@ -354,7 +355,8 @@ def profile_window_queue(broker: Any, root: Path, source: str, top: int) -> dict
     2. cProfile of ``run_queue`` on source queue 0, shuffle queue 0 and its flush, for a second job.
     """
     from rstream import JobProperties
-    from rstream.runtime.task import TaskConfig, run_queue
+    from rstream.runtime.commit import run_queue
+    from rstream.runtime.config import TaskConfig
     from rstream.shuffle.wire import send_ticks
 
     def setup(job_id: str) -> tuple[Any, str]:

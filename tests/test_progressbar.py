@@ -66,14 +66,14 @@ def test_a_run_waiting_for_the_session_warm_up_says_so(broker: EmbeddedBroker, m
     import threading
     import time
 
-    from rstream.runtime import job_query, session
+    from rstream.runtime import job_query
     from tests.conftest import job_id
     from tests.runtime.test_wordcount import wordcount
 
     broker.create_topic("sentences", queues=1)
     broker.send_batch("sentences", ["a b a"], progress=False)
     warm_up = threading.Thread(target=time.sleep, args=(0.8,), name="a warm-up that takes a while")
-    monkeypatch.setattr(session, "_WARM_UP", warm_up)
+    monkeypatch.setattr("rstream.runtime.warm_up._WARM_UP", warm_up)
     warm_up.start()
     job = make_job(wordcount(job_id("warmbar")))
     job.run_until_idle()
@@ -90,7 +90,6 @@ def test_a_run_after_the_warm_up_times_its_own_work_only(broker: EmbeddedBroker,
     import threading
     import time
 
-    from rstream.runtime import session
     from tests.conftest import job_id
     from tests.runtime.test_wordcount import wordcount
 
@@ -99,7 +98,7 @@ def test_a_run_after_the_warm_up_times_its_own_work_only(broker: EmbeddedBroker,
     ended: list[float] = []
     warm_up = threading.Thread(target=lambda: (time.sleep(1.6), ended.append(time.monotonic())),
                                name="a warm-up that takes a while")
-    monkeypatch.setattr(session, "_WARM_UP", warm_up)
+    monkeypatch.setattr("rstream.runtime.warm_up._WARM_UP", warm_up)
     warm_up.start()
     job = make_job(wordcount(job_id("warmclock")))
     job.run_until_idle()
@@ -118,14 +117,13 @@ def test_the_warm_up_is_named_after_what_is_left_not_in_the_description(
     import threading
     import time
 
-    from rstream.runtime import session
     from tests.conftest import job_id
     from tests.runtime.test_wordcount import wordcount
 
     broker.create_topic("sentences", queues=1)
     broker.send_batch("sentences", ["x y"], progress=False)
     warm_up = threading.Thread(target=lambda: time.sleep(1.6), name="a warm-up that takes a while")
-    monkeypatch.setattr(session, "_WARM_UP", warm_up)
+    monkeypatch.setattr("rstream.runtime.warm_up._WARM_UP", warm_up)
     warm_up.start()
     job = make_job(wordcount(job_id("warmnote")))
     job.run_until_idle()

@@ -225,7 +225,7 @@ class StreamContext:
     range_start: int = -1
     range_end: int = -1
     #: The records a ``WindowPartial`` counted, per key, found again by running its source range once
-    #: more (set by the task; ``rstream.runtime.task.QueueRun.source_records``).
+    #: more (set by the task; ``rstream.runtime.queue_run.QueueRun.source_records``).
     source_records: Callable[[WindowPartial], dict[Any, list[SourceRecord]]] | None = None
     #: Whether combine nodes combine (False: a range run again to find the records a partial holds,
     #: each of them then goes on alone).

@@ -1,6 +1,6 @@
 """The executor: the Spark source over the broker, the per-queue task, the job driver.
 
-Its names load on first use, so importing a pyspark-free part (``rstream.runtime.task``,
+Its names load on first use, so importing a pyspark-free part (``rstream.runtime.commit``,
 ``rstream.runtime.inprocess``) does not load Spark."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rstream.settings import JobError, JobProperties
 RUNTIME_NAMES = {
     "BatchProgress": "rstream.runtime.progress",
     "QueueProgress": "rstream.runtime.progress",
-    "CheckpointMismatchError": "rstream.runtime.task",
+    "CheckpointMismatchError": "rstream.runtime.commit",
     "JobTimeoutError": "rstream.runtime.job",
     "RocketMQStream": "rstream.runtime.job",
     "get_spark": "rstream.runtime.session",
@@ -23,10 +23,10 @@ RUNTIME_NAMES = {
 __getattr__ = lazy_getattr("rstream.runtime", RUNTIME_NAMES, globals())
 
 if TYPE_CHECKING:
+    from rstream.runtime.commit import CheckpointMismatchError
     from rstream.runtime.job import JobTimeoutError, RocketMQStream
     from rstream.runtime.progress import BatchProgress, QueueProgress
     from rstream.runtime.session import get_spark, stop_spark
-    from rstream.runtime.task import CheckpointMismatchError
 
 
 __all__ = [

@@ -16,7 +16,8 @@ from typing import Any
 
 from rstream.broker.base import Broker
 from rstream.graph.topology import Topology
-from rstream.runtime.task import TaskConfig, run_queue
+from rstream.runtime.commit import run_queue
+from rstream.runtime.config import TaskConfig
 from rstream.runtime.topics import task_config
 from rstream.settings import ConsumeFrom, JobProperties
 from rstream.shuffle.wire import send_ticks

@@ -1,61 +1,61 @@
-"""What every part of a job shares: its topology, settings, broker and folders, the names of its
-late-data and dead-letter topics, and the progress it has read (``RocketMQStream`` is built on it)."""
+"""What every part of a job shares, fixed when the job is made: its topology, settings, broker and
+folders, and the names of its late-data and dead-letter topics. Each part of ``RocketMQStream``
+(progress log, state history, query driver, tracer) gets it passed in; none holds the job."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rstream.broker.base import Broker, CommitTag
+from rstream.broker.base import Broker
+from rstream.broker.embedded import EmbeddedBroker
 from rstream.graph.topology import Topology
-from rstream.runtime.progress import BatchProgress, QueueProgress
-from rstream.runtime.task import TaskConfig
+from rstream.runtime.config import TaskConfig
 from rstream.runtime.topics import dlq_topic_name, late_topic_name, task_config
-from rstream.settings import JobError, JobProperties
-
-#: A commit sequence number no tag reaches.
-NEVER = 2**62
+from rstream.settings import JobProperties
 
 
-class JobTimeoutError(JobError, TimeoutError):
-    """``run_until_idle`` ran out of time."""
-
-
+@dataclass(frozen=True)
 class JobCore:
-    """The job's parts, set by ``RocketMQStream.__init__``; each layer above adds one concern."""
+    """A job's topology, settings (``properties``), broker and folder: plain values, no locks,
+    threads or Spark objects. What travels to the executors is made from it (``task_config``)."""
 
     topology: Topology
-    job_id: str
     properties: JobProperties
     broker: Broker
+    #: Everything the job keeps on disk: its checkpoint and its local state.
     job_dir: Path
-    checkpoint_dir: Path
-    state_dir: Path
-    spark: Any
-    _query: Any
-    _lock: threading.RLock
-    _batch_lock: threading.RLock  # held while a batch's Spark jobs run (see QueryDriver.tick)
-    _seen_seq: int
-    _tags: dict[tuple[str, int], list[CommitTag]]
-    _state_cache: dict[tuple[str, int, int, int], dict[bytes, tuple[str, Any, Any]]]
-    _queues: dict[int, list[QueueProgress]]
-    _batches: dict[int, BatchProgress]
-    _mine: set[int]
-    _created_seq: int
-    _listeners: list[Callable[[BatchProgress], None]]
-    _failure: BaseException | None
-    _printed: list[str]
-    _open_windows: dict[tuple[str, int], int]
-    _last_input_ms: int
-    _ticker: threading.Thread | None
-    _ticker_stop: threading.Event
-    _restarts: int
-    _query_mode: tuple[bool, bool]
-    _task_blob: str
-    _query_initial: dict[str, int]
-    _flush_target: dict[str, int] | None
+
+    @classmethod
+    def of(cls, topology: Topology, properties: Mapping[str, Any] | JobProperties | None = None,
+           broker: Broker | None = None) -> JobCore:
+        """The parts as ``RocketMQStream(topology, properties, broker)`` makes them: ``broker``
+        defaults to an ``EmbeddedBroker`` in ``<data_dir>/broker``, the job's folder to
+        ``<data_dir>/jobs/<job id>`` (``job_dir`` overrides it)."""
+        props = JobProperties.of(properties)
+        data_dir = Path(props.data_dir).absolute()
+        return cls(topology, props, broker if broker is not None else EmbeddedBroker(data_dir / "broker"),
+                   Path(props.job_dir or data_dir / "jobs" / topology.job_id).absolute())
+
+    @property
+    def job_id(self) -> str:
+        return self.topology.job_id
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.properties.data_dir).absolute()
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Spark's checkpoint (offset log and commit log) of the job's query."""
+        return self.job_dir / "checkpoint"
+
+    @property
+    def state_dir(self) -> Path:
+        """The local state folders, one per executor and input queue."""
+        return self.job_dir / "state"
 
     @property
     def late_topic(self) -> str:
@@ -71,7 +71,3 @@ class JobCore:
     def task_config(self) -> TaskConfig:
         """What every task of this job gets (creates the job's topics where missing)."""
         return task_config(self.topology, self.broker, self.properties, self.state_dir)
-
-    @property
-    def is_running(self) -> bool:
-        return self._query is not None and bool(self._query.isActive)

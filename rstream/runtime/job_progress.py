@@ -1,9 +1,11 @@
 """A job's progress and what it reported, read from the broker: the commit tags (each queue's
-progress, committed with its outputs), the dead-letter topic and the late-data topic."""
+progress, committed with its outputs), the dead-letter topic and the late-data topic, and how far
+its input queues are read (lag)."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -12,15 +14,33 @@ from rstream.processors.base import dead_letter_row
 from rstream.runtime.job_core import JobCore
 from rstream.runtime.progress import BatchProgress, QueueProgress
 
+#: A commit sequence number no tag reaches.
+NEVER = 2**62
 
-class ProgressViews(JobCore):
-    """Progress per batch and operator, errors and late records: all read from the broker, so a new
-    job object (after a kernel restart) sees what earlier ones did."""
+
+class ProgressLog:
+    """Progress per batch and operator, errors, late records and lag: all read from the broker, so a
+    new job object (after a kernel restart) sees what earlier ones did. Owns what it has read of the
+    job's commit tags (every batch of the job, also of earlier job objects and runs, and the batches
+    this object ran or saw committed) and the job's progress listeners."""
+
+    def __init__(self, core: JobCore) -> None:
+        self.core = core
+        self._lock = threading.RLock()
+        self._seen_seq = 0
+        self._tags: dict[tuple[str, int], list[CommitTag]] = {}
+        self._queues: dict[int, list[QueueProgress]] = {}
+        self._batches: dict[int, BatchProgress] = {}
+        self._mine: set[int] = set()
+        self._created_seq = NEVER
+        self._sync_progress()
+        self._created_seq = self._seen_seq
+        self._listeners: list[Callable[[BatchProgress], None]] = []
 
     def _sync_progress(self) -> None:
         """Read the commit tags committed since the last call: each holds one queue's progress."""
         with self._lock:
-            tags = self.broker.commits(self.job_id, self._seen_seq)
+            tags = self.core.broker.commits(self.core.job_id, self._seen_seq)
             changed: set[int] = set()
             for tag in tags:
                 self._seen_seq = tag.seq
@@ -99,9 +119,10 @@ class ProgressViews(JobCore):
         import pandas as pd
 
         cols = ["batch_id", "operator", "topic", "queue", "offset", "error", "value", "body"]
-        if not self.broker.has_topic(self.dlq_topic):
+        broker, topic = self.core.broker, self.core.dlq_topic
+        if not broker.has_topic(topic):
             return pd.DataFrame(columns=cols)
-        rows = [dead_letter_row(m) for m in self.broker.read(self.dlq_topic)]
+        rows = [dead_letter_row(m) for m in broker.read(topic)]
         return pd.DataFrame(rows, columns=cols)
 
     def late_records(self) -> Any:
@@ -112,9 +133,10 @@ class ProgressViews(JobCore):
 
         cols = ["operator", "key", "value", "data_time", "watermark", "late_ms", "cause", "reason", "topic", "queue",
                 "offset", "shuffle_topic", "shuffle_queue", "shuffle_offset"]
-        if not self.broker.has_topic(self.late_topic):
+        broker, topic = self.core.broker, self.core.late_topic
+        if not broker.has_topic(topic):
             return pd.DataFrame(columns=cols)
-        rows = [json.loads(m.body) for m in self.broker.read(self.late_topic)]
+        rows = [json.loads(m.body) for m in broker.read(topic)]
         return pd.DataFrame(rows, columns=cols)
 
     def queue_tags(self, topic: str, queue: int) -> list[CommitTag]:
@@ -122,3 +144,49 @@ class ProgressViews(JobCore):
         with self._lock:
             self._sync_progress()
             return sorted(self._tags.get((topic, queue), []), key=lambda t: t.start_offset)
+
+    def ran(self, batch_id: int) -> BatchProgress:
+        """Note that this object ran batch ``batch_id`` (its queues committed it); its progress."""
+        with self._lock:
+            self._sync_progress()
+            self._mine.add(batch_id)
+            return self._batches.get(batch_id) or BatchProgress.of(batch_id, [])
+
+    def notify(self, progress: BatchProgress) -> None:
+        """Call every ``on_progress`` listener with a batch's progress."""
+        for listener in list(self._listeners):
+            try:
+                listener(progress)
+            except Exception as exc:  # a broken display must not stop the job
+                print(f"rstream: progress listener {listener!r} failed: {exc}")
+
+    def forget(self) -> None:
+        """Forget every commit tag read so far (the job was reset)."""
+        with self._lock:
+            self._tags.clear()
+            self._queues.clear()
+            self._batches.clear()
+            self._mine.clear()
+
+    def lag(self) -> Any:
+        """Per input queue (sources, then shuffle topics): its end offset, the offset up to which this
+        job has committed, and the records left to read (``lag``), as a DataFrame."""
+        import pandas as pd
+
+        rows = [{"topic": t, "queue": q, "end_offset": end, "committed_offset": done, "lag": end - done}
+                for (t, q), (end, done) in self.backlog().items()]
+        return pd.DataFrame(rows, columns=["topic", "queue", "end_offset", "committed_offset", "lag"])
+
+    def backlog(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Per input queue: (broker end offset, committed offset)."""
+        with self._lock:
+            self._sync_progress()
+            committed = {key: max(t.end_offset for t in tags) for key, tags in self._tags.items() if tags}
+        out = {}
+        broker = self.core.broker
+        for topic in self.core.topology.input_topics:
+            if not broker.has_topic(topic):
+                continue
+            for q, end in enumerate(broker.end_offsets(topic)):
+                out[(topic, q)] = (end, min(committed.get((topic, q), 0), end))
+        return out

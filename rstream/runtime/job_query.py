@@ -1,5 +1,5 @@
 """Driving a job's Spark query: starting it (continuously or until idle), the idle ticker, the batch
-callback, waiting, lag, stopping."""
+callback, waiting, stopping."""
 
 from __future__ import annotations
 
@@ -9,15 +9,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from rstream import progressbar
 from rstream.progressbar import NoBar, progress_bar, set_total
-from rstream.runtime.job_core import JobTimeoutError
-from rstream.runtime.job_state import StateViews
-from rstream.runtime.progress import BatchProgress
-from rstream.runtime.session import await_warm_up, warming_up
-from rstream.runtime.source import (
+from rstream.runtime.config import dump_blob, load_blob
+from rstream.runtime.job_core import JobCore
+from rstream.runtime.job_progress import ProgressLog
+from rstream.runtime.planning import (
     committed_end,
     plan_tasks,
     queue_key,
@@ -25,12 +24,15 @@ from rstream.runtime.source import (
     shuffle_ranges,
     split_queue_key,
 )
-from rstream.runtime.task import dump_blob, load_blob, run_groups
+from rstream.runtime.shuffle_share import run_groups
+from rstream.runtime.warm_up import await_warm_up, warming_up
 from rstream.settings import ConsumeFrom, JobError
 from rstream.shuffle.wire import flush_tag, send_ticks
 
-if TYPE_CHECKING:
-    from rstream.runtime.job import RocketMQStream
+
+class JobTimeoutError(JobError, TimeoutError):
+    """``run_until_idle`` ran out of time."""
+
 
 #: What Spark says when a Python process it started for a query (its streaming-source planner, or a
 #: task's worker) did not connect back within Spark's fixed 10 s, as happens on a machine under
@@ -73,23 +75,45 @@ def _session_conf(spark: Any, key: str, value: str) -> Iterator[None]:
                 spark.conf.set(key, before)
 
 
-class QueryDriver(StateViews):
-    """One Spark Structured Streaming query per run of the job; the work is in its tasks."""
+class QueryDriver:
+    """One Spark Structured Streaming query per run of the job; the work is in its tasks. Reads the
+    job's parts (``core``) and its progress (``progress_log``: what its commits say); owns the
+    query, the idle ticker and what the batch callback saw (printed lines, open windows, the last
+    input, a task's failure)."""
 
-    def _job(self) -> RocketMQStream:
-        """This job as what users hold (the facade every layer is part of)."""
-        return cast("RocketMQStream", self)
+    def __init__(self, core: JobCore, progress_log: ProgressLog, spark: Any) -> None:
+        self.core = core
+        self.progress_log = progress_log
+        self.spark = spark
+        self._query: Any = None
+        self._lock = threading.RLock()
+        self._batch_lock = threading.RLock()  # held while a batch's Spark jobs run (see ``tick``)
+        self._failure: BaseException | None = None
+        self._printed: list[str] = []
+        self._open_windows: dict[tuple[str, int], int] = {}
+        self._last_input_ms = 0
+        self._ticker: threading.Thread | None = None
+        self._ticker_stop = threading.Event()
+        self._restarts = 0  # queries restarted after Spark's Python process failed to start
+        self._query_mode = (False, False)  # the last query's (available_now, flush_at_end)
+        self._task_blob = ""  # the pickled task config of the current query (its shuffle-side jobs use it)
+        self._query_initial: dict[str, int] = {}  # the current query's initial offsets
+        self._flush_target: dict[str, int] | None = None  # an availableNow run's target, until it flushed
+
+    @property
+    def is_running(self) -> bool:
+        return self._query is not None and bool(self._query.isActive)
 
     def _initial_offsets(self) -> dict[str, int]:
         """Where a new checkpoint starts: sources at their start or end (``consume_from``), shuffle
         queues where the job's commits left them (a shuffle topic has no other writer)."""
         out = {}
-        for topic in self.topology.source_topics:
-            ends = self.broker.end_offsets(topic)
-            from_first = self.properties.consume_from is ConsumeFrom.FIRST
+        for topic in self.core.topology.source_topics:
+            ends = self.core.broker.end_offsets(topic)
+            from_first = self.core.properties.consume_from is ConsumeFrom.FIRST
             for q, end in enumerate(ends):
                 out[queue_key(topic, q)] = 0 if from_first else end
-        out.update(shuffle_positions(self.broker, self.job_id, list(self.topology.shuffle_topics)))
+        out.update(shuffle_positions(self.core.broker, self.core.job_id, list(self.core.topology.shuffle_topics)))
         return out
 
     def _checkpoint_initial(self, fresh: dict[str, int]) -> dict[str, int]:
@@ -97,37 +121,36 @@ class QueryDriver(StateViews):
         the checkpoint is new, else those it was given. Spark uses them only for a new checkpoint; the
         driver also needs them later, as the offset of a source queue that never had a commit (with
         ``consume_from="last"``, where the queue's end was when the job first started)."""
-        kept = self.job_dir / "initial-offsets.json"
-        if (self.checkpoint_dir / "offsets").is_dir() and kept.exists():
+        kept = self.core.job_dir / "initial-offsets.json"
+        if (self.core.checkpoint_dir / "offsets").is_dir() and kept.exists():
             return {**fresh, **json.loads(kept.read_text())}
         kept.write_text(json.dumps(fresh))
         return fresh
 
     def _source_options(self) -> dict[str, str]:
-        cfg = self.task_config()
-        tasks = self.properties.tasks or self.spark.sparkContext.defaultParallelism
+        topology, props = self.core.topology, self.core.properties
+        cfg = self.core.task_config()
+        tasks = props.tasks or self.spark.sparkContext.defaultParallelism
         return {
-            "job": self.job_id,
+            "job": self.core.job_id,
             "config": dump_blob(cfg),
-            "broker": dump_blob(self.broker),
-            "sourceTopics": json.dumps(self.topology.source_topics),
-            "shuffleTopics": json.dumps(list(self.topology.shuffle_topics)),
+            "broker": dump_blob(self.core.broker),
+            "sourceTopics": json.dumps(topology.source_topics),
+            "shuffleTopics": json.dumps(list(topology.shuffle_topics)),
             "initialOffsets": json.dumps(self._initial_offsets()),
             "tasks": str(tasks),
-            "maxRecordsPerQueue": str(self.properties.max_records_per_queue),
-            "shufflesInTasks": json.dumps(self.topology.shuffles_after_sources
-                                          if self.properties.shuffle_in_source_job else []),
-            "framedInTasks": json.dumps(self.topology.framed_after_sources
-                                        if self.properties.shuffle_in_source_job else []),
+            "maxRecordsPerQueue": str(props.max_records_per_queue),
+            "shufflesInTasks": json.dumps(topology.shuffles_after_sources if props.shuffle_in_source_job else []),
+            "framedInTasks": json.dumps(topology.framed_after_sources if props.shuffle_in_source_job else []),
             # the tasks send run_until_idle's idle flush when every window and join topic is theirs
-            "flushInTasks": json.dumps(self.topology.framed_topics if self.properties.shuffle_in_source_job
-                                       and self.topology.framed_by_sources else []),
+            "flushInTasks": json.dumps(topology.framed_topics if props.shuffle_in_source_job
+                                       and topology.framed_by_sources else []),
             "slots": str(self.spark.sparkContext.defaultParallelism),
         }
 
     def _start_query(self, available_now: bool, flush_at_end: bool = False) -> Any:
         await_warm_up()  # a new session's warm-up: this query then starts warm
-        self.job_dir.mkdir(parents=True, exist_ok=True)
+        self.core.job_dir.mkdir(parents=True, exist_ok=True)
         self._failure = None
         options = self._source_options()
         self._task_blob = options["config"]
@@ -135,8 +158,8 @@ class QueryDriver(StateViews):
         options["initialOffsets"] = json.dumps(self._query_initial)
         self._flush_target = None
         if available_now:
-            target = {queue_key(t, q): end for t in self.topology.source_topics
-                      for q, end in enumerate(self.broker.end_offsets(t))}
+            target = {queue_key(t, q): end for t in self.core.topology.source_topics
+                      for q, end in enumerate(self.core.broker.end_offsets(t))}
             options["target"] = json.dumps(target)
             if flush_at_end:
                 # the idle flush goes out once the batches read the sources up to the target (the
@@ -148,12 +171,12 @@ class QueryDriver(StateViews):
                     self._flush_target = target
                     options["flushAtEnd"] = "1"  # the last batch's tasks send it, or leave its windows to the driver
         if not available_now:
-            options["waitMs"] = str(self.properties.trigger_interval_ms)
+            options["waitMs"] = str(self.core.properties.trigger_interval_ms)
         df = self.spark.readStream.format("rstream").options(**options).load()
         writer = (
             df.writeStream.foreachBatch(self._on_batch)
-            .option("checkpointLocation", str(self.checkpoint_dir))
-            .queryName(f"rstream-{self.job_id}")
+            .option("checkpointLocation", str(self.core.checkpoint_dir))
+            .queryName(f"rstream-{self.core.job_id}")
         )
         if available_now:
             self._query = writer.trigger(availableNow=True).start()
@@ -168,23 +191,22 @@ class QueryDriver(StateViews):
         self._query_mode = (available_now, flush_at_end)
         return self._query
 
-    def start(self) -> RocketMQStream:
+    def start(self) -> None:
         """Start processing continuously, in the background; returns at once."""
         if self.is_running:
-            return self._job()
+            return
         query = self._start_query(available_now=False)
-        if self.topology.framed_topics:
+        if self.core.topology.framed_topics:
             self._ticker_stop = threading.Event()
             self._ticker = threading.Thread(target=self._tick_while_running, args=(query, self._ticker_stop),
-                                            name=f"rstream-ticker-{self.job_id}", daemon=True)
+                                            name=f"rstream-ticker-{self.core.job_id}", daemon=True)
             self._ticker.start()
-        return self._job()
 
     def _tick_while_running(self, query: Any, stop: threading.Event) -> None:
         """While windows are open and no input came for half the idle timeout, send idle ticks, so
         the operators notice idleness and a quiet stream's last windows fire. Ends when ``stop()``
         says so, or when the query ended otherwise (``stop_spark()`` stops queries itself)."""
-        period = max(self.properties.idle_timeout_ms / 2, 100) / 1000
+        period = max(self.core.properties.idle_timeout_ms / 2, 100) / 1000
         while not stop.wait(period):
             try:
                 if not query.isActive:
@@ -194,7 +216,7 @@ class QueryDriver(StateViews):
             with self._lock:  # the batch callback updates both on another thread
                 open_now = sum(self._open_windows.values())
                 quiet_ms = time.time_ns() // 1_000_000 - self._last_input_ms
-            if open_now and quiet_ms >= self.properties.idle_timeout_ms / 2:
+            if open_now and quiet_ms >= self.core.properties.idle_timeout_ms / 2:
                 try:
                     self.tick()
                 except Exception as exc:  # the broker went away: the query will fail and say why
@@ -202,7 +224,7 @@ class QueryDriver(StateViews):
                     return
 
     def run_until_idle(self, timeout: float | None = 600, fire_idle: bool = True,
-                       progress: bool = True) -> RocketMQStream:
+                       progress: bool = True) -> None:
         """Process until every input and shuffle queue is drained, then return (the query started
         by ``start()`` keeps running; otherwise the run stops by itself). Raises the job's error
         if it failed, ``JobTimeoutError`` after ``timeout`` seconds.
@@ -214,9 +236,9 @@ class QueryDriver(StateViews):
         A run longer than half a second shows a progress bar: records processed, and the queues
         with the most records left (``progress=False``: none)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        flush = fire_idle and bool(self.topology.framed_topics)
-        with progress_bar(None, f"{self.job_id}: run until idle", enabled=progress) as bar:
-            watch = _BacklogBar(self._job(), bar)
+        flush = fire_idle and bool(self.core.topology.framed_topics)
+        with progress_bar(None, f"{self.core.job_id}: run until idle", enabled=progress) as bar:
+            watch = _BacklogBar(self.core, self.progress_log, bar)
             watch.update(final=True)  # what is left before the first batch: a run may end within 0.25 s
             waited = _await_warm_up(bar, deadline)
             if waited is not None:
@@ -229,51 +251,25 @@ class QueryDriver(StateViews):
             else:  # the source sends the flush tick itself
                 self._drain(deadline, timeout, flush_at_end=flush, watch=watch)
             watch.update(final=True)
-        return self._job()
 
-    def lag(self) -> Any:
-        """Per input queue (sources, then shuffle topics): its end offset, the offset up to which this
-        job has committed, and the records left to read (``lag``), as a DataFrame."""
-        import pandas as pd
-
-        rows = [{"topic": t, "queue": q, "end_offset": end, "committed_offset": done, "lag": end - done}
-                for (t, q), (end, done) in self._backlog().items()]
-        return pd.DataFrame(rows, columns=["topic", "queue", "end_offset", "committed_offset", "lag"])
-
-    def _backlog(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """Per input queue: (broker end offset, committed offset)."""
-        with self._lock:
-            self._sync_progress()
-            committed = {key: max(t.end_offset for t in tags) for key, tags in self._tags.items() if tags}
-        out = {}
-        for topic in self.topology.input_topics:
-            if not self.broker.has_topic(topic):
-                continue
-            for q, end in enumerate(self.broker.end_offsets(topic)):
-                out[(topic, q)] = (end, min(committed.get((topic, q), 0), end))
-        return out
-
-    def wait_for(self, condition: Callable[[RocketMQStream], bool], timeout: float = 120,
-                 what: str = "the condition") -> RocketMQStream:
-        """Wait until ``condition(job)`` holds (checked after every commit of the job, and a few times
-        a second), so a notebook waits on the job's own state, never on the wall clock. Raises the
-        job's error if it failed, ``JobTimeoutError`` naming ``what`` after ``timeout`` seconds."""
+    def wait_for(self, condition: Callable[[], bool], timeout: float = 120, what: str = "the condition") -> None:
+        """Wait until ``condition()`` holds (checked a few times a second). Raises the job's error if
+        it failed, ``JobTimeoutError`` naming ``what`` after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        while not condition(self._job()):
+        while not condition():
             self._check_failure()
             if time.monotonic() > deadline:
-                raise JobTimeoutError(f"job {self.job_id!r}: {what} did not hold within {timeout} s")
+                raise JobTimeoutError(f"job {self.core.job_id!r}: {what} did not hold within {timeout} s")
             time.sleep(0.1)
-        return self._job()
 
     def tick(self, flush: bool = False) -> None:
         """Send an idle tick to every queue of the job's window and join topics, so their operators
         check idleness (with ``flush``: treat every source as idle now) even when no data comes.
         Never while a batch's Spark jobs run (it waits for them): a batch's source tasks plan the
         window queues' ranges they run from where those queues end, each on its own, so the ends
-        must hold still (``rstream.runtime.task.run_with_share``)."""
+        must hold still (``rstream.runtime.shuffle_share.run_with_share``)."""
         with self._batch_lock:
-            send_ticks(self.broker, self.topology.framed_topics, flush)
+            send_ticks(self.core.broker, self.core.topology.framed_topics, flush)
 
     def _drain(self, deadline: float | None, timeout: float | None, flush_at_end: bool = False,
                watch: _BacklogBar | None = None) -> None:
@@ -281,7 +277,7 @@ class QueryDriver(StateViews):
             while not self._drained():
                 self._check_failure()
                 if deadline is not None and time.monotonic() > deadline:
-                    raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s")
+                    raise JobTimeoutError(f"job {self.core.job_id!r} was not idle after {timeout} s")
                 if watch is not None:
                     watch.update()
                 time.sleep(0.05)
@@ -304,7 +300,7 @@ class QueryDriver(StateViews):
                 break
             if deadline is not None and time.monotonic() > deadline:
                 query.stop()
-                raise JobTimeoutError(f"job {self.job_id!r} was not idle after {timeout} s; it was stopped")
+                raise JobTimeoutError(f"job {self.core.job_id!r} was not idle after {timeout} s; it was stopped")
             if watch is not None:
                 watch.update()
         return self._restarted(query)
@@ -328,8 +324,8 @@ class QueryDriver(StateViews):
             end = json.loads(end)
         if not end:
             return False
-        for topic in self.topology.source_topics:
-            for q, broker_end in enumerate(self.broker.end_offsets(topic)):
+        for topic in self.core.topology.source_topics:
+            for q, broker_end in enumerate(self.core.broker.end_offsets(topic)):
                 if int(end.get(queue_key(topic, q), -1)) < broker_end:
                     return False
         if self._pending_shuffles():
@@ -349,7 +345,7 @@ class QueryDriver(StateViews):
             return
         exc = query.exception()
         if exc is not None:
-            raise JobError(f"job {self.job_id!r} failed: {exc}")
+            raise JobError(f"job {self.core.job_id!r} failed: {exc}")
 
     def _restarted(self, query: Any) -> bool:
         """If ``query`` (this job's current one) died because a Python process Spark started for it did
@@ -361,7 +357,7 @@ class QueryDriver(StateViews):
         if exc is None or not any(text in str(exc) for text in _WORKER_START_FAILURES):
             return False
         self._restarts += 1
-        print(f"rstream: job {self.job_id!r}: a Python process Spark started did not connect back in time "
+        print(f"rstream: job {self.core.job_id!r}: a Python process Spark started did not connect back in time "
               f"(a busy machine); restarting the query from its checkpoint ({self._restarts} of {MAX_RESTARTS})")
         available_now, flush_at_end = self._query_mode
         if available_now:
@@ -375,25 +371,19 @@ class QueryDriver(StateViews):
         with self._batch_lock:  # no idle tick from another thread while the batch's jobs run
             infos = [json.loads(row["info"]) for row in df.collect()]
             self._raise_fatal(infos, batch_id)
-            if self.topology.shuffle_topics:
+            if self.core.topology.shuffle_topics:
                 infos += self._run_shuffles(batch_id)
         printed = [line for info in infos for line in info.get("printed", [])]
+        progress = self.progress_log.ran(batch_id)
         with self._lock:
-            self._sync_progress()
-            self._mine.add(batch_id)
-            progress = self._batches.get(batch_id) or BatchProgress.of(batch_id, [])
             self._printed.extend(printed)
             for q in progress.queues:
-                if q.topic in self.topology.source_topics and q.records_in:
+                if q.topic in self.core.topology.source_topics and q.records_in:
                     self._last_input_ms = time.time_ns() // 1_000_000
-                if q.topic in self.topology.framed_topics:
+                if q.topic in self.core.topology.framed_topics:
                     self._open_windows[(q.topic, q.queue)] = sum(
                         op.windows_open for op in q.operators.values())
-        for listener in list(self._listeners):
-            try:
-                listener(progress)
-            except Exception as exc:  # a broken display must not stop the job
-                print(f"rstream: progress listener {listener!r} failed: {exc}")
+        self.progress_log.notify(progress)
 
     def _raise_fatal(self, infos: list[dict[str, Any]], batch_id: int) -> None:
         """Fail the batch if a task reported a fatal error (its exception is what the job raises)."""
@@ -404,12 +394,12 @@ class QueryDriver(StateViews):
             self._failure = load_blob(fatal["fatal"])
         except Exception:
             self._failure = JobError(fatal["message"])
-        raise JobError(f"batch {batch_id} of job {self.job_id!r} failed: {fatal['message']}")
+        raise JobError(f"batch {batch_id} of job {self.core.job_id!r} failed: {fatal['message']}")
 
     def _run_shuffles(self, batch_id: int) -> list[dict[str, Any]]:
         """The shuffle side of batch ``batch_id``, in the same trigger: what its source tasks (or the
         shuffle ranges before) wrote to shuffle queues and did not run themselves (see
-        ``rstream.runtime.task.run_with_share``), run as one more Spark job of the batch, until
+        ``rstream.runtime.shuffle_share.run_with_share``), run as one more Spark job of the batch, until
         no shuffle queue has anything uncommitted (a chain of shuffles takes one job per step; after
         one job per shuffle topic and one more, what is left is the next batch's).
         Returns the ranges' metrics. Its ranges are tagged with this batch, so a rerun of the batch
@@ -419,11 +409,11 @@ class QueryDriver(StateViews):
         target, unless that batch's source tasks sent it (``flush_tag``): at once if every window and
         join topic is fed by sources only (the ticks then follow their last records), else once the
         shuffle queues are drained."""
-        tasks = self.properties.tasks or self.spark.sparkContext.defaultParallelism
+        tasks = self.core.properties.tasks or self.spark.sparkContext.defaultParallelism
         infos: list[dict[str, Any]] = []
         # one job per step of the longest chain of shuffles, and one for the flush: what is left after
         # that (an idle tick a started job's ticker sent meanwhile) is the next batch's, so a batch ends
-        for _step in range(len(self.topology.shuffle_topics) + 1):
+        for _step in range(len(self.core.topology.shuffle_topics) + 1):
             ranges = self._flush_if_due(self._pending_shuffles(batch_id), batch_id)
             if not ranges:
                 return infos
@@ -440,22 +430,24 @@ class QueryDriver(StateViews):
     def _flush_if_due(self, ranges: list[list[Any]], batch_id: int) -> list[list[Any]]:
         """Send ``run_until_idle``'s idle flush if it is due now (see ``_run_shuffles``); the shuffle
         ranges pending after it."""
-        if (self._flush_target is None or not (self.topology.framed_by_sources or not ranges)
+        if (self._flush_target is None or not (self.core.topology.framed_by_sources or not ranges)
                 or not self._sources_read(self._flush_target)):
             return ranges
         self._flush_target = None
         with self._batch_lock:  # (its own: held by this batch) nothing is sent if the tasks sent it
-            send_ticks(self.broker, self.topology.framed_topics, flush=True, once=flush_tag(self.job_id, batch_id))
+            send_ticks(self.core.broker, self.core.topology.framed_topics, flush=True,
+                       once=flush_tag(self.core.job_id, batch_id))
         return self._pending_shuffles(batch_id)
 
     def _pending_shuffles(self, batch_id: int = -1) -> list[list[Any]]:
         """The uncommitted ranges of the shuffle queues, at most ``max_records_per_queue`` each."""
-        return shuffle_ranges(self.broker, self.job_id, list(self.topology.shuffle_topics),
-                              self.properties.max_records_per_queue, batch_id)
+        return shuffle_ranges(self.core.broker, self.core.job_id, list(self.core.topology.shuffle_topics),
+                              self.core.properties.max_records_per_queue, batch_id)
 
     def _sources_read(self, target: dict[str, int]) -> bool:
         """Whether every source queue is committed up to ``target`` (an availableNow run's end)."""
-        return all(committed_end(self.broker, self.job_id, *split_queue_key(key), self._query_initial.get(key, 0)) >= end
+        broker, job = self.core.broker, self.core.job_id
+        return all(committed_end(broker, job, *split_queue_key(key), self._query_initial.get(key, 0)) >= end
                    for key, end in target.items())
 
     def _flush_printed(self) -> None:
@@ -493,9 +485,9 @@ class _BacklogBar:
     """Feeds a progress bar with a job's backlog: records committed since the bar began, out of
     those plus the records still left, and the queues with the most left."""
 
-    def __init__(self, job: RocketMQStream, bar: Any) -> None:
-        self.job, self.bar = job, bar
-        self.start = {k: done for k, (_end, done) in job._backlog().items()}
+    def __init__(self, core: JobCore, progress_log: ProgressLog, bar: Any) -> None:
+        self.core, self.progress_log, self.bar = core, progress_log, bar
+        self.start = {k: done for k, (_end, done) in progress_log.backlog().items()}
         self.shown = 0.0
         #: said after what is left, e.g. how long the run waited for the session's warm-up
         self.note = ""
@@ -504,7 +496,7 @@ class _BacklogBar:
         if isinstance(self.bar, NoBar) or (not final and time.monotonic() - self.shown < 0.2):
             return
         self.shown = time.monotonic()
-        backlog = self.job._backlog()
+        backlog = self.progress_log.backlog()
         done = sum(committed - self.start.get(k, 0) for k, (_end, committed) in backlog.items())
         left = {k: end - committed for k, (end, committed) in backlog.items() if end > committed}
         set_total(self.bar, done + sum(left.values()))
@@ -515,6 +507,6 @@ class _BacklogBar:
 
     def _short(self, topic: str) -> str:
         """``COUNT-4 shuffle`` for ``<job>-ROCKETMQ-COUNT-4-shuffleTopic``: bars are one line."""
-        if topic in self.job.topology.shuffle_topics:
-            return topic.removeprefix(f"{self.job.job_id}-ROCKETMQ-").removesuffix("-shuffleTopic") + " shuffle"
+        if topic in self.core.topology.shuffle_topics:
+            return topic.removeprefix(f"{self.core.job_id}-ROCKETMQ-").removesuffix("-shuffleTopic") + " shuffle"
         return topic

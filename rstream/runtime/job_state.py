@@ -1,24 +1,33 @@
 """A job's state: the local stores, the state at a past batch and diffs (read from the state topics),
-traces, replay, and deleting or resetting what the job keeps."""
+replay, and deleting or resetting what the job keeps."""
 
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from rstream.progressbar import progress_bar
-from rstream.runtime.job_progress import ProgressViews
-
-if TYPE_CHECKING:
-    from rstream.runtime.job import RocketMQStream
-from rstream.runtime.task import state_folder
+from rstream.runtime.config import state_folder
+from rstream.runtime.job_core import JobCore
+from rstream.runtime.job_progress import ProgressLog
 from rstream.settings import JobError
 from rstream.state.store import StateError, StateStore, decode_state_message, is_bookkeeping
 
 
-class StateViews(ProgressViews):
-    """State inspection and the operations on a job's stored state."""
+class StateHistory:
+    """State inspection and the operations on a job's stored state. Reads the job's parts
+    (``core``) and its commit tags (``progress_log``: where each batch left a state topic); owns a cache
+    of the state at past batches. ``is_running`` says whether the job's query runs (the operations
+    that write the stores refuse to while it does)."""
+
+    def __init__(self, core: JobCore, progress_log: ProgressLog, is_running: Callable[[], bool]) -> None:
+        self.core = core
+        self.progress_log = progress_log
+        self.is_running = is_running
+        self._lock = threading.RLock()
+        self._state_cache: dict[tuple[str, int, int, int], dict[bytes, tuple[str, Any, Any]]] = {}
 
     def state(self, operator: str | None = None, batch: int | None = None) -> Any:
         """The state as a DataFrame: one row per key, with its operator and queue.
@@ -31,8 +40,8 @@ class StateViews(ProgressViews):
 
         rows = []
         if batch is None:
-            for topic in self.topology.state_topics:
-                for q in range(self.broker.topic(topic).queues):
+            for topic in self.core.topology.state_topics:
+                for q in range(self.core.broker.topic(topic).queues):
                     store = self._local_store(topic, q)
                     if store is None:
                         continue
@@ -55,12 +64,12 @@ class StateViews(ProgressViews):
         import pandas as pd
 
         rows = []
-        for topic, state_topic in self.topology.state_topics.items():
-            for folder in sorted(self.state_dir.glob(f"*/{topic}/*")):
+        for topic, state_topic in self.core.topology.state_topics.items():
+            for folder in sorted(self.core.state_dir.glob(f"*/{topic}/*")):
                 if not (folder / "CURRENT").exists() or not folder.name.isdigit():
                     continue
                 q = int(folder.name)
-                last = self.broker.last_commit(self.job_id, topic, q)
+                last = self.core.broker.last_commit(self.core.job_id, topic, q)
                 store = StateStore(folder, state_topic, q).open(read_only=True)
                 try:
                     rows.append({"executor": folder.parent.parent.name, "topic": topic, "queue": q,
@@ -73,12 +82,12 @@ class StateViews(ProgressViews):
     def _local_store(self, topic: str, queue: int) -> StateStore | None:
         """The local copy of a queue's state to read (opened read-only): the one that reflects the last
         committed batch, else the most advanced one; None when no executor has one."""
-        last = self.broker.last_commit(self.job_id, topic, queue)
+        last = self.core.broker.last_commit(self.core.job_id, topic, queue)
         best: tuple[int, StateStore] | None = None
-        for folder in sorted(self.state_dir.glob(f"*/{topic}/{queue}")):
+        for folder in sorted(self.core.state_dir.glob(f"*/{topic}/{queue}")):
             if not (folder / "CURRENT").exists():
                 continue
-            store = StateStore(folder, self.topology.state_topics[topic], queue).open(read_only=True)
+            store = StateStore(folder, self.core.topology.state_topics[topic], queue).open(read_only=True)
             applied = store.applied_offset if store.applied_offset is not None else -1
             rank = 2**62 if last is not None and applied == last.end_offset else applied
             if best is None or rank > best[0]:
@@ -98,9 +107,9 @@ class StateViews(ProgressViews):
         import pandas as pd
 
         if to_batch is None:
-            history = self.history()
+            history = self.progress_log.history()
             if not history:
-                raise JobError(f"job {self.job_id!r} has not committed a batch yet")
+                raise JobError(f"job {self.core.job_id!r} has not committed a batch yet")
             to_batch = history[-1].batch_id
         before, after = self._state_at(from_batch), self._state_at(to_batch)
         rows = []
@@ -113,29 +122,19 @@ class StateViews(ProgressViews):
             if old is not None and new is not None and old[2] == new[2]:
                 continue
             change = "added" if old is None else "deleted" if new is None else "changed"
-            op, key, _ = new if new is not None else old  # type: ignore[misc]
+            entry = new if new is not None else old
+            assert entry is not None  # a key in neither would not be here
+            op, key, _ = entry
             rows.append({"operator": op, "queue": ident[0], "key": key, "change": change,
                          "before": None if old is None else old[2], "after": None if new is None else new[2]})
         # object columns: a missing side stays None (pandas would turn it into NaN next to numbers)
         return pd.DataFrame(rows, columns=["operator", "queue", "key", "change", "before", "after"], dtype=object)
 
-    def trace(self, topic: str, queue: int, offset: int) -> Any:
-        """Where the record at ``topic``/``queue``/``offset`` (a source or shuffle topic of this job) went
-        through the real topology: the shuffle records it became, the state it changed (before and
-        after), every sink message, late record or dead letter it caused, and the window results it
-        ended up in. A ``RecordTrace`` (``to_pandas()``; in a notebook, a table and the real topology
-        with the path highlighted). Re-executes the committed ranges involved; writes nothing."""
-        from rstream.runtime.trace import trace
-
-        return trace(cast("RocketMQStream", self), topic, queue, offset)
-
     def state_end(self, topic: str, queue: int, batch: int) -> int:
         """The offset of ``topic``'s state topic, queue ``queue``, right after batch ``batch``: its
         messages below it are the state then (0: no state yet)."""
-        state_topic = self.topology.state_topics[topic]
-        with self._lock:
-            self._sync_progress()
-            tags = list(self._tags.get((topic, queue), []))
+        state_topic = self.core.topology.state_topics[topic]
+        tags = self.progress_log.queue_tags(topic, queue)
         end = 0
         for tag in tags:
             rng = tag.output_range(state_topic, queue)
@@ -145,17 +144,17 @@ class StateViews(ProgressViews):
 
     def _state_at(self, batch: int) -> dict[tuple[int, bytes], tuple[str, Any, Any]]:
         """Per (queue, state key bytes): ``(operator, key, value)`` right after batch ``batch``."""
-        history = [p.batch_id for p in self.history()]
+        history = [p.batch_id for p in self.progress_log.history()]
         if not isinstance(batch, int) or isinstance(batch, bool):
             raise JobError(f"batch must be a batch id (an int), got {batch!r}")
         if batch >= 0 and batch not in history:
             known = f"batches {history[0]}..{history[-1]}" if history else "no batch yet"
-            raise JobError(f"job {self.job_id!r} has no committed batch {batch}; it has {known}")
+            raise JobError(f"job {self.core.job_id!r} has no committed batch {batch}; it has {known}")
         out: dict[tuple[int, bytes], tuple[str, Any, Any]] = {}
-        for topic, state_topic in self.topology.state_topics.items():
-            if not self.broker.has_topic(state_topic):
+        for topic, state_topic in self.core.topology.state_topics.items():
+            if not self.core.broker.has_topic(state_topic):
                 continue
-            for q in range(self.broker.topic(state_topic).queues):
+            for q in range(self.core.broker.topic(state_topic).queues):
                 end = self.state_end(topic, q, batch) if batch >= 0 else 0
                 for kb, entry in self._state_topic_at(topic, state_topic, q, end, batch).items():
                     out[(q, kb)] = entry
@@ -165,9 +164,9 @@ class StateViews(ProgressViews):
                         batch: int) -> dict[bytes, tuple[str, Any, Any]]:
         if end == 0:
             return {}
-        compacted = self.broker.compacted_below(state_topic, queue)
+        compacted = self.core.broker.compacted_below(state_topic, queue)
         if end < compacted:
-            readable = [b.batch_id for b in self.history() if self.state_end(topic, queue, b.batch_id) >= compacted]
+            readable = [b.batch_id for b in self.progress_log.history() if self.state_end(topic, queue, b.batch_id) >= compacted]
             since = f"batch {readable[0]} on" if readable else "no batch"
             raise StateError(
                 f"the state after batch {batch} is gone: {state_topic} queue {queue} was compacted up to offset "
@@ -178,11 +177,11 @@ class StateViews(ProgressViews):
         if cached is not None:
             return cached
         entries: dict[bytes, tuple[str, Any, Any]] = {}
-        for rec in self.broker.read_latest(state_topic, queue, end).values():
+        for rec in self.core.broker.read_latest(state_topic, queue, end).values():
             decoded = decode_state_message(rec[1], rec[3])
             if decoded is not None:
                 entries[decoded[0]] = decoded[1:]
-        if self.broker.compacted_below(state_topic, queue) > end:
+        if self.core.broker.compacted_below(state_topic, queue) > end:
             # compacted while it was read (the broker compacts on its own): ask again, which raises
             return self._state_topic_at(topic, state_topic, queue, end, batch)
         with self._lock:
@@ -202,23 +201,23 @@ class StateViews(ProgressViews):
         each queue (a notebook view uses it)."""
         import pandas as pd
 
-        if self.is_running:
+        if self.is_running():
             raise JobError("stop the job before replaying its state here (its tasks hold the stores)")
-        queues = [(topic, state_topic, q) for topic, state_topic in self.topology.state_topics.items()
-                  if self.broker.has_topic(topic) for q in range(self.broker.topic(topic).queues)]
+        queues = [(topic, state_topic, q) for topic, state_topic in self.core.topology.state_topics.items()
+                  if self.core.broker.has_topic(topic) for q in range(self.core.broker.topic(topic).queues)]
         sizes = {}
         for topic, state_topic, q in queues:
-            sizes[(topic, q)] = self.broker.end_offsets(state_topic)[q] if self.broker.has_topic(state_topic) else 0
+            sizes[(topic, q)] = self.core.broker.end_offsets(state_topic)[q] if self.core.broker.has_topic(state_topic) else 0
         total, done = sum(sizes.values()), 0
         rows = []
-        with progress_bar(total, f"{self.job_id}: replay state", unit="messages", enabled=progress) as bar:
+        with progress_bar(total, f"{self.core.job_id}: replay state", unit="messages", enabled=progress) as bar:
             for topic, state_topic, q in queues:
-                last = self.broker.last_commit(self.job_id, topic, q)
+                last = self.core.broker.last_commit(self.core.job_id, topic, q)
                 committed = None if last is None else last.end_offset
-                store = StateStore(state_folder(self.state_dir, topic, q), state_topic, q).open()
+                store = StateStore(state_folder(self.core.state_dir, topic, q), state_topic, q).open()
                 try:
                     stale = store.applied_offset != committed
-                    replayed = store.replay(self.broker, committed) if stale else 0
+                    replayed = store.replay(self.core.broker, committed) if stale else 0
                     row = {"topic": topic, "queue": q, "committed_offset": committed, "replayed": stale,
                            "replayed_keys": replayed, "state_keys": store.key_count}
                 finally:
@@ -234,26 +233,23 @@ class StateViews(ProgressViews):
     def delete_local_state(self) -> None:
         """Delete every local RocksDB folder of this job; the next batch replays them from the
         state topics (what losing an executor does)."""
-        if self.is_running:
+        if self.is_running():
             raise JobError("stop the job before deleting its local state")
-        shutil.rmtree(self.state_dir, ignore_errors=True)
+        shutil.rmtree(self.core.state_dir, ignore_errors=True)
 
     def reset(self) -> None:
         """Forget everything this job did: checkpoint, local state, commit tags, and its shuffle and
         state topics. Source and sink topics stay."""
-        if self.is_running:
+        if self.is_running():
             raise JobError("stop the job before resetting it")
-        shutil.rmtree(self.job_dir, ignore_errors=True)
-        delete_commits = getattr(self.broker, "delete_commits", None)
+        shutil.rmtree(self.core.job_dir, ignore_errors=True)
+        delete_commits = getattr(self.core.broker, "delete_commits", None)
         if delete_commits is not None:
-            delete_commits(self.job_id)
-        for topic in [*self.topology.shuffle_topics, *self.topology.state_topics.values(), self.late_topic,
-                      self.dlq_topic]:
-            if self.broker.has_topic(topic):
-                self.broker.delete_topic(topic)
+            delete_commits(self.core.job_id)
+        for topic in [*self.core.topology.shuffle_topics, *self.core.topology.state_topics.values(), self.core.late_topic,
+                      self.core.dlq_topic]:
+            if self.core.broker.has_topic(topic):
+                self.core.broker.delete_topic(topic)
+        self.progress_log.forget()
         with self._lock:
-            self._tags.clear()
             self._state_cache.clear()
-            self._queues.clear()
-            self._batches.clear()
-            self._mine.clear()

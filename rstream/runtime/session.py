@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from pathlib import Path
 from typing import Any
+
+from rstream.runtime.warm_up import WARM_UP_TIMEOUT_S, await_warm_up, begin_warm_up
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 _REGISTERED: set[int] = set()
@@ -146,9 +147,6 @@ def _launch_jvm(options: dict[str, str], log: Path) -> None:
     SparkContext._ensure_initialized(gateway=gateway)
 
 
-_WARM_UP: threading.Thread | None = None
-
-
 def _start_warm_up(spark: Any, folder: Path) -> None:
     """In the background, while the notebook is read: run a small rstream job of its own to its end
     (``_warm_up_job``), then an RDD job, so that a new session's first query finds the JVM's
@@ -156,7 +154,6 @@ def _start_warm_up(spark: Any, folder: Path) -> None:
     batch's shuffle side forked, and the data source looked up. A first query without it took 5.5 s
     where later ones take 0.4 s; started while the warm-up still runs, it waits for it
     (``await_warm_up``): both at once would share the cores, and the first would still find Spark cold."""
-    global _WARM_UP
 
     def run() -> None:
         try:
@@ -166,12 +163,8 @@ def _start_warm_up(spark: Any, folder: Path) -> None:
         except Exception:  # the session stopped meanwhile: nothing to warm
             pass
 
-    _WARM_UP = threading.Thread(target=run, name="rstream-warm-up", daemon=True)
-    _WARM_UP.start()
+    begin_warm_up(run)
 
-
-#: How long the warm-up job may run, and a query waits for it (s): a cold start takes 6 s here (2 cores).
-WARM_UP_TIMEOUT_S = 120.0
 
 #: The job id of the session's warm-up job (its topics and folders are its own, deleted after it).
 WARM_UP_JOB = "rstream-warm-up"
@@ -187,7 +180,9 @@ def _warm_up_job(spark: Any, folder: Path) -> None:
 
     from rstream.broker.embedded import EmbeddedBroker
     from rstream.dsl import StreamBuilder
-    from rstream.runtime.job import RocketMQStream
+    from rstream.runtime.job_core import JobCore
+    from rstream.runtime.job_progress import ProgressLog
+    from rstream.runtime.job_query import QueryDriver
     from rstream.serde import TextDeserializer, TextSerializer
 
     root = Path(tempfile.mkdtemp(prefix="warm-up-", dir=folder))
@@ -199,26 +194,10 @@ def _warm_up_job(spark: Any, folder: Path) -> None:
         builder = StreamBuilder(WARM_UP_JOB, shuffle_queues=2)
         (builder.source("sentences", TextDeserializer()).flat_map(str.split).key_by(_identity).count()
          .to_rstream().sink("counts", TextSerializer(with_key=True)))
-        job = RocketMQStream(builder.build(), {"data_dir": str(root)}, broker=broker, spark=spark)
-        job.run_until_idle(timeout=WARM_UP_TIMEOUT_S, progress=False)
+        core = JobCore.of(builder.build(), {"data_dir": str(root)}, broker)  # a job's parts: no facade needed
+        QueryDriver(core, ProgressLog(core), spark).run_until_idle(timeout=WARM_UP_TIMEOUT_S, progress=False)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-def await_warm_up(timeout: float = WARM_UP_TIMEOUT_S) -> None:
-    """Wait until the session's warm-up (``_start_warm_up``) has ended, if it runs. A query started
-    in the meantime would find Spark as cold, and a new session's first two queries started at once
-    can fail in Spark (a task that cannot be deserialized: ``java.io.OptionalDataException``, seen
-    on this machine). Not from the warm-up's own thread."""
-    warm_up = _WARM_UP
-    if warm_up is not None and warm_up is not threading.current_thread():
-        warm_up.join(timeout)
-
-
-def warming_up() -> bool:
-    """Whether the session's warm-up still runs: a query started now waits for it (``await_warm_up``)."""
-    warm_up = _WARM_UP
-    return warm_up is not None and warm_up.is_alive() and warm_up is not threading.current_thread()
 
 
 def _identity(x: Any) -> Any:

@@ -9,13 +9,13 @@ unfinished batch with the logged offsets after a restart. Every
 range a task processes therefore knows its batch, and the batch is committed with its writes.
 
 ``initialOffset``, ``latestOffset`` and ``partitions`` run in a Python process of their own that the
-JVM starts; ``read`` runs in the Spark task and does the work (``rstream.runtime.task``), yielding
+JVM starts; ``read`` runs in the Spark task and does the work (``rstream.runtime.shuffle_share``), yielding
 one small metrics row per queue range.
 
 Shuffle queues are drained in the same trigger: what a batch's source tasks wrote to them is counted
 before the batch ends, instead of one whole trigger later. A shuffle topic that only source pipelines
 write is run by the source job's own tasks, once all of the batch's source ranges are committed
-(``rstream.runtime.task.run_with_share``), a window or join topic but in the batch that the idle flush
+(``rstream.runtime.shuffle_share.run_with_share``), a window or join topic but in the batch that the idle flush
 of ``run_until_idle`` follows; what is left, and every other shuffle topic, the driver runs as a
 second Spark job of the batch (``QueryDriver._run_shuffles``). Such a
 range is committed with its tag like any other, and the tag is what says how far a shuffle queue is
@@ -34,6 +34,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from rstream.runtime.planning import committed_end, plan_tasks, queue_key, split_queue_key
+
 SCHEMA = "topic string, queue int, start long, end long, info string"
 
 
@@ -42,15 +44,6 @@ BATCH_KEY = "batch"
 
 #: How often a started job's idle ``latestOffset`` looks at the broker while it waits for input (s).
 WATCH_S = 0.005
-
-
-def queue_key(topic: str, queue: int) -> str:
-    return f"{topic}/{queue}"
-
-
-def split_queue_key(key: str) -> tuple[str, int]:
-    topic, _, queue = key.rpartition("/")
-    return topic, int(queue)
 
 
 def queue_offsets(offsets: dict[str, int]) -> dict[str, int]:
@@ -103,7 +96,7 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def broker(self) -> Any:
         if self._broker is None:
-            from rstream.runtime.task import load_blob
+            from rstream.runtime.config import load_blob
 
             self._broker = load_blob(self.options["broker"])
         return self._broker
@@ -211,49 +204,10 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.flush_at_end and target is not None and all(end.get(k, 0) >= v for k, v in target.items())
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, int, str]]:
-        from rstream.runtime.task import run_with_share
+        from rstream.runtime.shuffle_share import run_with_share
 
         ranges, share = partition.value
         yield from run_with_share(self.options["config"], ranges, share)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the tagged appends are the commit; Spark calls this late, if at all."""
-
-
-def committed_end(broker: Any, job: str, topic: str, queue: int, default: int) -> int:
-    """The end offset of ``job``'s last commit on an input queue; ``default`` if it has none."""
-    last = broker.last_commit(job, topic, queue)
-    return default if last is None else int(last.end_offset)
-
-
-def shuffle_positions(broker: Any, job: str, topics: Sequence[str]) -> dict[str, int]:
-    """Per queue of ``topics`` (a job's shuffle topics), where its next range starts: its last
-    commit's end, or 0 (a shuffle topic has no other writer than its job, and ``reset()`` deletes it)."""
-    return {queue_key(topic, q): committed_end(broker, job, topic, q, 0)
-            for topic in topics for q in range(len(broker.end_offsets(topic)))}
-
-
-def shuffle_ranges(broker: Any, job: str, topics: Sequence[str], max_per_queue: int,
-                   batch: int) -> list[list[Any]]:
-    """The ranges ``[topic, queue, start, end, batch]`` of ``topics`` (a job's shuffle topics) not
-    committed yet, from where ``shuffle_positions`` says they start, at most ``max_per_queue``
-    records each."""
-    ranges = []
-    for topic in topics:
-        for q, end in enumerate(broker.end_offsets(topic)):  # each topic's ends read once
-            begin = committed_end(broker, job, topic, q, 0)
-            if end > begin:
-                ranges.append([topic, q, begin, min(end, begin + max_per_queue), batch])
-    return ranges
-
-
-def plan_tasks(ranges: list[list[Any]], tasks: int) -> list[list[list[Any]]]:
-    """Spread queue ranges over at most ``tasks`` Spark tasks, biggest first onto the least loaded,
-    so one task per core runs several queues in turn."""
-    bins: list[list[list[Any]]] = [[] for _ in range(min(tasks, len(ranges)))]
-    loads = [0] * len(bins)
-    for rng in sorted(ranges, key=lambda r: (-(r[3] - r[2]), r[0], r[1])):
-        i = loads.index(min(loads))
-        bins[i].append(rng)
-        loads[i] += rng[3] - rng[2]
-    return [b for b in bins if b]

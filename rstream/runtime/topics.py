@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rstream.broker.base import Broker
 from rstream.graph.topology import Topology
-from rstream.runtime.task import TaskConfig
+from rstream.runtime.config import TaskConfig
 from rstream.settings import JobProperties
 
 

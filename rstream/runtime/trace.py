@@ -27,7 +27,8 @@ from rstream.graph.topology import short_topic_name
 from rstream.processors.base import Forward, Processor
 from rstream.processors.join import JoinProcessor
 from rstream.processors.window import WindowedOperator
-from rstream.runtime.task import QueueRun, TaskConfig
+from rstream.runtime.config import TaskConfig
+from rstream.runtime.queue_run import QueueRun
 from rstream.runtime.topic_decoder import DLQ, LATE, SHUFFLE, SINK, SOURCE, decode_message, topic_role
 from rstream.serde.codec import decode, encode
 from rstream.shuffle import wire
@@ -35,7 +36,8 @@ from rstream.state.store import StateError, StateStore, is_bookkeeping, is_timer
 
 if TYPE_CHECKING:
     from rstream.graph.topology import Topology
-    from rstream.runtime.job import RocketMQStream
+    from rstream.runtime.job_core import JobCore
+    from rstream.runtime.job_progress import ProgressLog
 
 
 class TraceError(RStreamError, LookupError):
@@ -110,7 +112,7 @@ class _Emit:
 class _Replay:
     """One committed range of one input queue, re-executed with a scratch state store."""
 
-    def __init__(self, job: RocketMQStream, cfg: TaskConfig, tag: CommitTag, targets: Iterable[int],
+    def __init__(self, job: Tracer, cfg: TaskConfig, tag: CommitTag, targets: Iterable[int],
                  work: Path) -> None:
         self.tag = tag
         self.broker = broker = job.broker
@@ -409,7 +411,21 @@ class RecordTrace:
 _Level = tuple[str, int, int, int, "list[Any] | None", "list[int] | None"]
 
 
-def trace(job: RocketMQStream, topic: str, queue: int, offset: int) -> RecordTrace:
+class Tracer:
+    """What a trace reads of its job (the functions below call it ``job``): the job's parts and
+    its commit tags. Keeps nothing between traces."""
+
+    def __init__(self, core: JobCore, progress_log: ProgressLog) -> None:
+        self.topology, self.job_id, self.broker, self.job_dir = core.topology, core.job_id, core.broker, core.job_dir
+        self.task_config = core.task_config
+        self.queue_tags = progress_log.queue_tags
+
+    def trace(self, topic: str, queue: int, offset: int) -> RecordTrace:
+        """Trace the record at ``topic``/``queue``/``offset`` (a source or shuffle topic of the job)."""
+        return trace(self, topic, queue, offset)
+
+
+def trace(job: Tracer, topic: str, queue: int, offset: int) -> RecordTrace:
     """Trace the record at ``topic``/``queue``/``offset`` (a source or shuffle topic of ``job``)."""
     topology = job.topology
     if topic not in topology.input_topics:
@@ -473,7 +489,7 @@ def trace(job: RocketMQStream, topic: str, queue: int, offset: int) -> RecordTra
     return RecordTrace(job.job_id, topology, (topic, queue, offset), ordered, operators, exact)
 
 
-def _first_hop(job: RocketMQStream, topic: str, queue: int, offset: int) -> Hop:
+def _first_hop(job: Tracer, topic: str, queue: int, offset: int) -> Hop:
     message = job.broker.read(topic, queue, offset, offset + 1)[0]
     kind = SOURCE if topic in job.topology.source_topics else SHUFFLE
     decoded = decode_message(topic_role(topic, job.topology), message.key, message.body, message.headers)
@@ -486,7 +502,7 @@ def _holds(kb: bytes, times: list[Any]) -> bool:
     return type(window) is tuple and len(window) == 3 and any(window[1] <= t < window[2] for t in times)
 
 
-def _by_tag(job: RocketMQStream, level: list[_Level], hops: list[Hop]) -> list[tuple[CommitTag, list[_Level]]]:
+def _by_tag(job: Tracer, level: list[_Level], hops: list[Hop]) -> list[tuple[CommitTag, list[_Level]]]:
     groups: dict[tuple[str, int, int], tuple[CommitTag, list[_Level]]] = {}
     for item in level:
         t, q, o, hop_index = item[:4]
@@ -503,7 +519,7 @@ def _with_note(hop: Hop, note: str) -> Hop:
                hop.batch_id, "; ".join(n for n in (hop.note, note) if n))
 
 
-def _processed(hop: Hop, effect: _Effect, tag: CommitTag, job: RocketMQStream) -> Hop:
+def _processed(hop: Hop, effect: _Effect, tag: CommitTag, job: Tracer) -> Hop:
     """The input hop, with what its pipeline made of it and the batch that processed it."""
     key, value = (hop.key, hop.value) if effect.received is None or effect.received is _AS_READ else effect.received
     path = " → ".join(effect.operators)
@@ -513,14 +529,14 @@ def _processed(hop: Hop, effect: _Effect, tag: CommitTag, job: RocketMQStream) -
     return _with_note(merged, note)
 
 
-def _operator_of_output(job: RocketMQStream, topic: str) -> str | None:
+def _operator_of_output(job: Tracer, topic: str) -> str | None:
     for node in job.topology.nodes:
         if node.spec.writes and node.params.get("topic") == topic:
             return node.name
     return None
 
 
-def _output_hop(job: RocketMQStream, replay: _Replay, topic: str, queue: int, index: int, kind: str | None = None,
+def _output_hop(job: Tracer, replay: _Replay, topic: str, queue: int, index: int, kind: str | None = None,
                 note: str = "") -> Hop:
     key, body, _born, headers, _tags = replay.record(topic, queue, index)
     role = topic_role(topic, job.topology)
@@ -551,7 +567,7 @@ def _state_hop(replay: _Replay, kb: bytes, old: bytes | None, new: bytes | None)
                replay.tag.batch_id, f"{change} in the state store")
 
 
-def _followed(job: RocketMQStream, cfg: TaskConfig, replay: _Replay, kb: bytes, new: bytes | None, work: Path,
+def _followed(job: Tracer, cfg: TaskConfig, replay: _Replay, kb: bytes, new: bytes | None, work: Path,
               operators: list[str]) -> list[Hop]:
     """The results a state change led to outside its record: a per-batch result at the end of the
     same batch, or a window's result when it fired (in this batch or a later one)."""
@@ -576,7 +592,7 @@ def _followed(job: RocketMQStream, cfg: TaskConfig, replay: _Replay, kb: bytes, 
     return hops
 
 
-def _deleted_in(job: RocketMQStream, replay: _Replay, kb: bytes) -> CommitTag | None:
+def _deleted_in(job: Tracer, replay: _Replay, kb: bytes) -> CommitTag | None:
     """The later committed range of the same queue that deleted state key ``kb`` (its window fired)."""
     state_topic, queue = replay.state_topic, replay.tag.queue
     assert state_topic is not None

@@ -40,7 +40,7 @@ from typing import Any
 RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 
 #: Modules the zygote imports before it forks: the runner's, and what rstream's reader loads in it.
-PRELOAD = (RUNNER, "rstream.runtime.source", "rstream.broker.embedded", "rstream.runtime.task")
+PRELOAD = (RUNNER, "rstream.runtime.source", "rstream.broker.embedded", "rstream.runtime.config")
 
 _LAUNCH = Path(__file__).with_name("launch.py")
 

@@ -31,7 +31,7 @@ from rstream import (
 from rstream.processors.base import UnhashableKeyError
 from rstream.processors.chunk import ChunkedPipeline
 from rstream.processors.window import WindowAggregateProcessor
-from rstream.runtime import task
+from rstream.runtime import queue_run
 from rstream.runtime.inprocess import InProcessJob
 from rstream.shuffle.wire import ACTIVE_HEADER, TICK_HEADER
 
@@ -218,7 +218,7 @@ def _assert_chunks_write_what_records_write(root: Path, broker: EmbeddedBroker, 
         runs.append(len(records))
         return real_run(plan, records)
 
-    with (mock.patch.object(task, "CHUNK_RECORDS", size), mock.patch.object(task, "MIN_CHUNK_RECORDS", 1),
+    with (mock.patch.object(queue_run, "CHUNK_RECORDS", size), mock.patch.object(queue_run, "MIN_CHUNK_RECORDS", 1),
           mock.patch.object(ChunkedPipeline, "run", counted)):
         chunked = _run(root, broker, make, "chk", chunked=True, **props)
     assert runs and max(runs) <= size and sum(runs) >= records  # every source record went through a chunk
@@ -339,7 +339,7 @@ def test_a_windowed_count_in_chunks_writes_what_record_by_record_writes(tmp_path
         fired.append((len(due), real_fire(proc, due)))
         return fired[-1][1]
 
-    with (mock.patch.object(task, "CHUNK_RECORDS", size),
+    with (mock.patch.object(queue_run, "CHUNK_RECORDS", size),
           mock.patch.object(WindowAggregateProcessor, "take_chunk", counted),
           mock.patch.object(WindowAggregateProcessor, "_fire_to_sink", fire)):
         chunked = _run(tmp_path, broker, make, "chk", chunked=True, **props)
@@ -349,7 +349,7 @@ def test_a_windowed_count_in_chunks_writes_what_record_by_record_writes(tmp_path
     broker.send_batch("in", [" ".join(f"k{rng.randrange(40)}@{newest - rng.randrange(400)}" for _ in range(5))
                              for _ in range(20)])
     reference.infos.extend(_run(tmp_path, broker, make, "ref", chunked=False, **props).infos)
-    with (mock.patch.object(task, "CHUNK_RECORDS", size),
+    with (mock.patch.object(queue_run, "CHUNK_RECORDS", size),
           mock.patch.object(WindowAggregateProcessor, "take_chunk", counted)):
         chunked.infos.extend(_run(tmp_path, broker, make, "chk", chunked=True, **props).infos)
     assert taken and max(taken) > 1  # the window count took chunks
@@ -365,7 +365,7 @@ def test_a_framed_block_splits_into_runs_of_data_and_of_control_records() -> Non
     """Control records (markers, ticks, partials: they carry headers) go record by record, data
     records in chunks; consecutive ones of a kind stay together, in order."""
     from rstream.broker.base import RecordBlock
-    from rstream.runtime.task import _split_controls
+    from rstream.runtime.queue_run import _split_controls
 
     for pattern in ("", "d", "c", "ddccdcd", "ccc", "dcdcdd", "cdddcc"):
         n = len(pattern)

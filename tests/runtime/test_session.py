@@ -34,8 +34,8 @@ def test_the_jvm_prints_nothing_into_the_callers_stderr_and_stop_spark_ends_it(t
         from rstream import get_spark, stop_spark
         spark = get_spark("local[1]", tmp_dir={str(tmp_path / "spark-tmp")!r})
         print(spark.range(7).count())
-        from rstream.runtime import session
-        session._WARM_UP.join(120)  # the Python workers a source's tasks need, forked in the background
+        from rstream.runtime import warm_up
+        warm_up._WARM_UP.join(120)  # the Python workers a source's tasks need, forked in the background
         warm = workers()
         spark.range(0, 1, 1, 1).mapInArrow(lambda batches: batches, "id long").collect()
         print(len(warm) >= 2, workers() == warm)  # their daemon and a worker; the task forked none
@@ -64,10 +64,10 @@ def test_a_new_session_warms_up_and_its_first_job_waits_for_it_then_runs_warm(tm
         from collections import Counter
         from pathlib import Path
         from rstream import EmbeddedBroker, RocketMQStream, StreamBuilder, TextDeserializer, TextSerializer, get_spark
-        from rstream.runtime import session
+        from rstream.runtime import warm_up
         tmp = Path({str(tmp_path / "spark-tmp")!r})
         spark = get_spark("local[2]", tmp_dir=tmp)
-        print(session._WARM_UP.is_alive())  # it runs while the next cells are read
+        print(warm_up._WARM_UP.is_alive())  # it runs while the next cells are read
         broker = EmbeddedBroker({str(tmp_path / "broker")!r})
         broker.create_topic("sentences", queues=2)
         text = ["a rose is a rose", "is it", "a b c"] * 5
@@ -84,7 +84,7 @@ def test_a_new_session_warms_up_and_its_first_job_waits_for_it_then_runs_warm(tm
                 out[word] = int(n)
             return out
         job("first").run_until_idle(progress=False)  # started at once: it waits for the warm-up
-        print(session._WARM_UP.is_alive(), counts("first") == Counter(w for s in text for w in s.split()))
+        print(warm_up._WARM_UP.is_alive(), counts("first") == Counter(w for s in text for w in s.split()))
         before = workers()
         job("second").run_until_idle(progress=False)
         print(len(before) > 0, workers() == before)  # no Python worker forked for it

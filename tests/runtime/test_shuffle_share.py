@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 
 from rstream import EmbeddedBroker, StreamBuilder, TextDeserializer, TextSerializer, Time, TumblingWindow
-from rstream.runtime import job_query, task
-from rstream.runtime.source import plan_tasks, shuffle_ranges
-from rstream.runtime.task import dump_blob, run_partition, run_with_share
+from rstream.runtime import config, job_query, queue_run, shuffle_share
+from rstream.runtime.commit import run_partition
+from rstream.runtime.config import dump_blob
+from rstream.runtime.planning import plan_tasks, shuffle_ranges
+from rstream.runtime.shuffle_share import run_with_share
 from rstream.runtime.topics import task_config
 from rstream.settings import JobProperties
 from tests.conftest import job_id
@@ -52,7 +54,7 @@ def _shuffle_tags(broker: EmbeddedBroker, job: str, shuffle: str) -> list[tuple[
 
 def test_both_tasks_run_their_bins_once_the_batch_is_committed(broker: EmbeddedBroker, tmp_path: Path) -> None:
     blob, shuffle, groups, plan = _setup(broker, tmp_path)
-    job = task.config_from_blob(blob).job
+    job = config.config_from_blob(blob).job
     rows: list[list[Any]] = [[], []]
 
     def run(i: int) -> None:
@@ -75,8 +77,8 @@ def test_both_tasks_run_their_bins_once_the_batch_is_committed(broker: EmbeddedB
 def test_a_task_that_waits_in_vain_leaves_its_bin_to_the_driver(broker: EmbeddedBroker, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     blob, shuffle, groups, plan = _setup(broker, tmp_path)
-    job = task.config_from_blob(blob).job
-    monkeypatch.setattr(task, "SHARE_WAIT_S", (0.05, 0.05))
+    job = config.config_from_blob(blob).job
+    monkeypatch.setattr(shuffle_share, "SHARE_WAIT_S", (0.05, 0.05))
     # task 0 runs alone: task 1's source ranges are not committed, so it gives up and runs no shuffle
     first = run_with_share(blob, groups[0], {**plan, "index": 0})
     assert {r[0] for r in first} == {"sentences"}
@@ -95,7 +97,7 @@ def test_a_task_that_waits_in_vain_leaves_its_bin_to_the_driver(broker: Embedded
 
 def test_a_task_whose_source_range_failed_runs_no_shuffle(broker: EmbeddedBroker, tmp_path: Path) -> None:
     blob, shuffle, groups, plan = _setup(broker, tmp_path)
-    job = task.config_from_blob(blob).job
+    job = config.config_from_blob(blob).job
     bad = [["sentences", 0, 5, 7, 0]]  # Spark asks for a range past what the queue's commits say: fatal
     run_partition(blob, [["sentences", 0, 0, 9, 0]])
     rows = run_with_share(blob, bad, {**plan, "index": 0})
@@ -164,7 +166,7 @@ def test_a_chain_of_shuffles_runs_its_second_shuffle_in_the_drivers_job(
 def test_a_broker_that_cannot_say_leaves_the_shuffle_side_to_the_driver(
         broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blob, shuffle, groups, plan = _setup(broker, tmp_path)
-    cfg = task.config_from_blob(blob)
+    cfg = config.config_from_blob(blob)
     for group in groups:
         run_partition(blob, group)  # the whole batch is committed...
 
@@ -184,8 +186,8 @@ def test_a_task_with_little_input_waits_for_a_partner_with_much(broker: Embedded
     """Queues of unequal input: task 0 is done long before task 1 commits, and still runs its bin
     (it waits at least ``SHARE_WAIT_S[0]``, here made long enough for any machine)."""
     blob, shuffle, groups, plan = _setup(broker, tmp_path)
-    job = task.config_from_blob(blob).job
-    monkeypatch.setattr(task, "SHARE_WAIT_S", (30.0, 30.0))
+    job = config.config_from_blob(blob).job
+    monkeypatch.setattr(shuffle_share, "SHARE_WAIT_S", (30.0, 30.0))
     rows: list[Any] = []
     waiting = threading.Thread(target=lambda: rows.extend(run_with_share(blob, groups[0], {**plan, "index": 0})))
     waiting.start()
@@ -201,13 +203,13 @@ def test_a_task_with_little_input_waits_for_a_partner_with_much(broker: Embedded
 def _run_slowly(blob: str, ranges: list[list[Any]], go: Any, out: Any) -> None:
     """In another process: run ``ranges`` once ``go`` is set, each range holding its store half a
     second longer than it needs, so that two such processes overlap on every range."""
-    real = task.QueueRun.feed_blocks
+    real = queue_run.QueueRun.feed_blocks
 
     def slow(self: Any, blocks: Any) -> None:
         time.sleep(0.5)
         real(self, blocks)
 
-    task.QueueRun.feed_blocks = slow  # type: ignore[method-assign]
+    queue_run.QueueRun.feed_blocks = slow  # type: ignore[method-assign]
     go.wait(60)
     out.put(run_partition(blob, ranges))
 
@@ -218,7 +220,7 @@ def test_two_attempts_of_the_same_shuffle_ranges_at_once_commit_each_once(broker
     a partner task runs its bin. Both attempts want the same state store; the second waits for the
     first to let go, finds its range committed and skips it, rather than failing the batch."""
     blob, shuffle, groups, _plan = _setup(broker, tmp_path)
-    job = task.config_from_blob(blob).job
+    job = config.config_from_blob(blob).job
     for group in groups:
         run_partition(blob, group)
     left = shuffle_ranges(broker, job, [shuffle], 1_000_000, 0)
@@ -247,12 +249,12 @@ def test_a_task_drains_each_queue_of_its_bin_in_ranges_of_at_most_max_records_pe
     bin (a queue's ranges must run one after the other); the bins are planned from whole queues, so
     every task plans alike. The counts are exact and the driver finds nothing left."""
     blob, shuffle, groups, plan = _setup(broker, tmp_path)
-    job = task.config_from_blob(blob).job
+    job = config.config_from_blob(blob).job
     for group in groups:
         run_partition(blob, group)
     ends = broker.end_offsets(shuffle)
     plan = {**plan, "max_per_queue": 7}
-    bins = [task.share_ranges(broker, {**plan, "index": i}) for i in range(plan["count"])]
+    bins = [shuffle_share.share_ranges(broker, {**plan, "index": i}) for i in range(plan["count"])]
     for mine in bins:
         for q in {r[1] for r in mine}:
             steps = [(r[2], r[3]) for r in mine if r[1] == q]

@@ -9,8 +9,9 @@ from typing import Any
 
 from rstream import EmbeddedBroker
 from rstream.broker import CommitTag
-from rstream.runtime.source import BATCH_KEY, RStreamStreamReader, shuffle_ranges
-from rstream.runtime.task import dump_blob
+from rstream.runtime.config import dump_blob
+from rstream.runtime.planning import shuffle_ranges
+from rstream.runtime.source import BATCH_KEY, RStreamStreamReader
 
 JOB = "planner"
 

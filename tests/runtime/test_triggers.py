@@ -68,8 +68,8 @@ def test_a_started_job_triggers_at_once_and_waits_for_input_in_its_source(spark:
 
 
 def _reader(broker: EmbeddedBroker, wait_ms: int) -> Any:
+    from rstream.runtime.config import dump_blob
     from rstream.runtime.source import RStreamStreamReader
-    from rstream.runtime.task import dump_blob
 
     return RStreamStreamReader({"config": "", "broker": dump_blob(broker), "sourcetopics": '["in"]',
                                 "shuffletopics": "[]", "initialoffsets": '{"in/0": 0}', "waitms": str(wait_ms)})
