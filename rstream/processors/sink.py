@@ -9,13 +9,14 @@ from itertools import accumulate, compress, repeat
 from operator import eq, itemgetter, lt, not_, sub
 from typing import Any
 
-from rstream.broker.base import BodyRecords, FrameRecords, ItemRecords
+from rstream.broker.batch import BodyRecords
 from rstream.processors.base import Processor, WindowPartial
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.fold import CountFold, Fold
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import SHUFFLE_STYLE, SINK_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import ACTIVE_HEADER, BEHIND_HEADER, PRODUCER_HEADER, WM_HEADER, finite
+from rstream.serde.batches import FrameRecords, ItemRecords
 from rstream.serde.codec import MARSHAL_VERSION, encode, stable_queue
 from rstream.settings import JobProperties
 from rstream.time.watermark import NO_WATERMARK, TimeType

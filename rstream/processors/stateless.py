@@ -8,7 +8,7 @@ from itertools import chain, compress, repeat
 from operator import is_not, itemgetter
 from typing import Any
 
-from rstream.broker.base import Fields, RecordBlock
+from rstream.broker.base import RecordBlock
 from rstream.processors.base import Frame, Partial, Processor, RecordError, UnhashableKeyError, WindowPartial
 from rstream.processors.chunk import Chunk
 from rstream.processors.metrics import OperatorMetrics
@@ -24,6 +24,7 @@ from rstream.processors.spec import (
 )
 from rstream.processors.watermarks import BEHIND_HEADER, FLUSH_HEADER, PRODUCER_HEADER, WM_HEADER
 from rstream.serde import SerdeError
+from rstream.serde.batches import Fields
 from rstream.serde.codec import PICKLE_MARK, decode
 from rstream.settings import JobProperties
 from rstream.time.watermark import TimeType
