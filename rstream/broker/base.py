@@ -261,8 +261,8 @@ class Broker(Protocol):
 
         With a ``tag`` whose (job, topic, queue, start_offset) was committed before, nothing is
         written and False is returned: the same task's retry, rerun or zombie attempt counts once.
-        The committed tag records, per ``"topic/queue"`` given (empty sequences included), the
-        ``(first, end)`` offsets written (``CommitTag.outputs``), its ``seq`` and ``committed_ms``.
+        The committed tag records, per ``"topic/queue"`` it wrote records to, the ``(first, end)``
+        offsets written (``CommitTag.outputs``), its ``seq`` and ``committed_ms``.
 
         The sequences may be any ``Sequence[RecordTuple]``; a broker may use what a batch offers
         (``rstream.broker.batch``) instead of its tuples. The caller may empty the sequences once it
