@@ -195,6 +195,10 @@ class Broker(Protocol):
     appended to a queue has offset k, whichever process appended it, and no offset is skipped or
     given twice. Store times never go back within a queue.
 
+    A broker object pickles as a handle to the same log (a Spark task gets its broker so): the
+    copy, in any process, reads and writes the same topics, and appends from many processes at
+    once keep every guarantee here.
+
     Optional methods that a broker may add and the runtime uses when present: ``read_blocks(topic,
     queue, start, end)`` (the records as ``RecordBlock`` columns; see ``read_blocks`` here),
     ``data_version()`` (a number that changes when another connection committed) and
