@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import bisect
-import marshal
 import re
-from abc import abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice, repeat
-from typing import Any, NamedTuple, Protocol, Union, overload, runtime_checkable
+from itertools import islice
+from typing import Any, NamedTuple, Protocol, Union, runtime_checkable
 
 from rstream.errors import RStreamError
 
@@ -92,254 +89,6 @@ RecordTuple = tuple[MessageKey, bytes, int, "dict[str, str] | None", "str | None
 ReadRecord = tuple[int, MessageKey, bytes, int, int, "dict[str, str] | None"]
 
 
-class _RecordColumns(Sequence[RecordTuple]):
-    """Records to append to one queue, kept as columns until a broker writes them: message keys and
-    born times here, what stands for the bodies in a subclass (``_body``), and records appended
-    whole (``whole``: index -> ``(key, body, born, headers, tags)``) in between. As a sequence, the
-    tuples any broker appends."""
-
-    __slots__ = ("keys", "borns", "whole")
-
-    def __init__(self) -> None:
-        self.keys: list[MessageKey] = []
-        self.borns: list[int] = []
-        self.whole: dict[int, RecordTuple] = {}
-
-    @abstractmethod
-    def _body(self, i: int) -> bytes:
-        """The body of record ``i`` (not one appended whole)."""
-
-    @abstractmethod
-    def _middle(self) -> list[Any]:
-        """The column between keys and born times."""
-
-    def clear(self) -> None:
-        self.keys.clear()
-        self._middle().clear()
-        self.borns.clear()
-        self.whole.clear()
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    @overload
-    def __getitem__(self, at: int) -> RecordTuple: ...
-
-    @overload
-    def __getitem__(self, at: slice) -> list[RecordTuple]: ...
-
-    def __getitem__(self, at: int | slice) -> RecordTuple | list[RecordTuple]:
-        if isinstance(at, slice):
-            return [self[i] for i in range(*at.indices(len(self)))]
-        i = range(len(self.keys))[at]  # a negative index counts from the end; out of range: IndexError
-        whole = self.whole.get(i)
-        if whole is not None:
-            return whole
-        return (self.keys[i], self._body(i), self.borns[i], None, None)
-
-
-class ItemRecords(_RecordColumns):
-    """Records whose bodies are ``encode(item)``, kept as *items* (what shuffle sinks write), with
-    records appended whole (``append``: a control record, with headers) in between.
-
-    As a sequence, each body is encoded when it is asked for. The embedded broker stores the items
-    themselves, in one marshal call per stored batch, and hands them back as ``RecordBlock.items``:
-    a shuffle record is then neither encoded nor decoded one by one. ``encode(item)`` must be
-    ``marshal.dumps(item, marshal_version)`` wherever marshal can write ``item``."""
-
-    __slots__ = ("items", "encode", "marshal_version")
-
-    def __init__(self, encode: Callable[[Any], bytes], marshal_version: int) -> None:
-        super().__init__()
-        self.encode, self.marshal_version = encode, marshal_version
-        self.items: list[Any] = []
-
-    def add(self, key: MessageKey, item: Any, born: int) -> None:
-        """One record whose body is ``encode(item)``."""
-        self.keys.append(key)
-        self.items.append(item)
-        self.borns.append(born)
-
-    def append(self, record: RecordTuple) -> None:
-        """One record as it is: ``(key, body, born, headers, tags)``."""
-        self.whole[len(self.keys)] = record
-        self.keys.append(record[0])
-        self.items.append(None)
-        self.borns.append(record[2])
-
-    def _body(self, i: int) -> bytes:
-        return self.encode(self.items[i])
-
-    def _middle(self) -> list[Any]:
-        return self.items
-
-    def columns(self, lo: int, hi: int) -> tuple[list[MessageKey], list[Any], list[int], dict[int, RecordTuple]]:
-        """Records ``lo:hi`` as ``(keys, items, borns, whole)``, ``whole`` indexed from ``lo``."""
-        whole = {i - lo: r for i, r in self.whole.items() if lo <= i < hi} if self.whole else {}
-        return self.keys[lo:hi], self.items[lo:hi], self.borns[lo:hi], whole
-
-
-class BodyRecords(_RecordColumns):
-    """Records kept as three columns, keys, bodies and born times (what a sink writes: no headers,
-    no tags); a record with headers or tags sits in between. The embedded broker stores the columns
-    as they are, with no tuple made per record and none taken apart again."""
-
-    __slots__ = ("bodies",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.bodies: list[bytes] = []
-
-    def append(self, record: RecordTuple) -> None:
-        """One record as it is: ``(key, body, born, headers, tags)``."""
-        if record[3] is not None or record[4] is not None:
-            self.whole[len(self.keys)] = record
-        self.keys.append(record[0])
-        self.bodies.append(record[1])
-        self.borns.append(record[2])
-
-    def _body(self, i: int) -> bytes:
-        return self.bodies[i]
-
-    def _middle(self) -> list[Any]:
-        return self.bodies
-
-    def columns(self, lo: int, hi: int) -> tuple[list[MessageKey], list[bytes], list[int],
-                                                   list[Any] | None, list[Any] | None]:
-        """Records ``lo:hi`` as ``(keys, bodies, borns, headers, tags)``; the last two None when no
-        record among them has any."""
-        whole = [(i - lo, r) for i, r in self.whole.items() if lo <= i < hi] if self.whole else []
-        headers: list[Any] | None = None
-        tags: list[Any] | None = None
-        if whole:
-            headers, tags = [None] * (hi - lo), [None] * (hi - lo)
-            for i, r in whole:
-                headers[i], tags[i] = r[3], r[4]
-        return self.keys[lo:hi], self.bodies[lo:hi], self.borns[lo:hi], headers, tags
-
-
-#: A run of consecutive records in ``FrameRecords``: ``(values, watermarks, source offsets,
-#: producer, side)``, each value encoded on its own (``RawValues`` if marshal cannot write one), or
-#: None for one record appended whole.
-FramePart = Union[tuple[Sequence[Any], Sequence[int], Sequence[int], str, int], None]
-
-
-class RawValues(list):  # type: ignore[type-arg]
-    """The values of a ``FrameRecords`` part that marshal cannot write, kept as they are (each
-    record's body is then ``encode`` of its frame, a pickle)."""
-
-    __slots__ = ()
-
-
-class FrameRecords(_RecordColumns):
-    """Records whose bodies are ``encode(frame)``, each frame a tuple ``(value, watermark, producer,
-    source offset, side)`` (what a framed shuffle sink writes), kept in *parts*: runs of records
-    added together, of one producer and side, each value encoded on its own when the run is added
-    (``extend``: fresh in the processor's cache, and a reader decodes only the values it reads), the
-    watermarks and source offsets as columns; records appended whole (``append``: a control record)
-    in between. No tuple and no body is made per record.
-
-    As a sequence, each body is made when it is asked for, the same bytes as ``encode`` of the
-    frame's tuple. The embedded broker stores the parts as they are and hands the frames back as
-    ``Fields`` (``RecordBlock.items``). ``encode(frame)`` must be ``marshal.dumps(frame,
-    marshal_version)`` wherever marshal can write ``frame``."""
-
-    __slots__ = ("parts", "starts", "encode", "marshal_version")
-
-    def __init__(self, encode: Callable[[Any], bytes], marshal_version: int) -> None:
-        super().__init__()
-        self.encode, self.marshal_version = encode, marshal_version
-        self.parts: list[FramePart] = []
-        self.starts: list[int] = []  # the index of each part's first record
-
-    def extend(self, keys: Sequence[MessageKey], borns: Sequence[int], values: Sequence[Any],
-               watermarks: Sequence[int], offsets: Sequence[int], producer: str, side: int) -> None:
-        """Records of one producer and side, their frames given as columns (each as long as ``keys``)."""
-        try:
-            encoded: Sequence[Any] = list(map(marshal.dumps, values, repeat(self.marshal_version)))
-        except ValueError:  # a value marshal cannot write: kept as they are (the bodies are pickles)
-            encoded = RawValues(values)
-        self.starts.append(len(self.keys))
-        self.parts.append((encoded, watermarks, offsets, producer, side))
-        self.keys.extend(keys)
-        self.borns.extend(borns)
-
-    def add(self, key: MessageKey, frame: tuple[Any, int, str, int, int], born: int) -> None:
-        """One record whose body is ``encode(frame)``."""
-        value, watermark, producer, offset, side = frame
-        self.extend((key,), (born,), (value,), (watermark,), (offset,), producer, side)
-
-    def append(self, record: RecordTuple) -> None:
-        """One record as it is: ``(key, body, born, headers, tags)``."""
-        self.whole[len(self.keys)] = record
-        self.starts.append(len(self.keys))
-        self.parts.append(None)
-        self.keys.append(record[0])
-        self.borns.append(record[2])
-
-    def clear(self) -> None:
-        super().clear()
-        self.starts.clear()
-
-    def _middle(self) -> list[Any]:
-        return self.parts
-
-    def _body(self, i: int) -> bytes:
-        j = bisect.bisect_right(self.starts, i) - 1
-        part = self.parts[j]
-        assert part is not None  # a record appended whole is in ``whole``
-        k = i - self.starts[j]
-        value = part[0][k] if type(part[0]) is RawValues else marshal.loads(part[0][k])
-        return self.encode((value, part[1][k], part[3], part[2][k], part[4]))
-
-    def columns(self, lo: int, hi: int) -> tuple[list[MessageKey], list[int], dict[int, RecordTuple], list[FramePart]]:
-        """Records ``lo:hi`` as ``(keys, borns, whole, parts)``: ``whole`` indexed from ``lo``, the
-        parts cut to ``lo:hi``."""
-        whole = {i - lo: r for i, r in self.whole.items() if lo <= i < hi} if self.whole else {}
-        parts: list[FramePart] = []
-        starts, n = self.starts, len(self.keys)
-        for j in range(max(bisect.bisect_right(starts, lo) - 1, 0), bisect.bisect_left(starts, hi)):
-            part, first = self.parts[j], starts[j]
-            end = starts[j + 1] if j + 1 < len(starts) else n
-            if part is None or (first >= lo and end <= hi):
-                parts.append(part)
-                continue
-            a, b = max(lo, first) - first, min(hi, end) - first
-            values = part[0][a:b]
-            parts.append((RawValues(values) if type(part[0]) is RawValues else values, part[1][a:b], part[2][a:b],
-                          part[3], part[4]))
-        return self.keys[lo:hi], self.borns[lo:hi], whole, parts
-
-
-class Fields(Sequence[tuple[Any, ...]]):
-    """Tuples of one width kept as one column per field (``fields[j][i]``: field ``j`` of tuple
-    ``i``): how a broker may hand back the frames of ``FrameRecords`` (``RecordBlock.items``). As a
-    sequence, each tuple is made when it is asked for; a reader that needs one field of every
-    record takes its column instead."""
-
-    __slots__ = ("fields",)
-
-    def __init__(self, fields: Sequence[Sequence[Any]]) -> None:
-        self.fields = tuple(fields)
-
-    def __len__(self) -> int:
-        return len(self.fields[-1])
-
-    @overload
-    def __getitem__(self, at: int) -> tuple[Any, ...]: ...
-
-    @overload
-    def __getitem__(self, at: slice) -> Fields: ...
-
-    def __getitem__(self, at: int | slice) -> tuple[Any, ...] | Fields:
-        if isinstance(at, slice):
-            return Fields([column[at] for column in self.fields])
-        return tuple(column[at] for column in self.fields)
-
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        return zip(*self.fields)
-
-
 class RecordBlock:
     """Consecutive records of one queue as parallel columns, what a task reads (``read_blocks``):
     a chunk of records with no tuple per record. ``rows()`` gives them as ``ReadRecord`` tuples, and
@@ -352,8 +101,9 @@ class RecordBlock:
                  items: Sequence[Any] | None = None) -> None:
         self.offsets, self.keys, self.bodies = offsets, keys, bodies
         self.borns, self.stores, self.headers = borns, stores, headers
-        #: Where the broker kept them (``ItemRecords``): what each body decodes to, without decoding
-        #: it (None for a record appended whole); None when the broker has only the bodies.
+        #: What each body decodes to, when the records were stored in a batch format that keeps it
+        #: (``rstream.broker.batch``; None for a record appended whole); None when the broker has
+        #: only the bodies. The broker never looks inside: it is whatever the format's unpack gave.
         self.items = items
 
     @classmethod
@@ -409,7 +159,7 @@ class CommitTag:
     queue: int
     start_offset: int
     end_offset: int
-    #: What the task wants back at its next batch (e.g. its source watermark), as JSON text.
+    #: What the task wants back at its next batch, as JSON text (the broker never reads it).
     meta: str = ""
     #: The job's micro-batch this range belongs to (None for tags written without one).
     batch_id: int | None = None
@@ -430,50 +180,155 @@ class CommitTag:
 
 @runtime_checkable
 class Broker(Protocol):
-    """What rstream's runtime uses. ``EmbeddedBroker`` implements it; a RocketMQ client can too."""
+    """What rstream's runtime needs from a RocketMQ-shaped log, and what a broker guarantees.
 
-    def create_topic(self, name: str, queues: int = 8, compact: bool = False) -> TopicInfo: ...
+    ``EmbeddedBroker`` implements it; a RocketMQ client can too. ``tests/broker/test_conformance.py``
+    checks every guarantee below against every implementation.
 
-    def topic(self, name: str) -> TopicInfo: ...
+    A broker holds *records* and nothing else: a record is a key (str, bytes or None), a body
+    (bytes), a client born time (ms), client headers (str -> str) and tags, plus the broker's own
+    metadata, kept apart from the client's (PIP-70): its queue offset and its store time. It never
+    encodes or decodes a body; a batch may offer its records packed in a format the broker stores
+    as it is (``rstream.broker.batch``).
 
-    def topics(self) -> list[TopicInfo]: ...
+    Topics have N queues. In each queue, offsets are dense and start at 0: the k-th record ever
+    appended to a queue has offset k, whichever process appended it, and no offset is skipped or
+    given twice. Store times never go back within a queue.
 
-    def has_topic(self, name: str) -> bool: ...
+    A broker object pickles as a handle to the same log (a Spark task gets its broker so): the
+    copy, in any process, reads and writes the same topics, and appends from many processes at
+    once keep every guarantee here.
 
-    def end_offsets(self, topic: str) -> list[int]: ...
+    Optional methods that a broker may add and the runtime uses when present: ``read_blocks(topic,
+    queue, start, end)`` (the records as ``RecordBlock`` columns; see ``read_blocks`` here),
+    ``data_version()`` (a number that changes when another connection committed) and
+    ``delete_commits(job)`` (forget a job's commit tags when it is reset).
+    """
 
+    # -- topics ---------------------------------------------------------------------------------
+    def create_topic(self, name: str, queues: int = 8, compact: bool = False) -> TopicInfo:
+        """Create a topic of ``queues`` queues, each empty (end offset 0). Idempotent when a topic
+        of that name exists with the same settings; ``TopicExistsError`` when its settings differ;
+        ``InvalidTopicNameError`` for a name RocketMQ refuses; ``BrokerError`` for ``queues < 1``."""
+        ...
+
+    def topic(self, name: str) -> TopicInfo:
+        """The topic's settings; ``UnknownTopicError`` when it does not exist."""
+        ...
+
+    def topics(self) -> list[TopicInfo]:
+        """Every topic, by name."""
+        ...
+
+    def has_topic(self, name: str) -> bool:
+        """Whether the topic exists."""
+        ...
+
+    def delete_topic(self, name: str) -> None:
+        """Remove a topic, its records, consumer offsets and commit tags whose input it is;
+        ``UnknownTopicError`` when it does not exist. A topic created again under the name starts empty."""
+        ...
+
+    # -- offsets ----------------------------------------------------------------------------------
+    def end_offsets(self, topic: str) -> list[int]:
+        """Per queue, the offset the next record will get: the number of records ever appended to
+        it (compaction never lowers it). ``UnknownTopicError`` for an unknown topic."""
+        ...
+
+    def search_offset(self, topic: str, queue: int, timestamp_ms: int) -> int:
+        """The first offset of ``queue`` whose record was stored at or after broker time
+        ``timestamp_ms`` (the queue's end offset when none was), as RocketMQ's search by time:
+        every record below it was stored before ``timestamp_ms``. ``BrokerError`` for a queue the
+        topic does not have."""
+        ...
+
+    # -- writing ---------------------------------------------------------------------------------
     def send_batch(self, topic: str, bodies: Iterable[bytes | str], key: MessageKey = None,
                    headers: Mapping[str, str] | None = None, queue: int | None = None,
                    born_timestamp: int | None = None, tags: str | None = None,
                    keys: Sequence[MessageKey] | None = None, born_timestamps: Sequence[int] | None = None,
-                   progress: bool = True) -> Sequence[SendResult]: ...
-
-    def search_offset(self, topic: str, queue: int, timestamp_ms: int) -> int: ...
-
-    def read(self, topic: str, queue: int | None = None, start: int = 0, end: int | None = None) -> list[Message]: ...
-
-    def delete_topic(self, name: str) -> None: ...
-
-    def read_records(
-        self, topic: str, queue: int, start: int, end: int
-    ) -> Iterable[tuple[int, MessageKey, bytes, int, int, dict[str, str] | None]]: ...
-
-    def read_latest(self, topic: str, queue: int, end: int | None = None) -> dict[MessageKey, tuple[Any, ...]]: ...
+                   progress: bool = True) -> Sequence[SendResult]:
+        """Append ``bodies`` (str is sent utf-8) as a producer does, untagged, and return where each
+        landed, in order. Each goes to ``queue`` if given, else queue ``crc32(key) % queues`` for a
+        record with a key (so one key always lands in one queue), else round robin. ``keys`` and
+        ``born_timestamps`` give one value per body, ``key`` and ``born_timestamp`` one for all
+        (default born time: now). ``BrokerError`` for a body that is not bytes or str, a key that
+        is not str, bytes or None, headers that are not str -> str, or a queue out of range."""
+        ...
 
     def append(
         self, records: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None = None
     ) -> bool:
-        """Append ``records`` per (topic, queue) in one transaction, with ``tag`` (False: that tag was
-        committed before, nothing written). The caller may empty the sequences once it returns (a
-        task does, so a batch's outputs are freed at once): keep copies, never the lists."""
+        """Append ``records`` per (topic, queue), each in its order at the queue's end, and ``tag``
+        with them: all of it or nothing (atomic across every (topic, queue) of the call, also when
+        other processes append to the same queues at once; a reader never sees part of it).
+
+        With a ``tag`` whose (job, topic, queue, start_offset) was committed before, nothing is
+        written and False is returned: the same task's retry, rerun or zombie attempt counts once.
+        The committed tag records, per ``"topic/queue"`` it wrote records to, the ``(first, end)``
+        offsets written (``CommitTag.outputs``), its ``seq`` and ``committed_ms``.
+
+        The sequences may be any ``Sequence[RecordTuple]``; a broker may use what a batch offers
+        (``rstream.broker.batch``) instead of its tuples. The caller may empty the sequences once it
+        returns (a task does, so a batch's outputs are freed at once): keep copies, never the lists.
+        ``UnknownTopicError`` or ``BrokerError`` for a topic or queue that does not exist (nothing
+        written)."""
         ...
 
-    def last_commit(self, job: str, topic: str, queue: int) -> CommitTag | None: ...
+    # -- reading ---------------------------------------------------------------------------------
+    def read_records(self, topic: str, queue: int, start: int, end: int) -> Iterable[ReadRecord]:
+        """The records of ``queue`` with offsets in ``[start, end)``, in offset order, as
+        ``(offset, key, body, born_ms, store_ms, headers or None)``: every record appended there
+        (below ``compacted_below`` of a compact topic, only those compaction kept). Empty when
+        ``end <= start``; an ``end`` past the queue's end reads to the end."""
+        ...
 
-    def find_commit(self, job: str, topic: str, queue: int, start_offset: int) -> CommitTag | None: ...
+    def read(self, topic: str, queue: int | None = None, start: int = 0, end: int | None = None) -> list[Message]:
+        """As ``read_records``, as ``Message`` objects (headers a dict, tags kept), of one queue or
+        (``queue=None``) of every queue in queue order; ``end=None`` reads to each queue's end."""
+        ...
 
-    def commit_covering(self, job: str, topic: str, queue: int, offset: int) -> CommitTag | None: ...
+    # -- compact topics --------------------------------------------------------------------------
+    def read_latest(self, topic: str, queue: int, end: int | None = None) -> dict[MessageKey, tuple[Any, ...]]:
+        """Per key, the latest record ``(key, body, born_ms, headers, tags)`` of ``queue`` below
+        ``end`` (default: its end): how a compact topic reads, compacted or not. A record with an
+        empty body is a delete: a reader drops its key."""
+        ...
 
-    def commits(self, job: str, after_seq: int = 0) -> list[CommitTag]: ...
+    def compacted_below(self, topic: str, queue: int) -> int:
+        """Where compaction of the queue stopped (0: never; it only grows). Below it, only the
+        latest record per key below it may be left, so the queue as it was at an earlier offset can
+        no longer be read; from it on, every offset reads as written. Compaction never changes
+        offsets, end offsets or what ``read_latest`` gives; a broker may compact whenever it likes."""
+        ...
 
-    def compacted_below(self, topic: str, queue: int) -> int: ...
+    # -- commit tags -----------------------------------------------------------------------------
+    def last_commit(self, job: str, topic: str, queue: int) -> CommitTag | None:
+        """The committed tag of ``job`` on input ``topic``/``queue`` with the highest
+        ``start_offset``, or None."""
+        ...
+
+    def find_commit(self, job: str, topic: str, queue: int, start_offset: int) -> CommitTag | None:
+        """The committed tag of ``job`` on input ``topic``/``queue`` that starts at
+        ``start_offset``, or None."""
+        ...
+
+    def commit_covering(self, job: str, topic: str, queue: int, offset: int) -> CommitTag | None:
+        """The committed tag of ``job`` whose input range ``[start_offset, end_offset)`` holds
+        ``offset`` (of those starting at or below it, the one starting last), or None."""
+        ...
+
+    def commits(self, job: str, after_seq: int = 0) -> list[CommitTag]:
+        """Every committed tag of ``job`` with ``seq > after_seq``, in commit order (``seq``
+        increases with each commit and is never reused), with the fields as committed and the
+        broker's ``outputs``, ``seq`` and ``committed_ms``."""
+        ...
+
+    # -- consumer offsets ------------------------------------------------------------------------
+    def commit_offset(self, group: str, topic: str, queue: int, next_offset: int) -> None:
+        """Remember where consumer ``group`` goes on in ``topic``/``queue`` (the last commit wins)."""
+        ...
+
+    def committed_offset(self, group: str, topic: str, queue: int) -> int | None:
+        """Where consumer ``group`` goes on in ``topic``/``queue``; None if it never committed."""
+        ...

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from rstream.broker.base import BodyRecords, FrameRecords, ItemRecords
+from rstream.broker.batch import BodyRecords
 from rstream.enums import TextEnum
 from rstream.errors import RStreamError
 from rstream.processors.metrics import OperatorMetrics
+from rstream.serde.batches import FrameRecords, ItemRecords
 from rstream.serde.codec import MARSHAL_VERSION, encode
 from rstream.settings import DEFAULTS, JobProperties
 from rstream.time.watermark import NO_WATERMARK

@@ -8,7 +8,7 @@ from itertools import compress, repeat
 from operator import eq
 from typing import Any
 
-from rstream.broker.base import BodyRecords
+from rstream.broker.batch import BodyRecords
 from rstream.processors.base import Processor
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.spec import SINK_STYLE, OperatorSpec, Role, register

@@ -11,12 +11,12 @@ from itertools import accumulate, repeat
 from operator import itemgetter, sub
 from typing import Any
 
-from rstream.broker.base import FrameRecords, ItemRecords
 from rstream.processors.base import Processor
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import SHUFFLE_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import finite
+from rstream.serde.batches import FrameRecords, ItemRecords
 from rstream.serde.codec import MARSHAL_VERSION, encode, stable_queue
 from rstream.settings import JobProperties
 from rstream.shuffle import wire

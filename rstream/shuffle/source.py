@@ -10,11 +10,12 @@ from collections.abc import Mapping, Sequence, Set
 from itertools import repeat
 from typing import Any, cast
 
-from rstream.broker.base import Fields, RecordBlock
+from rstream.broker.base import RecordBlock
 from rstream.processors.base import Frame, Partial, Processor, RecordError
 from rstream.processors.chunk import Chunk
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import SOURCE_STYLE, OperatorSpec, Role, register
+from rstream.serde.batches import Fields
 from rstream.serde.codec import PICKLE_MARK, decode
 from rstream.settings import JobProperties
 from rstream.shuffle import wire

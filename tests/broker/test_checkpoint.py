@@ -73,7 +73,7 @@ def test_none_leaves_checkpoints_to_sqlite_and_the_setting_is_checked(tmp_path: 
 def test_a_committed_write_never_fails_for_its_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checkpoint comes after the commit: when it cannot be had, the write still succeeds
     (an error would make the caller send it again) and is there once."""
-    from rstream.broker import embedded
+    from rstream.broker.embedded import sqlite as embedded
 
     def no_thread(*args: object) -> None:
         raise RuntimeError("can't start new thread")

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstream import EmbeddedBroker, StateStore
-from rstream.broker import RecordBlock, embedded
+from rstream.broker import RecordBlock
 from rstream.broker.base import read_blocks
+from rstream.broker.embedded import format as embedded
 from rstream.state.store import DELETE_HEADER
 
 _record = st.tuples(

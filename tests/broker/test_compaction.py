@@ -279,7 +279,7 @@ def test_latest_view_and_history_above_the_compaction_point_match_a_dict(
 def test_a_compaction_that_lost_the_race_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Compaction decides without the write lock; if another process compacted the queue meanwhile,
     it must not apply what it decided from the older snapshot."""
-    from rstream.broker import embedded
+    from rstream.broker.embedded import compaction as embedded
 
     path = tmp_path / "b"
     broker = EmbeddedBroker(path, compact_min_dirty=None)

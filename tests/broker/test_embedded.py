@@ -141,7 +141,7 @@ def test_a_broker_file_with_small_pages_keeps_them_and_its_records(tmp_path: Pat
     earlier rstream) keeps them, and its records, and takes new ones (several pages long)."""
     import sqlite3
 
-    from rstream.broker import embedded
+    from rstream.broker.embedded import sqlite as embedded
 
     def page_size(folder: Path) -> int:
         with sqlite3.connect(folder / "broker.sqlite") as conn:

@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstream import EmbeddedBroker
-from rstream.broker import embedded
-from rstream.broker.base import BodyRecords, Fields, FrameRecords, ItemRecords, read_blocks
+from rstream.broker.base import read_blocks
+from rstream.broker.batch import BodyRecords
+from rstream.broker.embedded import format as embedded
+from rstream.serde.batches import Fields, FrameRecords, ItemRecords
 from rstream.serde.codec import MARSHAL_VERSION, decode, encode
 
 _leaf = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
@@ -227,47 +229,3 @@ def test_a_data_record_appended_whole_among_frames_has_the_batch_read_as_bodies(
     (block,) = read_blocks(broker, "t", 0, 0, 2)
     assert block.items is None
     assert list(map(decode, block.bodies)) == [("a", 1, "src/0/s", 10, 0), ("b", 2, "src/1/s", 11, 1)]
-
-
-def _old_frames_payload(records: FrameRecords, lo: int, hi: int) -> bytes:
-    """A stored batch of frames as rstream wrote it before the parts became a blob of their own:
-    one marshal (version 4) of ``(4, None, keys, parts, borns, kept, version)``."""
-    import marshal
-
-    keys, borns, whole, parts = records.columns(lo, hi)
-    kept = {i: (r[1], r[3], r[4]) for i, r in whole.items()}
-    return marshal.dumps((4, None, embedded._all_none(keys), parts, borns, kept or None, records.marshal_version), 4)
-
-
-@settings(max_examples=30, deadline=None)
-@given(appends=st.lists(st.lists(_frame_entry, min_size=1, max_size=10), min_size=1, max_size=3),
-       batch=st.sampled_from([3, 4096]))
-def test_frames_a_broker_stored_in_the_former_layout_read_back_as_before(
-        tmp_path_factory: Any, appends: list[Any], batch: int) -> None:
-    """A broker folder written before stored frames kept their parts and born times in a blob of
-    their own still reads: the same bodies, and the same fields, as the current layout gives."""
-    import marshal
-
-    triples = [_frames_both(entries) for entries in appends]
-    root = tmp_path_factory.mktemp("layouts")
-    brokers = {}
-    for layout in ("old", "new"):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(embedded, "BATCH_RECORDS", batch)
-            if layout == "old":
-                mp.setattr(embedded, "_encode_frames", _old_frames_payload)
-            brokers[layout] = b = EmbeddedBroker(root / layout)
-            b.create_topic("t", queues=1)
-            for records, _plain, _frames in triples:
-                b.append({("t", 0): records})
-    # each broker holds its layout: 4 (old) or 5 (new) first in a stored batch of frames
-    stored = {name: {marshal.loads(row[0])[0] for row in b._conn().execute("SELECT payload FROM batches")}
-              for name, b in brokers.items()}
-    assert 4 in stored["old"] and 5 not in stored["old"] and 5 in stored["new"] and 4 not in stored["new"]
-    read = {name: [(m.offset, m.key, m.body, m.born_timestamp, m.headers) for m in b.read("t", 0)]
-            for name, b in brokers.items()}
-    plain = [p for _r, ps, _f in triples for p in ps]
-    assert read["old"] == read["new"] and [r[1:4] for r in read["new"]] == [p[:3] for p in plain]
-    fields = {name: [tuple(map(list, block.items.fields)) if block.items is not None else None
-                     for block in read_blocks(b, "t", 0, 0, len(read[name]))] for name, b in brokers.items()}
-    assert fields["old"] == fields["new"]

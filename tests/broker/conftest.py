@@ -1,0 +1,48 @@
+"""The brokers the conformance suite (``test_conformance.py``) runs against: one entry per broker."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rstream import EmbeddedBroker
+from rstream.broker.base import Broker
+
+#: How each broker under test is made, given a folder of its own and ``compacting``: whether it
+#: should compact its compact topics as eagerly as it can (a broker that cannot be told ignores
+#: it). A broker that is a client of a running server (RocketMQ) ignores the folder and returns a
+#: client of the same server every time: the suite names every topic and job afresh.
+BROKERS: dict[str, Callable[[Path, bool], Broker]] = {
+    "embedded": lambda folder, compacting: EmbeddedBroker(
+        folder, **({"compact_min_dirty": 1, "compact_min_lag": 0, "compact_dirty_ratio": 0.0,
+                    "compact_delete_retention_ms": 0} if compacting else {})),
+}
+
+
+class BrokerFactory:
+    """``broker_factory()``: a broker of the kind under test; ``broker_factory.unique("t")``: a
+    topic or job name no other test (or example) used."""
+
+    def __init__(self, kind: str, root: Path) -> None:
+        self.kind, self._root = kind, root
+        self._made = itertools.count()
+
+    def __call__(self, compacting: bool = False) -> Broker:
+        return BROKERS[self.kind](self._root / f"broker-{next(self._made)}", compacting)
+
+    def unique(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._made)}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "unit: pure Python, fast (seconds)")
+
+
+@pytest.fixture(scope="module", params=sorted(BROKERS))
+def broker_factory(request: Any, tmp_path_factory: pytest.TempPathFactory) -> BrokerFactory:
+    """Makes brokers of each kind in ``BROKERS`` in turn (module scope: hypothesis examples share it)."""
+    return BrokerFactory(request.param, tmp_path_factory.mktemp(request.param))
