@@ -7,7 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.notebooks.test_notebooks import CLEAN_ENV
+from tests.support.notebooks import CLEAN_ENV
 
 #: Put in front of a test's script: the pids of this process's Python workers (Spark's daemons' forks).
 WORKERS = textwrap.dedent("""

@@ -9,9 +9,14 @@ notebook and "not yet" in a learner's (unanswered) one. Used by the headless tes
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from typing import Any
+
+# The environment (imported while pytest collects, so) as it was before any test started Spark in this process: get_spark() sets
+# SPARK_LOCAL_DIRS and PYTHONPATH for its own workers, and the kernel must not inherit those.
+CLEAN_ENV = dict(os.environ)
 
 #: Per notebook (file stem), the numeric facts its verify cell must report, as checks with a name.
 EXPECTED: dict[str, dict[str, Callable[[Any], bool]]] = {

@@ -1,6 +1,7 @@
 """Drive the notebooks in a real JupyterLab in a real Chromium, and judge what a person would see.
 
-Used by ``tests/browser/test_notebooks_in_browser.py`` and ``bench/browser_runs.py``::
+Used by ``tests/browser/test_notebooks_in_browser.py`` and ``bench/browser_runs.py`` (it lives in ``tools/``,
+not in ``tests/``, so the bench never imports a test package; ``tools/`` is not installed with rstream)::
 
     with JupyterLab() as lab, sync_playwright() as pw:
         browser = launch_browser(pw)
@@ -53,7 +54,7 @@ from typing import Any
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
