@@ -15,18 +15,22 @@ if TYPE_CHECKING:  # loaded by the fixtures that need Spark: the pure-Python tes
     from rstream import RocketMQStream
 
 
-#: Speed classes, one per test: ``pytest -m unit`` (seconds to a minute, no pyspark needed),
-#: ``-m "not e2e"`` (also the Spark tests: jobs on the session's local[2] SparkSession), everything.
+#: Speed classes, one per test: ``pytest -m unit`` (no Spark started), ``-m "not e2e"`` (also the jobs
+#: on Spark), or everything. tests/processors and tests/time even run without pyspark installed
+#: (tests/test_layout.py checks it).
 MARKERS = {
-    "unit": "needs no Spark: runs in this process without loading pyspark (pytest -m unit)",
-    "spark": "needs Spark: the session's SparkSession, or pyspark in this process or a subprocess",
+    "unit": "starts no Spark: plain Python in this process (pytest -m unit)",
+    "spark": "runs on Spark: the session's local[2] SparkSession (the spark fixture), or its own in a subprocess",
     "e2e": "end to end: starts a kernel, a browser, a cluster or a fresh environment "
            "(tests/browser, tests/notebooks, tests/cluster, tests/binder); pytest -m 'not e2e' leaves them out",
 }
-#: Folders whose every test starts a Jupyter kernel, a browser, a Spark cluster or a Binder-like venv.
+#: Folders whose every test starts a Jupyter kernel, a browser, a Spark cluster or a Binder-like venv. A
+#: module elsewhere that starts such a process says so itself (``pytestmark = pytest.mark.e2e``:
+#: tests/runtime/test_session.py, whose tests each start a fresh interpreter with its own JVM).
 E2E_FOLDERS = ("browser", "notebooks", "cluster", "binder")
-#: Folders whose tests need pyspark even where they start no job (they import the runtime or the toolkit's
-#: job fixtures); a test elsewhere needs Spark when it uses the ``spark`` fixture (``make_job`` does).
+#: Folders of Spark tests: the runtime's and the toolkit's (most run jobs; the rest import the runtime and
+#: share their modules' fixtures). Elsewhere a test is a Spark test when it uses the ``spark`` fixture
+#: (``make_job`` and the toolkit's job fixtures do).
 SPARK_FOLDERS = ("runtime", "widgets")
 
 
