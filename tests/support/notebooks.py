@@ -14,8 +14,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-# The environment (imported while pytest collects, so) as it was before any test started Spark in this process: get_spark() sets
-# SPARK_LOCAL_DIRS and PYTHONPATH for its own workers, and the kernel must not inherit those.
+# The environment as it was before any test started Spark in this process (pytest imports this module
+# while it collects): get_spark() sets SPARK_LOCAL_DIRS and PYTHONPATH for its own workers, and a kernel
+# or a fresh interpreter must not inherit those.
 CLEAN_ENV = dict(os.environ)
 
 #: Per notebook (file stem), the numeric facts its verify cell must report, as checks with a name.
