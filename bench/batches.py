@@ -28,6 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.report import JSON_HELP, results_path  # noqa: E402  (the repo root must be on sys.path first)
+
 LATENESS = [0, 1_000, 3_000, 10_000]
 WINDOW_MS = 10_000
 
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--json", default=None, help="also write the results as JSON here")
+    ap.add_argument("--json", default=None, help=JSON_HELP)
     args = ap.parse_args(argv)
 
     from bench.baselines import python_windows_parsed
@@ -128,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:14s} four jobs: median {statistics.median(values):.2f} s  "
                   f"({', '.join(f'{v:.2f}' for v in values)}), {out['batches_per_job'][name]:.0f} batches per job")
         print(f"driver job / in source job: {out['ratio_driver_over_in_source_job']:.2f}x")
-        if args.json:
-            Path(args.json).write_text(json.dumps(out, indent=1))
+        path = results_path(args.json, "batches")
+        path.write_text(json.dumps(out, indent=1))
+        print(f"json: {path}")
         return 0
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -5,7 +5,7 @@
     python bench/browser_runs.py --screenshots all --artifacts /tmp/shots
 
 One JupyterLab (over a temporary copy of ``notebooks/``) and one headless Chromium for the whole bench
-(``tests/browser/harness.py``, the same code and checks as ``tests/browser``). Each notebook runs
+(``tools/browser.py``, the same code and checks as ``tests/browser``). Each notebook runs
 ``--runs`` times in a row, each time with JupyterLab's "Restart Kernel and Run All Cells"; after each
 run its kernel is shut down and its whole process tree must exit. A run passes when every code cell
 ran and none shows an error, a traceback, a stderr box, a widget error, a blank output or an output
@@ -35,7 +35,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.browser.harness import (  # noqa: E402  (the repo root must be on sys.path first)
+from bench.report import JSON_HELP, results_path  # noqa: E402  (the repo root must be on sys.path first)
+from tools.browser import (  # noqa: E402
     NOTEBOOK_TIMEOUT,
     NOTEBOOKS,
     JupyterLab,
@@ -53,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--runs", type=int, default=10, help="runs per notebook (default 10)")
     ap.add_argument("--notebooks", nargs="+", metavar="NAME",
                     help="notebook file names in notebooks/ (default: every top-level *.ipynb)")
-    ap.add_argument("--json", type=Path, metavar="FILE", help="also write every run and the summary here")
+    ap.add_argument("--json", type=Path, metavar="FILE", help=JSON_HELP)
     ap.add_argument("--artifacts", type=Path, metavar="DIR",
                     help="screenshots and executed notebooks (default $RSTREAM_BROWSER_ARTIFACTS, else a temp dir)")
     ap.add_argument("--screenshots", choices=["all", "failures", "none"], default="failures",
@@ -179,13 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     if leftovers:
         print("\nprocesses that outlived the JupyterLab server (killed):\n" + "\n".join(leftovers))
     print(f"\nartifacts: {artifacts}")
-    if args.json:
-        args.json.write_text(json.dumps({
-            "started": started, "commit": commit(), "runs_per_notebook": args.runs,
-            "load_average": os.getloadavg(), "cpus": os.cpu_count(), "summary": rows, "runs": runs,
-            "server_leftovers": leftovers, "artifacts": str(artifacts),
-        }, indent=1))
-        print(f"json: {args.json}")
+    out = results_path(args.json, "browser")
+    out.write_text(json.dumps({
+        "started": started, "commit": commit(), "runs_per_notebook": args.runs,
+        "load_average": os.getloadavg(), "cpus": os.cpu_count(), "summary": rows, "runs": runs,
+        "server_leftovers": leftovers, "artifacts": str(artifacts),
+    }, indent=1))
+    print(f"json: {out}")
     return 1 if leftovers or any(r["failures"] for r in rows) else 0
 
 

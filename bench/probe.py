@@ -47,7 +47,7 @@ _REPO = Path(__file__).resolve().parent.parent
 if str(_REPO) not in sys.path:  # run as a script: the bench modules import as bench.*
     sys.path.insert(0, str(_REPO))
 
-from bench.report import git_state  # noqa: E402
+from bench.report import JSON_HELP, git_state, results_path  # noqa: E402
 
 SOURCE, SINK = "probe-words", "probe-counts"
 
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-warm-up", action="store_true", help="a session without its background warm-up")
     ap.add_argument("--tmp", default=None, help="parent folder of the temporary data (system temp)")
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--json", default=None, help="also write the results as JSON here")
+    ap.add_argument("--json", default=None, help=JSON_HELP)
     args = ap.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     props: dict[str, Any] = {}
@@ -312,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     report(res)
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2, default=str))
+    out = results_path(args.json, "probe")
+    out.write_text(json.dumps(res, indent=2, default=str))
+    print(f"json: {out}")
     return 0
 
 

@@ -57,6 +57,20 @@ def git_state() -> dict[str, Any]:
         return {"commit": None, "error": str(exc)}
 
 
+#: Where a bench writes its JSON unless ``--json`` names a file: ignored by git (``.gitignore``), so dated
+#: results never land in the tree. ``bench/RESULTS.md`` holds the current numbers, each with its command
+#: and commit; the past is in git history.
+OUT = Path(__file__).resolve().parent / "out"
+JSON_HELP = "write every number here as JSON (default: bench/out/<bench>-<commit>.json, ignored by git)"
+
+
+def results_path(requested: str | Path | None, bench: str) -> Path:
+    """``requested``, or ``bench/out/<bench>-<commit>.json``; its folder is made if missing."""
+    path = Path(requested) if requested else OUT / f"{bench}-{git_state().get('commit') or 'unknown'}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def fmt_rate(n: float, s: float) -> str:
     return f"{n / s / 1e6:6.2f} M/s" if n / s >= 1e6 else f"{n / s / 1e3:6.0f} K/s"
 

@@ -67,7 +67,7 @@ if str(_REPO) not in sys.path:  # run as a script: the bench modules import as b
     sys.path.insert(0, str(_REPO))
 
 from bench.data import make_sentences, produce  # noqa: E402
-from bench.report import fmt_rate, git_state, print_top  # noqa: E402
+from bench.report import JSON_HELP, fmt_rate, git_state, print_top, results_path  # noqa: E402
 from bench.workloads import (  # noqa: E402
     bench_windows,
     bench_wordcount,
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run: 20 K words, 20 K clicks, 5 K keys, 1 repeat")
     ap.add_argument("--tmp", default=None, help="parent folder of the temporary data (system temp)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary data")
-    ap.add_argument("--json", default=None, help="also write the results as JSON here")
+    ap.add_argument("--json", default=None, help=JSON_HELP)
     args = ap.parse_args(argv)
     if args.quick:
         args.words, args.replay_keys, args.repeat = 20_000, 5_000, 1
@@ -232,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         results["loadavg_end"] = os.getloadavg()
         print(f"\nload average (1, 5, 15 min) at start {results['loadavg_start']}, at end {results['loadavg_end']}  "
               "(other work on this machine skews every number)")
-        if args.json:
-            Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+        out = results_path(args.json, "run")
+        out.write_text(json.dumps(results, indent=2, default=str))
+        print(f"json: {out}")
         try:
             from pyspark.sql import SparkSession
 

@@ -1,10 +1,9 @@
-"""Shared fixtures: one local[2] SparkSession for the whole test session, a fresh broker per test,
-and helpers to run a job and read its sink back."""
+"""Shared fixtures: one local[2] SparkSession for the whole test session, a fresh broker per test, a
+job maker; and the speed classes (``unit``, ``spark``, ``e2e``), one marker per test. Shared helpers
+live in ``tests/support/``."""
 
 from __future__ import annotations
 
-import itertools
-from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,24 +14,52 @@ from rstream import EmbeddedBroker, StreamBuilder
 if TYPE_CHECKING:  # loaded by the fixtures that need Spark: the pure-Python tests never load pyspark
     from rstream import RocketMQStream
 
-_JOBS = itertools.count()
 
-#: Folders of tests that run jobs on Spark, here or in a process they start (kernel, browser, cluster).
-_SPARK_FOLDERS = ("notebooks", "browser", "cluster", "binder", "runtime", "widgets")
+#: Speed classes, one per test: ``pytest -m unit`` (no Spark started), ``-m "not e2e"`` (also the jobs
+#: on Spark), or everything. tests/processors and tests/time even run without pyspark installed
+#: (tests/test_layout.py checks it).
+MARKERS = {
+    "unit": "starts no Spark: plain Python in this process (pytest -m unit)",
+    "spark": "runs on Spark: the session's local[2] SparkSession (the spark fixture), or its own in a subprocess",
+    "e2e": "end to end: starts a kernel, a browser, a cluster or a fresh environment "
+           "(tests/browser, tests/notebooks, tests/cluster, tests/binder); pytest -m 'not e2e' leaves them out",
+}
+#: Folders whose every test starts a Jupyter kernel, a browser, a Spark cluster or a Binder-like venv. A
+#: module elsewhere that starts such a process says so itself (``pytestmark = pytest.mark.e2e``:
+#: tests/runtime/test_session.py, whose tests each start a fresh interpreter with its own JVM).
+E2E_FOLDERS = ("browser", "notebooks", "cluster", "binder")
+#: Folders of Spark tests: the runtime's and the toolkit's (most run jobs; the rest import the runtime and
+#: share their modules' fixtures). Elsewhere a test is a Spark test when it uses the ``spark`` fixture
+#: (``make_job`` and the toolkit's job fixtures do).
+SPARK_FOLDERS = ("runtime", "widgets")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "spark: needs Spark (a SparkSession here, or one it starts); "
-                                       "pytest -m 'not spark' runs the pure-Python part")
+    for name, meaning in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+
+
+def speed_class(item: pytest.Item) -> str:
+    """The one marker of ``MARKERS`` a test gets: its own if it says, else by folder and fixtures."""
+    own = [m.name for m in item.iter_markers() if m.name in MARKERS]
+    if own:
+        return own[0]
+    folder = Path(str(item.fspath)).parent.name
+    if folder in E2E_FOLDERS:
+        return "e2e"
+    if "spark" in getattr(item, "fixturenames", ()) or folder in SPARK_FOLDERS:
+        return "spark"
+    return "unit"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that needs Spark: it uses the ``spark`` fixture (``make_job`` does), or lives
-    in a folder whose tests start Spark themselves."""
     for item in items:
-        folder = Path(str(item.fspath)).parent.name
-        if "spark" in getattr(item, "fixturenames", ()) or folder in _SPARK_FOLDERS:
-            item.add_marker(pytest.mark.spark)
+        cls = speed_class(item)
+        for name in MARKERS:
+            if name != cls and item.get_closest_marker(name) is not None:
+                raise pytest.UsageError(f"{item.nodeid} is marked {name} and {cls}: one speed class per test")
+        if item.get_closest_marker(cls) is None:
+            item.add_marker(getattr(pytest.mark, cls))
 
 
 @pytest.fixture(scope="session")
@@ -69,19 +96,3 @@ def make_job(spark: Any, broker: EmbeddedBroker, tmp_path: Path) -> Any:
         job.stop()
 
 
-def job_id(prefix: str = "job") -> str:
-    """A job id unique in this test session."""
-    return f"{prefix}-{next(_JOBS)}"
-
-
-def sink_values(broker: EmbeddedBroker, topic: str, parse: Any = None) -> dict[Any, list[Any]]:
-    """Per key, the values a sink wrote, in offset order (a key always lands in one queue).
-    Bodies are ``key:value`` text unless ``parse(body) -> (key, value)`` says otherwise."""
-    out: dict[Any, list[Any]] = defaultdict(list)
-    for m in sorted(broker.read(topic), key=lambda m: (m.queue_id, m.offset)):
-        if parse is None:
-            key, _, value = m.body.decode().rpartition(":")
-        else:
-            key, value = parse(m.body)
-        out[key].append(value)
-    return dict(out)

@@ -37,8 +37,7 @@ def test_quick_work_shows_nothing(tmp_path: Path, capsys: Any) -> None:
 
 def test_a_run_shows_records_left_and_a_replay_its_queues(broker: EmbeddedBroker, make_job: Any, no_delay: None,
                                                            capsys: Any) -> None:
-    from tests.conftest import job_id
-    from tests.runtime.test_wordcount import wordcount
+    from tests.support.jobs import job_id, wordcount
 
     broker.create_topic("sentences", queues=2)
     broker.send_batch("sentences", [f"w{i % 7} w{i % 5} w{i % 3}" for i in range(200)], progress=False)
@@ -67,8 +66,7 @@ def test_a_run_waiting_for_the_session_warm_up_says_so(broker: EmbeddedBroker, m
     import time
 
     from rstream.runtime import job_query
-    from tests.conftest import job_id
-    from tests.runtime.test_wordcount import wordcount
+    from tests.support.jobs import job_id, wordcount
 
     broker.create_topic("sentences", queues=1)
     broker.send_batch("sentences", ["a b a"], progress=False)
@@ -90,8 +88,7 @@ def test_a_run_after_the_warm_up_times_its_own_work_only(broker: EmbeddedBroker,
     import threading
     import time
 
-    from tests.conftest import job_id
-    from tests.runtime.test_wordcount import wordcount
+    from tests.support.jobs import job_id, wordcount
 
     broker.create_topic("sentences", queues=1)
     broker.send_batch("sentences", ["a b a", "c"], progress=False)
@@ -117,8 +114,7 @@ def test_the_warm_up_is_named_after_what_is_left_not_in_the_description(
     import threading
     import time
 
-    from tests.conftest import job_id
-    from tests.runtime.test_wordcount import wordcount
+    from tests.support.jobs import job_id, wordcount
 
     broker.create_topic("sentences", queues=1)
     broker.send_batch("sentences", ["x y"], progress=False)

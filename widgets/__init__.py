@@ -15,21 +15,53 @@ Live views redraw from one renderer thread each (``start()`` / ``stop()``). The 
 rstream never imports it.
 """
 
-from .errors import ErrorSnapshot, ErrorTable
-from .eventtime import EventTimeChart, EventTimeSnapshot
-from .exercises import CheckResult, RunFacts, check, run_facts
-from .late import LateDataSnapshot
-from .late_table import LateDataTable
-from .live import LiveView
-from .monitor import JobMonitor
-from .producer import ProducerPanel, RateProducer
-from .progress import ProgressSnapshot
+from typing import TYPE_CHECKING
+
+from rstream.lazy import lazy_getattr
+
+# Eager: the module and its function share the name ``release``, and the function must win.
 from .release import Released, release
-from .state import StateDiffSnapshot, StateInspector, StateSnapshot
-from .topics import TopicBrowser, TopicOffsets, TopicPage
-from .topology import TopologyMonitor, TopologySnapshot, topology_svg, topology_view
-from .watermark_monitor import WatermarkMonitor
-from .watermarks import WatermarkSnapshot
+
+#: Each name's module, loaded on first use: ``import rstream.widgets`` (or one of its modules) loads
+#: neither pyspark nor the other views, so a view's plain object is usable where Spark is not installed.
+_LAZY = {
+    **dict.fromkeys(["ErrorSnapshot", "ErrorTable"], f"{__name__}.errors"),
+    **dict.fromkeys(["EventTimeChart", "EventTimeSnapshot"], f"{__name__}.eventtime"),
+    **dict.fromkeys(["CheckResult", "RunFacts", "check", "run_facts"], f"{__name__}.exercises"),
+    **dict.fromkeys(["LateDataSnapshot"], f"{__name__}.late"),
+    **dict.fromkeys(["LateDataTable"], f"{__name__}.late_table"),
+    **dict.fromkeys(["LiveView"], f"{__name__}.live"),
+    **dict.fromkeys(["JobMonitor"], f"{__name__}.monitor"),
+    **dict.fromkeys(["ProducerPanel", "RateProducer"], f"{__name__}.producer"),
+    **dict.fromkeys(["ProgressSnapshot"], f"{__name__}.progress"),
+    **dict.fromkeys(["StateDiffSnapshot", "StateInspector", "StateSnapshot"], f"{__name__}.state"),
+    **dict.fromkeys(["TopicBrowser", "TopicOffsets", "TopicPage"], f"{__name__}.topics"),
+    **dict.fromkeys(["TopologyMonitor", "TopologySnapshot", "topology_svg", "topology_view"], f"{__name__}.topology"),
+    **dict.fromkeys(["WatermarkMonitor"], f"{__name__}.watermark_monitor"),
+    **dict.fromkeys(["WatermarkSnapshot"], f"{__name__}.watermarks"),
+}
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
+
+if TYPE_CHECKING:
+    from .errors import ErrorSnapshot, ErrorTable
+    from .eventtime import EventTimeChart, EventTimeSnapshot
+    from .exercises import CheckResult, RunFacts, check, run_facts
+    from .late import LateDataSnapshot
+    from .late_table import LateDataTable
+    from .live import LiveView
+    from .monitor import JobMonitor
+    from .producer import ProducerPanel, RateProducer
+    from .progress import ProgressSnapshot
+    from .state import StateDiffSnapshot, StateInspector, StateSnapshot
+    from .topics import TopicBrowser, TopicOffsets, TopicPage
+    from .topology import TopologyMonitor, TopologySnapshot, topology_svg, topology_view
+    from .watermark_monitor import WatermarkMonitor
+    from .watermarks import WatermarkSnapshot
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "CheckResult",

@@ -7,13 +7,15 @@ from __future__ import annotations
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rstream import RocketMQStream
 from rstream.processors.base import END_OF_BATCH
 
 from .html import ALERT, box, status, table
 from .live import LiveView
+
+if TYPE_CHECKING:  # the snapshot needs no Spark to be made or read: tests/processors use it without pyspark
+    from rstream import RocketMQStream
 
 SHOWN_COLUMNS = ["batch_id", "operator", "topic", "queue", "offset", "error", "value"]
 SUMMARY_COLUMNS = ["operator", "error", "records"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import ipywidgets
 
-from rstream import RocketMQStream
+import rstream
 
 
 class LiveView(ipywidgets.VBox):
@@ -28,11 +28,11 @@ class LiveView(ipywidgets.VBox):
     #: (what a browser test finds it by).
     kind = "view"
     #: The job shown (views over a broker or a topic have none: ``needs_job`` False).
-    job: RocketMQStream
+    job: rstream.RocketMQStream
 
-    def __init__(self, job: RocketMQStream | None, children: list[ipywidgets.Widget], status_line: ipywidgets.HTML,
+    def __init__(self, job: rstream.RocketMQStream | None, children: list[ipywidgets.Widget], status_line: ipywidgets.HTML,
                  interval: float = 0.25, **kwargs: Any) -> None:
-        if job is not None and not isinstance(job, RocketMQStream) or job is None and self.needs_job:
+        if job is not None and not isinstance(job, rstream.RocketMQStream) or job is None and self.needs_job:
             raise TypeError(f"{type(self).__name__} needs a RocketMQStream, got {type(job).__name__}")
         if interval <= 0:
             raise ValueError(f"interval must be positive seconds, got {interval!r}")

@@ -17,7 +17,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
-from tests.notebooks.facts import problems
+from tests.support.notebooks import problems
 
 ROOT = Path(__file__).resolve().parents[2]
 BINDER = ROOT / "binder"

@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser.harness import (
+from tests.support.notebooks import problems
+from tools.browser import (
     NOTEBOOK_TIMEOUT,
     NOTEBOOKS,
     JupyterLab,
@@ -37,7 +38,6 @@ from tests.browser.harness import (
     open_lab_page,
     run_notebook,
 )
-from tests.notebooks.facts import problems
 
 _REASON = browser_unavailable()
 if _REASON and os.environ.get("RSTREAM_REQUIRE_BROWSER"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,15 +15,14 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
 from rstream.cluster import ClusterError, ExecutorProcess, LocalCluster
+from tests.support.processes import TIMEOUT, kill_group, log_tail, spawn, strays, wait_until
 
 ROOT = Path(__file__).parents[2]
-TIMEOUT = 240.0  # generous: 2 shared cores; nothing below depends on how fast things are
 
 # A driver in its own process. Its tasks block until the test creates ``release`` in the control
 # folder, so the test sees (and may kill) executors while a job is running, without guessing times.
@@ -57,51 +55,6 @@ _DRIVER = textwrap.dedent("""
 """)
 
 
-def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-
-
-def _spawn(args: list[str], log: Path) -> subprocess.Popen[str]:
-    """A Python subprocess in its own process group; stderr (Spark's warnings) goes to ``log``."""
-    with open(log, "w") as err:
-        return subprocess.Popen([sys.executable, *args], env=_env(), cwd=str(ROOT), start_new_session=True,
-                                stdout=subprocess.PIPE, stderr=err, text=True)
-
-
-def _log_tail(log: Path) -> str:
-    return log.read_text(errors="replace")[-3000:] if log.exists() else ""
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
-
-
-def _wait_until(condition: Any, what: str, proc: subprocess.Popen[str], log: Path) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if proc.poll() is not None:
-            raise AssertionError(f"the driver exited ({proc.returncode}) before {what}:\n{_log_tail(log)}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
-def _strays(work_dir: Path, ports: list[int]) -> list[str]:
-    """Any live process, ours or not, whose command line mentions the cluster's folder or ports."""
-    marks = [str(work_dir)] + [f"127.0.0.1:{p}" for p in ports]
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
-        line = " ".join(proc.info["cmdline"] or [])
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.pid != os.getpid() and any(m in line for m in marks):
-            found.append(f"{proc.pid}: {line[:200]}")
-    return found
-
-
 def _memory(cluster: LocalCluster) -> str:
     rss = pss = 0
     parts = []
@@ -132,7 +85,7 @@ def control(tmp_path: Path) -> Path:
 
 
 def _driver(cluster: LocalCluster, control: Path, rows: int) -> subprocess.Popen[str]:
-    return _spawn(["-c", _DRIVER, cluster.master_url, json.dumps(cluster.spark_conf()), str(control), str(rows)],
+    return spawn(["-c", _DRIVER, cluster.master_url, json.dumps(cluster.spark_conf()), str(control), str(rows)],
                   control / "driver.log")
 
 
@@ -149,7 +102,7 @@ def test_two_workers_run_a_job_and_stop_leaves_nothing(cluster: LocalCluster, co
 
     driver = _driver(cluster, control, rows=10)
     try:
-        _wait_until(lambda: len(list(control.glob("started-*"))) == 2, "both tasks run", driver, control / "driver.log")
+        wait_until(lambda: len(list(control.glob("started-*"))) == 2, "both tasks run", driver, control / "driver.log")
         running = cluster.executors()
         print(f"job running: {_memory(cluster)}")
         assert len(running) == 2
@@ -159,9 +112,9 @@ def test_two_workers_run_a_job_and_stop_leaves_nothing(cluster: LocalCluster, co
             assert e.cwd == cluster.work_dir / "workers" / e.worker / e.app_id / e.executor_id
         (control / "release").touch()
         out, _ = driver.communicate(timeout=TIMEOUT)
-        assert driver.returncode == 0, _log_tail(control / "driver.log")
+        assert driver.returncode == 0, log_tail(control / "driver.log")
     finally:
-        _kill_group(driver)
+        kill_group(driver)
     result = json.loads(out.strip().splitlines()[-1])
     assert result["count"] == 100
     probes = result["probes"]
@@ -183,7 +136,7 @@ def test_two_workers_run_a_job_and_stop_leaves_nothing(cluster: LocalCluster, co
     cluster.stop()
     print(f"stop: {time.monotonic() - stop_began:.1f} s; whole test {time.monotonic() - began:.0f} s")
     assert not cluster.running and cluster.processes() == [] and cluster.executors() == []
-    assert _strays(cluster.work_dir, ports) == []
+    assert strays(cluster.work_dir, ports) == []
     cluster.stop()  # idempotent
     with pytest.raises(ClusterError, match="start"):
         _ = cluster.master_url
@@ -193,7 +146,7 @@ def test_lost_executor_is_replaced_and_the_job_still_finishes(cluster: LocalClus
     cluster.start()
     driver = _driver(cluster, control, rows=4)
     try:
-        _wait_until(lambda: len(list(control.glob("started-*"))) == 2, "both tasks run", driver, control / "driver.log")
+        wait_until(lambda: len(list(control.glob("started-*"))) == 2, "both tasks run", driver, control / "driver.log")
         before = cluster.executors()
         assert len(before) == 2
         with pytest.raises(ClusterError, match="no live executor"):
@@ -209,10 +162,10 @@ def test_lost_executor_is_replaced_and_the_job_still_finishes(cluster: LocalClus
         assert killed.pid not in {e.pid for e in replacement}
         (control / "release").touch()
         out, _ = driver.communicate(timeout=TIMEOUT)
-        assert driver.returncode == 0, _log_tail(control / "driver.log")
+        assert driver.returncode == 0, log_tail(control / "driver.log")
         print(f"\nkill {t1 - t0:.2f} s, replacement process after {t2 - t1:.1f} s, job done {time.monotonic() - t2:.1f} s later")
     finally:
-        _kill_group(driver)
+        kill_group(driver)
     result = json.loads(out.strip().splitlines()[-1])
     assert result["count"] == 100
     assert sum(p["rows"] for p in result["probes"]) == 4  # the lost task ran again elsewhere
@@ -234,12 +187,12 @@ _ABANDON = textwrap.dedent("""
 
 def _abandon(work_dir: Path, how: str) -> list[int]:
     log = work_dir.parent / f"abandon-{how}.log"
-    proc = _spawn(["-c", _ABANDON, str(work_dir), how], log)
+    proc = spawn(["-c", _ABANDON, str(work_dir), how], log)
     try:
         out, _ = proc.communicate(timeout=TIMEOUT)
     finally:
-        _kill_group(proc)
-    assert proc.returncode == 0, _log_tail(log)
+        kill_group(proc)
+    assert proc.returncode == 0, log_tail(log)
     return [int(pid) for pid in json.loads(out.strip().splitlines()[-1])]
 
 
@@ -256,7 +209,7 @@ def test_start_stops_what_a_dead_kernel_left_behind(tmp_path: Path) -> None:
         assert rerun.alive_workers() == 1
     finally:
         rerun.stop()
-    assert rerun.processes() == [] and _strays(work_dir, []) == []
+    assert rerun.processes() == [] and strays(work_dir, []) == []
 
 
 def test_a_kernel_that_exits_without_stop_leaves_nothing(tmp_path: Path) -> None:
@@ -266,7 +219,7 @@ def test_a_kernel_that_exits_without_stop_leaves_nothing(tmp_path: Path) -> None
     try:
         assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
                        for pid in old)
-        assert _strays(work_dir, []) == []
+        assert strays(work_dir, []) == []
     finally:
         LocalCluster(work_dir=work_dir).stop()  # clean up even if the assertion failed
 
@@ -285,7 +238,7 @@ def test_rerunning_the_cell_replaces_the_cluster_and_the_stale_object_cannot_sto
     finally:
         first.stop()
         second.stop()
-    assert second.processes() == [] and _strays(work_dir, []) == []
+    assert second.processes() == [] and strays(work_dir, []) == []
 
 
 def _listen(port: int) -> socket.socket | None:
@@ -344,7 +297,7 @@ def test_a_port_taken_before_the_master_binds_it_gets_new_ports(tmp_path: Path,
     finally:
         cluster.stop()
         taken.close()
-    assert cluster.processes() == [] and _strays(tmp_path / "cluster", []) == []
+    assert cluster.processes() == [] and strays(tmp_path / "cluster", []) == []
 
 
 def test_a_start_that_times_out_points_at_the_logs_and_leaves_nothing(tmp_path: Path) -> None:
@@ -353,7 +306,7 @@ def test_a_start_that_times_out_points_at_the_logs_and_leaves_nothing(tmp_path: 
     with pytest.raises(ClusterError, match="logs") as raised:
         slow.start()
     assert str(slow.log_dir) in str(raised.value) and "start_timeout" in str(raised.value)
-    assert not slow.running and slow.processes() == [] and _strays(work_dir, []) == []
+    assert not slow.running and slow.processes() == [] and strays(work_dir, []) == []
 
 
 def test_bad_settings_say_what_to_do(tmp_path: Path) -> None:

@@ -14,21 +14,14 @@ from collections import Counter
 from pathlib import Path
 
 from rstream.cluster import LocalCluster
-from tests.cluster.test_local_cluster import TIMEOUT, _kill_group, _log_tail, _spawn, _strays, _wait_until
-
-ROUNDS = 6
-KILL_AFTER = 3  # rounds processed before an executor is killed
-
-
-def sentences(round_: int) -> list[str]:
-    return [f"w{(round_ * 7 + i) % 11} w{i % 5} w{(i * 3) % 13} w{round_}" for i in range(40)]
-
+from tests.support.cluster import ROUNDS, sentences
+from tests.support.processes import TIMEOUT, kill_group, log_tail, spawn, strays, wait_until
 
 _DRIVER = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
     from rstream import EmbeddedBroker, RocketMQStream, StreamBuilder, TextDeserializer, TextSerializer, get_spark
-    from tests.cluster.test_rstream_on_cluster import KILL_AFTER, ROUNDS, sentences
+    from tests.support.cluster import KILL_AFTER, ROUNDS, sentences
 
     master, conf, ctl = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
     spark = get_spark(master=master, tmp_dir=str(ctl / "spark-tmp"), **conf)
@@ -65,20 +58,20 @@ def test_a_keyed_count_survives_a_lost_executor_exactly(tmp_path: Path) -> None:
     try:
         cluster.start()
         ports = [int(cluster.master_url.rsplit(":", 1)[1]), int(cluster.web_ui_url.rsplit(":", 1)[1])]
-        driver = _spawn(["-c", _DRIVER, cluster.master_url, json.dumps(cluster.spark_conf()), str(control)],
+        driver = spawn(["-c", _DRIVER, cluster.master_url, json.dumps(cluster.spark_conf()), str(control)],
                         control / "driver.log")
-        _wait_until(lambda: (control / "kill-now").exists(), "three rounds counted", driver, control / "driver.log")
+        wait_until(lambda: (control / "kill-now").exists(), "three rounds counted", driver, control / "driver.log")
         running = cluster.executors()
         assert len(running) == 2, running
         killed = cluster.kill_executor(running[0])  # SIGKILL, while the query runs
         (control / "killed").write_text(killed.executor_id)
         out, _ = driver.communicate(timeout=TIMEOUT * 2)
-        assert driver.returncode == 0, _log_tail(control / "driver.log")
+        assert driver.returncode == 0, log_tail(control / "driver.log")
     finally:
         if driver is not None:
-            _kill_group(driver)
+            kill_group(driver)
         cluster.stop()
-    assert _strays(cluster.work_dir, ports) == [] and cluster.processes() == []  # every daemon and executor gone
+    assert strays(cluster.work_dir, ports) == [] and cluster.processes() == []  # every daemon and executor gone
 
     result = json.loads(out.strip().splitlines()[-1])
     # exact: each word's running counts 1, 2, ..., n, each once, in order, whatever ran where

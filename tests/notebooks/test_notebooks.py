@@ -3,7 +3,7 @@
 The learner notebooks run in a real JupyterLab in ``tests/browser`` where Chromium is present; here they run
 headless only where it is not (so no notebook runs twice). The solutions (``notebooks/solutions``: each
 notebook with its exercises filled in) always run here, and every exercise check in them must say "right".
-Both read the facts each notebook's hidden ``verify`` cell prints (``tests/notebooks/facts.py``).
+Both read the facts each notebook's hidden ``verify`` cell prints (``tests/support/notebooks.py``).
 
 The kernel is this interpreter (``sys.executable -m ipykernel_launcher``), named by a kernelspec written
 into the test's temporary folder and found through a ``KernelSpecManager`` that looks only there. So the
@@ -26,16 +26,13 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
-from tests.notebooks.facts import problems
+from tests.support.notebooks import CLEAN_ENV, problems
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 SOLUTIONS = NOTEBOOKS / "solutions"
 KERNEL = "rstream-test-python"
 CELL_TIMEOUT = 300  # seconds for one cell; the first Spark cell starts a JVM
 
-# The environment as it was before any test started Spark in this process: get_spark() sets
-# SPARK_LOCAL_DIRS and PYTHONPATH for its own workers, and the kernel must not inherit those.
-CLEAN_ENV = dict(os.environ)
 
 
 def notebooks() -> list[Path]:
@@ -79,15 +76,13 @@ def execute(path: Path, tmp_path: Path) -> Any:
 
 
 def _browser_runs_them() -> str | None:
-    spec = importlib.util.spec_from_file_location("harness", Path(__file__).resolve().parents[1] / "browser" / "harness.py")
-    if os.environ.get("RSTREAM_HEADLESS_NOTEBOOKS") or spec is None:
+    if os.environ.get("RSTREAM_HEADLESS_NOTEBOOKS"):
         return None
     try:
-        harness = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(harness)  # type: ignore[union-attr]
+        from tools.browser import browser_unavailable
     except Exception:
         return None
-    return None if harness.browser_unavailable() else "run in a real JupyterLab by tests/browser " \
+    return None if browser_unavailable() else "run in a real JupyterLab by tests/browser " \
         "(RSTREAM_HEADLESS_NOTEBOOKS=1 runs them here too)"
 
 

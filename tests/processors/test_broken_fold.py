@@ -10,8 +10,7 @@ import pytest
 
 from rstream import EmbeddedBroker
 from rstream.processors.fold import SumFold
-from tests.processors.harness import emitted, produce, run
-from tests.processors.test_keyed_in_process import keyed, records
+from tests.support.inprocess import emitted, keyed, produce, records, run
 
 
 def sums(tmp_path: Path, emit: str) -> tuple[dict[str, int], dict[str, int]]:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -34,6 +33,7 @@ from rstream.processors.window import WindowAggregateProcessor
 from rstream.runtime import queue_run
 from rstream.runtime.inprocess import InProcessJob
 from rstream.shuffle.wire import ACTIVE_HEADER, TICK_HEADER
+from tests.support.inprocess import record_by_record
 
 #: Words, numbers and the few bodies the functions below raise on ("x" in map, "boom" in flat_map,
 #: "bad" in the serializer, "ouch" in a sum's function).
@@ -143,14 +143,6 @@ PIPELINES: dict[str, Callable[[str], StreamBuilder]] = {
     "windowed_stages": _windowed_stages, "windowed_avg": _windowed_avg}
 
 
-@contextmanager
-def _record_by_record() -> Iterator[None]:
-    """No chunked plan, and windows fired one by one through ``forward``."""
-    with (mock.patch.object(ChunkedPipeline, "of", staticmethod(lambda *args: None)),
-          mock.patch.object(WindowAggregateProcessor, "_sink_after", lambda self: None)):
-        yield
-
-
 def _written(broker: EmbeddedBroker, job: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every topic of ``job`` (the job's name taken out of names and bodies), record by record, without what
     the wall clock wrote: the broker's append time, the state topic's born time (its commit's), when
@@ -185,7 +177,7 @@ def _run(tmp: Path, broker: EmbeddedBroker, make: Callable[[str], StreamBuilder]
     if chunked:
         run.run_until_idle()
     else:
-        with _record_by_record():
+        with record_by_record():
             run.run_until_idle()
     return run
 
@@ -279,7 +271,7 @@ def test_an_unhashable_key_names_its_record_either_way(tmp_path: Path, chunked: 
         if chunked:
             job.run_until_idle()
         else:
-            with _record_by_record():
+            with record_by_record():
                 job.run_until_idle()
     assert broker.end_offsets("keys-out") == [0] * len(broker.end_offsets("keys-out"))  # nothing committed
 

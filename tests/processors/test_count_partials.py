@@ -22,9 +22,9 @@ from rstream import EmbeddedBroker, JsonDeserializer, StreamBuilder, TumblingWin
 from rstream.runtime.inprocess import InProcessJob
 from rstream.runtime.topic_decoder import decode_message, topic_role
 from rstream.shuffle.wire import PARTIAL_HEADER, RECORDS
-from tests.processors.test_chunked import _record_by_record
-from tests.processors.test_window_partials import FAST, flow, state_of
-from tests.processors.test_window_partials import run_phases as window_phases
+from tests.support.inprocess import record_by_record
+from tests.support.partials import FAST, flow, state_of
+from tests.support.partials import run_phases as window_phases
 
 _RUNS = itertools.count()
 
@@ -84,7 +84,7 @@ def run_all(tmp_path: Path, phases: list[list[dict[str, Any]]], queues: int, *ar
             broker.send_batch("events", [json.dumps(e) for e in events])
         jobs[0].run_until_idle()
         jobs[1].run_until_idle()
-        with _record_by_record():
+        with record_by_record():
             jobs[2].run_until_idle()
     return broker, jobs[0], jobs[1], jobs[2]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import random
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -16,22 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rstream import Accumulator, EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder
-from tests.processors.harness import emitted, produce, run
+from tests.support.inprocess import emitted, keyed, produce, records, run
 
 WORDS = st.lists(st.sampled_from(["ant", "bee", "cat", "dog", "eel"]), min_size=1, max_size=60)
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-def keyed(job: str, agg: str, *args: Any) -> StreamBuilder:
-    b = StreamBuilder(job, shuffle_queues=3)
-    grouped = b.source("in", JsonDeserializer()).key_by(lambda r: r["k"])
-    getattr(grouped, agg)(*args).to_rstream().sink("out", JsonSerializer(with_key=True))
-    return b
-
-
-def records(words: list[str], seed: int = 0) -> list[dict[str, Any]]:
-    rng = random.Random(seed)
-    return [{"k": w, "n": rng.randint(-50, 50)} for w in words]
 
 
 _RUNS = itertools.count()

@@ -11,7 +11,7 @@ from typing import Any
 
 from rstream import Accumulator, EmbeddedBroker, JsonDeserializer, StreamBuilder
 from rstream.serde.codec import decode
-from tests.processors.harness import produce, run
+from tests.support.inprocess import produce, run
 
 
 def _shuffled(broker: EmbeddedBroker, topic: str) -> list[Any]:

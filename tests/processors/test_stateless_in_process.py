@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rstream import EmbeddedBroker, StreamBuilder, TextDeserializer, TextSerializer
 from rstream.processors.base import dead_letter_row
 from rstream.runtime.inprocess import InProcessJob
-from tests.processors.harness import run
+from tests.support.inprocess import run
 
 SENTENCES = st.lists(st.text("ab c", min_size=0, max_size=12), min_size=1, max_size=30)
 

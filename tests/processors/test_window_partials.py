@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from rstream import (
@@ -26,12 +26,9 @@ from rstream import (
 )
 from rstream.runtime.inprocess import InProcessJob
 from rstream.shuffle.wire import PARTIAL_HEADER
-from rstream.state.store import decode_state_message
-from tests.processors.test_windows_in_process import results
-from tests.runtime.reference import split_late, window_frame
-
-_RUNS = itertools.count()
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+from tests.support.inprocess import results
+from tests.support.partials import FAST, flow, run_phases, state_of
+from tests.support.reference import split_late, window_frame
 
 
 def windowed(job: str, window: Any, copies: int = 1, poison: bool = False) -> StreamBuilder:
@@ -62,33 +59,6 @@ def late_rows(broker: EmbeddedBroker, job: InProcessJob) -> list[tuple[Any, ...]
     return sorted(tuple(row[f] for f in fields) for row in rows)
 
 
-def state_of(broker: EmbeddedBroker, job: InProcessJob) -> dict[bytes, Any]:
-    """The latest value per state key in the job's state topics (deletes drop the key)."""
-    out: dict[bytes, Any] = {}
-    for topic in job.topology.state_topics.values():
-        if not broker.has_topic(topic):
-            continue
-        for m in broker.read(topic):
-            kb = bytes.fromhex(m.key)
-            decoded = decode_state_message(m.body, m.headers)
-            if decoded is None:
-                out.pop(kb, None)
-            else:
-                out[kb] = decoded[3]
-    return out
-
-
-def flow(job: InProcessJob) -> tuple[Counter[str], Counter[str]]:
-    """Records in per kind of queue and records out per topic, summed over the job's ranges: a
-    partial counts as the records it holds, so combining changes neither."""
-    ins: Counter[str] = Counter()
-    outs: Counter[str] = Counter()
-    for info in job.infos:
-        ins["source" if info["topic"] in job.topology.source_topics else "shuffle"] += info["records_in"]
-        outs.update(info["records_out"])
-    return ins, outs
-
-
 def dead_letters(broker: EmbeddedBroker, job: InProcessJob) -> list[tuple[Any, ...]]:
     """Every dead letter's topic, queue, offset, operator and error."""
     from rstream.processors.base import dead_letter_row
@@ -100,24 +70,6 @@ def dead_letters(broker: EmbeddedBroker, job: InProcessJob) -> list[tuple[Any, .
 
 def partials(broker: EmbeddedBroker, job: InProcessJob) -> int:
     return sum(1 for t in job.topology.framed_topics for m in broker.read(t) if PARTIAL_HEADER in (m.headers or {}))
-
-
-def run_phases(tmp_path: Path, builder: Any, phases: list[list[dict[str, Any]]], queues: int,
-               source: str = "clicks", sink: str = "results", combine: bool = True,
-               **props: Any) -> tuple[EmbeddedBroker, InProcessJob]:
-    """Send each phase's events to ``source`` (round robin over ``queues``), then run the job until idle
-    with an idle flush (every window fires): a later phase's old clicks then meet windows that already
-    fired."""
-    root = tmp_path / f"run-{next(_RUNS)}"
-    broker = EmbeddedBroker(root / "broker")
-    broker.create_topic(source, queues=queues)
-    broker.create_topic(sink, queues=2)
-    job = InProcessJob(builder.build(combine=combine), broker, root / "job", props)
-    for events in phases:
-        if events:
-            broker.send_batch(source, [json.dumps(e) for e in events])
-        job.run_until_idle()
-    return broker, job
 
 
 def both(tmp_path: Path, builder: Any, phases: list[list[dict[str, Any]]], queues: int,

@@ -1,5 +1,5 @@
 """Windowed aggregations and joins run in this process (no Spark) against the event-time reference
-(``tests/runtime/reference.py``): generated out-of-order clicks, on-time results equal pandas, late
+(``tests/support/reference.py``): generated out-of-order clicks, on-time results equal pandas, late
 records equal the reference's, and reduce per window equals functools.reduce."""
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from rstream import (
     TumblingWindow,
 )
 from rstream.runtime.inprocess import InProcessJob
-from tests.processors.harness import produce, run
-from tests.runtime.reference import sessions, split_late, window_frame
+from tests.support.inprocess import produce, results, run
+from tests.support.reference import sessions, split_late, window_frame
 
 LATENESS = 2000
 EXACT = {"allowed_lateness_ms": LATENESS, "idle_timeout_ms": 600_000}
@@ -44,16 +44,6 @@ def windowed(job: str, window: Any, agg: str, *args: Any) -> StreamBuilder:
     ws = b.source("clicks", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["user"])
     getattr(ws.window(window), agg)(*args).to_rstream().sink("results", JsonSerializer(with_key=True))
     return b
-
-
-def results(broker: EmbeddedBroker) -> dict[tuple[Any, int, int], Any]:
-    out = {}
-    for m in broker.read("results"):
-        doc = json.loads(m.body)
-        key = tuple(doc["key"])
-        assert key not in out, "a window fired twice"
-        out[key] = doc["value"]
-    return out
 
 
 def fresh(tmp_path: Path) -> tuple[EmbeddedBroker, Path]:

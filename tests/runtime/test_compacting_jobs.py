@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 
 from rstream import EmbeddedBroker, RocketMQStream, StateError, Time, TumblingWindow
-from tests.conftest import job_id
-from tests.runtime.reference import split_late, window_frame
-from tests.runtime.test_windows import EXACT, LATENESS, clicks, produce, results, windowed
-from tests.runtime.test_wordcount import assert_exact_counts, wordcount
+from tests.support.jobs import assert_exact_counts, job_id, wordcount
+from tests.support.reference import split_late, window_frame
+from tests.support.windows import EXACT, LATENESS, clicks, produce, results, windowed
 
 #: The broker compacts a state queue as soon as 10 changelog records are dirty: many times per run.
 EAGER: dict[str, Any] = {"compact_min_dirty": 10, "compact_dirty_ratio": 0.3, "compact_min_lag": 0,

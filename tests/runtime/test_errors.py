@@ -19,7 +19,7 @@ from rstream import (
     UnhashableKeyError,
     UnknownTopicError,
 )
-from tests.conftest import job_id, sink_values
+from tests.support.jobs import job_id, sink_values
 
 
 def json_count(job: str) -> StreamBuilder:

@@ -11,8 +11,8 @@ from typing import Any
 from rstream import EmbeddedBroker, StateStore, TumblingWindow
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark
 from rstream.time.watermark import NO_WATERMARK
-from tests.conftest import job_id
-from tests.runtime.test_windows import results, windowed
+from tests.support.jobs import job_id
+from tests.support.windows import results, windowed
 
 
 def test_operator_watermark_is_the_minimum_over_producers_that_are_not_idle(tmp_path: Path) -> None:
@@ -82,8 +82,8 @@ def test_a_consumer_catching_up_never_takes_its_backlog_for_silence(broker: Embe
     the broker time of the consumer's position, so the results are exactly the reference's."""
     import random
 
-    from tests.runtime.reference import split_late, window_frame
-    from tests.runtime.test_windows import LATENESS, produce
+    from tests.support.reference import split_late, window_frame
+    from tests.support.windows import LATENESS, produce
 
     rng = random.Random(11)
     events = [{"user": "hot" if rng.random() < 0.95 else f"u{rng.randrange(3)}",

@@ -5,53 +5,13 @@ from __future__ import annotations
 
 import json
 import random
-from collections import defaultdict
 from typing import Any
 
-from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder, Time, TumblingWindow
-from tests.conftest import job_id
-from tests.runtime.reference import fixed_windows, split_late
-from tests.runtime.test_windows import EXACT, LATENESS, produce
-
-
-def events(n: int, seed: int, side: str, keys: int = 6) -> list[dict[str, Any]]:
-    rng = random.Random(seed)
-    return [{"id": f"k{rng.randrange(keys)}", "ts": 1_700_000_000_000 + i * 40_000 // n - rng.randrange(3000),
-             "v": f"{side}{i}", "type": side} for i in range(n)]
-
-
-def emitted(broker: EmbeddedBroker, topic: str = "joined") -> list[tuple[Any, Any]]:
-    return sorted((d["key"], d["value"]) for d in (json.loads(m.body) for m in broker.read(topic)))
-
-
-def windowed_pairs(lefts: list[dict[str, Any]], rights: list[dict[str, Any]], size: int, how: str) -> list[tuple[Any, Any]]:
-    buckets: dict[tuple[Any, int], list[list[dict[str, Any]]]] = defaultdict(lambda: [[], []])
-    for side, records in enumerate((lefts, rights)):
-        for r in records:
-            (start, _end), = fixed_windows(r["ts"], size)
-            buckets[(r["id"], start)][side].append(r)
-    out = []
-    for (key, _start), (ls, rs) in buckets.items():
-        out += [(key, [left["v"], right["v"]]) for left in ls for right in rs]
-        if how == "left" and not rs:
-            out += [(key, [left["v"], None]) for left in ls]
-    return sorted(out)
-
-
-def join_job(name: str, how: str, window: Any, same_topic: bool = False) -> StreamBuilder:
-    b = StreamBuilder(name, shuffle_queues=3)
-    if same_topic:
-        both = b.source("events", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
-        left, right = both.filter(lambda e: e["type"] == "L"), both.filter(lambda e: e["type"] == "R")
-    else:
-        left = b.source("left", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
-        right = b.source("right", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
-    joined = left.join(right) if how == "inner" else left.left_join(right)
-    joined = joined.where(lambda e: e["id"]).equal_to(lambda e: e["id"])
-    if window is not None:
-        joined = joined.window(window)
-    joined.apply(lambda left, right: [left["v"], None if right is None else right["v"]]).sink("joined", JsonSerializer(with_key=True))
-    return b
+from rstream import EmbeddedBroker, Time, TumblingWindow
+from tests.support.jobs import job_id
+from tests.support.joins import emitted, events, join_job, windowed_pairs
+from tests.support.reference import split_late
+from tests.support.windows import EXACT, LATENESS, produce
 
 
 def test_join_window(broker: EmbeddedBroker, make_job: Any) -> None:  # JoinWindow: inner join in a 10 s window

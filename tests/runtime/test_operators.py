@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from rstream import Accumulator, EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder
-from tests.conftest import job_id, sink_values
+from tests.support.jobs import job_id, sink_values
 
 
 def orders(n: int, seed: int) -> list[dict[str, Any]]:

@@ -8,8 +8,7 @@ import time
 from typing import Any
 
 from rstream import BatchProgress, EmbeddedBroker
-from tests.conftest import job_id
-from tests.runtime.test_wordcount import assert_exact_counts, wordcount
+from tests.support.jobs import assert_exact_counts, job_id, wordcount
 
 
 def test_batch_ids_are_sparks_and_every_queue_knows_its_batch(broker: EmbeddedBroker, make_job: Any) -> None:

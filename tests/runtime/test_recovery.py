@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from rstream import EmbeddedBroker, JobError
-from tests.conftest import job_id, sink_values
-from tests.runtime.test_wordcount import assert_exact_counts, wordcount
+from tests.support.jobs import assert_exact_counts, job_id, sink_values, wordcount
 
 BATCH_1 = ["a b c a", "b d", "e f a"]
 BATCH_2 = ["a a z", "d e", "c c c"]
@@ -123,7 +122,7 @@ def test_a_batch_that_failed_between_its_two_stages_is_rerun_exactly(broker: Emb
 _CRASH_SCRIPT = textwrap.dedent("""
     import sys, time
     from rstream import EmbeddedBroker, RocketMQStream, get_spark
-    from tests.runtime.test_wordcount import wordcount
+    from tests.support.jobs import wordcount
     broker = EmbeddedBroker(sys.argv[1])
     spark = get_spark("local[2]", tmp_dir=sys.argv[3])
     job = RocketMQStream(wordcount(sys.argv[4]).build(), {"data_dir": sys.argv[2], "max_records_per_queue": 15,

@@ -10,9 +10,9 @@ from collections import defaultdict
 from typing import Any
 
 from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder, TumblingWindow
-from tests.conftest import job_id
-from tests.runtime.reference import split_late, window_frame
-from tests.runtime.test_windows import EXACT, LATENESS, clicks, produce, results
+from tests.support.jobs import job_id
+from tests.support.reference import split_late, window_frame
+from tests.support.windows import EXACT, LATENESS, clicks, produce, results
 
 
 def test_keyed_reduce_on_spark_is_functools_reduce(broker: EmbeddedBroker, make_job: Any) -> None:

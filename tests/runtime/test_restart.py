@@ -9,7 +9,7 @@ import pytest
 
 from rstream import EmbeddedBroker, JobError, StreamBuilder
 from rstream.runtime.job_query import MAX_RESTARTS
-from tests.conftest import job_id, sink_values
+from tests.support.jobs import job_id, sink_values
 
 
 class DeadQuery:

@@ -7,7 +7,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.notebooks.test_notebooks import CLEAN_ENV
+import pytest
+
+from tests.support.notebooks import CLEAN_ENV
+
+# Each test starts a fresh interpreter that starts its own JVM, as a notebook's kernel does (about a minute
+# each on 2 shared cores): end to end, out of ``pytest -m "not e2e"``.
+pytestmark = pytest.mark.e2e
 
 #: Put in front of a test's script: the pids of this process's Python workers (Spark's daemons' forks).
 WORKERS = textwrap.dedent("""

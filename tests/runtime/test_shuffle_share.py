@@ -23,11 +23,10 @@ from rstream.runtime.planning import plan_tasks, shuffle_ranges
 from rstream.runtime.shuffle_share import run_with_share
 from rstream.runtime.topics import task_config
 from rstream.settings import JobProperties
-from tests.conftest import job_id
-from tests.runtime.reference import split_late, window_frame
-from tests.runtime.test_joins import emitted, events, join_job, windowed_pairs
-from tests.runtime.test_windows import EXACT, LATENESS, clicks, produce, results, windowed
-from tests.runtime.test_wordcount import assert_exact_counts, wordcount
+from tests.support.jobs import assert_exact_counts, job_id, wordcount
+from tests.support.joins import emitted, events, join_job, windowed_pairs
+from tests.support.reference import split_late, window_frame
+from tests.support.windows import EXACT, LATENESS, clicks, produce, results, windowed
 
 SENTENCES = [f"w{i % 7} w{i % 3} w{i % 11} w{(i * 5) % 13}" for i in range(120)]
 

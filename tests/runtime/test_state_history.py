@@ -23,8 +23,7 @@ from rstream import (
 )
 from rstream.serde.codec import decode
 from rstream.shuffle.wire import PARTIAL_HEADER, RECORDS, run_times
-from tests.conftest import job_id
-from tests.runtime.test_wordcount import wordcount
+from tests.support.jobs import job_id, wordcount
 
 WORDS = st.sampled_from(["a", "b", "c", "kiwi", "zebra"])
 ROUNDS = st.lists(st.lists(st.lists(WORDS, min_size=1, max_size=5).map(" ".join), min_size=1, max_size=6),

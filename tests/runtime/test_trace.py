@@ -22,8 +22,7 @@ from rstream import (
 )
 from rstream.runtime.trace import TraceError
 from rstream.serde.codec import decode
-from tests.conftest import job_id
-from tests.runtime.test_wordcount import wordcount
+from tests.support.jobs import job_id, wordcount
 
 WORDS = st.sampled_from(["a", "b", "kiwi", "zebra"])
 SENTENCES = st.lists(st.lists(WORDS, min_size=1, max_size=5).map(" ".join), min_size=1, max_size=12)

@@ -11,8 +11,7 @@ from typing import Any
 from rstream import EmbeddedBroker
 from rstream.runtime.job_query import IDLE_PAUSE_MS, POLLING_DELAY, _session_conf
 from rstream.runtime.session import FAST_LOCAL_FILES
-from tests.conftest import job_id
-from tests.runtime.test_wordcount import assert_exact_counts, wordcount
+from tests.support.jobs import assert_exact_counts, job_id, wordcount
 
 
 class _Conf:

@@ -8,25 +8,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rstream import EmbeddedBroker, StreamBuilder, TextDeserializer, TextSerializer
-from tests.conftest import job_id, sink_values
+from rstream import EmbeddedBroker
+from tests.support.jobs import assert_exact_counts, job_id, sink_values, wordcount
 
 WORDS = st.sampled_from(["a", "b", "c", "apple", "kiwi", "zebra", "Ünïcode", "x_y", "42"])
 SENTENCES = st.lists(st.lists(WORDS, min_size=0, max_size=8).map(" ".join), min_size=1, max_size=40)
-
-
-def wordcount(job: str, source: str = "sentences", sink: str = "counts") -> StreamBuilder:
-    b = StreamBuilder(job, shuffle_queues=3)
-    (b.source(source, TextDeserializer()).flat_map(str.split).key_by(lambda w: w)
-     .count().to_rstream().sink(sink, TextSerializer(with_key=True)))
-    return b
-
-
-def assert_exact_counts(broker: EmbeddedBroker, sink: str, sentences: list[str]) -> None:
-    expected = Counter(w for s in sentences for w in s.split())
-    got = sink_values(broker, sink)
-    # every word's running counts, each exactly once and in order: 1, 2, ..., n
-    assert {w: [int(v) for v in vs] for w, vs in got.items()} == {w: list(range(1, n + 1)) for w, n in expected.items()}
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))

@@ -175,8 +175,7 @@ def test_the_zygote_ends_with_the_driver(tmp_path: Path) -> None:
 
 def test_a_local_sessions_queries_and_workers_start_warm(spark: Any, broker: Any, make_job: Any) -> None:
     from rstream.runtime.zygote import zygote as current
-    from tests.conftest import job_id
-    from tests.runtime.test_wordcount import assert_exact_counts, wordcount
+    from tests.support.jobs import assert_exact_counts, job_id, wordcount
 
     z = current()
     assert z is not None and z.proc is not None and os.environ["PYSPARK_PYTHON"] == str(z.script)

@@ -14,7 +14,7 @@ from rstream.processors.base import StreamContext
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark
 from rstream.time import next_watermark
 from rstream.time.watermark import NO_WATERMARK
-from tests.runtime.reference import fixed_windows
+from tests.support.reference import fixed_windows
 
 TIMES = st.integers(0, 10**13)
 

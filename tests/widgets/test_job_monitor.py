@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import ipywidgets
@@ -11,15 +10,7 @@ import pytest
 
 from rstream import EmbeddedBroker, RocketMQStream
 from rstream.widgets import JobMonitor
-
-
-def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
+from tests.support.widgets import wait_for
 
 
 def test_shows_a_finished_job_without_a_kernel(finished_job: Any) -> None:

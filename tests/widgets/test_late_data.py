@@ -11,8 +11,8 @@ import pytest
 from rstream import EmbeddedBroker
 from rstream.widgets import LateDataSnapshot
 from rstream.widgets.late import BEHIND, FIRED, cause
-from tests.conftest import job_id
-from tests.widgets.conftest import FAST, SLOW, WINDOW_PROPS, send_clicks
+from tests.support.jobs import job_id
+from tests.support.widgets import FAST, SLOW, WINDOW_PROPS, send_clicks
 
 
 def test_late_record_behind_its_source_queues_watermark(held_back_job: Any) -> None:

@@ -19,8 +19,8 @@ from rstream.widgets import (
     RateProducer,
 )
 from rstream.widgets.producer import parse_lines
-from tests.conftest import job_id
-from tests.widgets.conftest import CATCH_UP, FAST, SLOW
+from tests.support.jobs import job_id
+from tests.support.widgets import CATCH_UP, FAST, SLOW
 
 
 def test_a_rate_producer_sends_exactly_what_its_generator_makes(broker: EmbeddedBroker) -> None:

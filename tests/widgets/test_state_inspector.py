@@ -12,8 +12,7 @@ import pytest
 from rstream import EmbeddedBroker, RocketMQStream
 from rstream.widgets import StateDiffSnapshot, StateInspector, StateSnapshot
 from rstream.widgets.state import NOW
-from tests.conftest import job_id
-from tests.runtime.test_wordcount import wordcount
+from tests.support.jobs import job_id, wordcount
 
 ROUNDS = [["apple banana apple", "cherry"], ["banana date", "apple"], ["elder fig", "apple fig"]]
 

@@ -12,9 +12,8 @@ import pytest
 from rstream import EmbeddedBroker
 from rstream.widgets import LateDataTable, WatermarkMonitor
 from rstream.widgets.html import table
-from tests.conftest import job_id
-from tests.widgets.conftest import FAST, SLOW, WINDOW_PROPS, send_clicks
-from tests.widgets.test_job_monitor import wait_for
+from tests.support.jobs import job_id
+from tests.support.widgets import FAST, SLOW, WINDOW_PROPS, send_clicks, wait_for
 
 
 def test_watermark_monitor_shows_why_windows_wait(held_back_job: Any) -> None:

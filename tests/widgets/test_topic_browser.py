@@ -13,7 +13,7 @@ import pytest
 from rstream import EmbeddedBroker
 from rstream.widgets import TopicBrowser, TopicOffsets, TopicPage
 from rstream.widgets.topics import parse_time
-from tests.widgets.conftest import FAST, SLOW
+from tests.support.widgets import FAST, SLOW
 
 
 def shuffle_topic(job: Any) -> str:

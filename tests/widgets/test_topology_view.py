@@ -37,7 +37,7 @@ def test_bad_arguments_say_what_was_wrong(wordcount_builder: Any) -> None:
 
 
 def test_live_counters_on_the_real_topology(finished_job: Any) -> None:
-    from tests.widgets.conftest import SENTENCES
+    from tests.support.widgets import SENTENCES
     from widgets import TopologyMonitor
 
     words = sum(len(s.split()) for s in SENTENCES if s != "boom")  # "boom" raises in flat_map: skipped

@@ -19,8 +19,8 @@ from rstream import (
 )
 from rstream.widgets import WatermarkSnapshot
 from rstream.widgets.watermarks import ShuffleQueue
-from tests.conftest import job_id
-from tests.widgets.conftest import FAST, SLOW, WINDOW_PROPS, send_clicks
+from tests.support.jobs import job_id
+from tests.support.widgets import FAST, SLOW, WINDOW_PROPS, send_clicks
 
 
 def shuffle_sink(job: Any) -> str:

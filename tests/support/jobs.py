@@ -1,0 +1,44 @@
+"""Jobs every runtime test reuses: a session-unique job id, a sink read back per key, and the word
+count (with its exact-counts check against ``collections.Counter``)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from typing import Any
+
+from rstream import EmbeddedBroker, StreamBuilder, TextDeserializer, TextSerializer
+
+_JOBS = itertools.count()
+
+
+def job_id(prefix: str = "job") -> str:
+    """A job id unique in this test session."""
+    return f"{prefix}-{next(_JOBS)}"
+
+
+def sink_values(broker: EmbeddedBroker, topic: str, parse: Any = None) -> dict[Any, list[Any]]:
+    """Per key, the values a sink wrote, in offset order (a key always lands in one queue).
+    Bodies are ``key:value`` text unless ``parse(body) -> (key, value)`` says otherwise."""
+    out: dict[Any, list[Any]] = defaultdict(list)
+    for m in sorted(broker.read(topic), key=lambda m: (m.queue_id, m.offset)):
+        if parse is None:
+            key, _, value = m.body.decode().rpartition(":")
+        else:
+            key, value = parse(m.body)
+        out[key].append(value)
+    return dict(out)
+
+
+def wordcount(job: str, source: str = "sentences", sink: str = "counts") -> StreamBuilder:
+    b = StreamBuilder(job, shuffle_queues=3)
+    (b.source(source, TextDeserializer()).flat_map(str.split).key_by(lambda w: w)
+     .count().to_rstream().sink(sink, TextSerializer(with_key=True)))
+    return b
+
+
+def assert_exact_counts(broker: EmbeddedBroker, sink: str, sentences: list[str]) -> None:
+    expected = Counter(w for s in sentences for w in s.split())
+    got = sink_values(broker, sink)
+    # every word's running counts, each exactly once and in order: 1, 2, ..., n
+    assert {w: [int(v) for v in vs] for w, vs in got.items()} == {w: list(range(1, n + 1)) for w, n in expected.items()}

@@ -1,0 +1,52 @@
+"""Joins on Spark: generated events of two sides, the join job's builder, what it emitted, and the
+windowed pairs a plain Python join gives."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from typing import Any
+
+from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder
+from tests.support.reference import fixed_windows
+
+
+def events(n: int, seed: int, side: str, keys: int = 6) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [{"id": f"k{rng.randrange(keys)}", "ts": 1_700_000_000_000 + i * 40_000 // n - rng.randrange(3000),
+             "v": f"{side}{i}", "type": side} for i in range(n)]
+
+
+def emitted(broker: EmbeddedBroker, topic: str = "joined") -> list[tuple[Any, Any]]:
+    return sorted((d["key"], d["value"]) for d in (json.loads(m.body) for m in broker.read(topic)))
+
+
+def windowed_pairs(lefts: list[dict[str, Any]], rights: list[dict[str, Any]], size: int, how: str) -> list[tuple[Any, Any]]:
+    buckets: dict[tuple[Any, int], list[list[dict[str, Any]]]] = defaultdict(lambda: [[], []])
+    for side, records in enumerate((lefts, rights)):
+        for r in records:
+            (start, _end), = fixed_windows(r["ts"], size)
+            buckets[(r["id"], start)][side].append(r)
+    out = []
+    for (key, _start), (ls, rs) in buckets.items():
+        out += [(key, [left["v"], right["v"]]) for left in ls for right in rs]
+        if how == "left" and not rs:
+            out += [(key, [left["v"], None]) for left in ls]
+    return sorted(out)
+
+
+def join_job(name: str, how: str, window: Any, same_topic: bool = False) -> StreamBuilder:
+    b = StreamBuilder(name, shuffle_queues=3)
+    if same_topic:
+        both = b.source("events", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+        left, right = both.filter(lambda e: e["type"] == "L"), both.filter(lambda e: e["type"] == "R")
+    else:
+        left = b.source("left", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+        right = b.source("right", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+    joined = left.join(right) if how == "inner" else left.left_join(right)
+    joined = joined.where(lambda e: e["id"]).equal_to(lambda e: e["id"])
+    if window is not None:
+        joined = joined.window(window)
+    joined.apply(lambda left, right: [left["v"], None if right is None else right["v"]]).sink("joined", JsonSerializer(with_key=True))
+    return b

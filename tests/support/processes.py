@@ -1,0 +1,62 @@
+"""Subprocesses in a process group of their own (Spark drivers against a local cluster), killed whole,
+with their log's tail for a failure's message; and what a cluster may have left running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 240.0  # generous: 2 shared cores; nothing below depends on how fast things are
+
+
+def child_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+
+def spawn(args: list[str], log: Path) -> subprocess.Popen[str]:
+    """A Python subprocess in its own process group; stderr (Spark's warnings) goes to ``log``."""
+    with open(log, "w") as err:
+        return subprocess.Popen([sys.executable, *args], env=child_env(), cwd=str(ROOT), start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+
+
+def log_tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:] if log.exists() else ""
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def wait_until(condition: Any, what: str, proc: subprocess.Popen[str], log: Path) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"the driver exited ({proc.returncode}) before {what}:\n{log_tail(log)}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def strays(work_dir: Path, ports: list[int]) -> list[str]:
+    """Any live process, ours or not, whose command line mentions the cluster's folder or ports."""
+    marks = [str(work_dir)] + [f"127.0.0.1:{p}" for p in ports]
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.pid != os.getpid() and any(m in line for m in marks):
+            found.append(f"{proc.pid}: {line[:200]}")
+    return found
