@@ -63,7 +63,8 @@ _FORMATS: dict[str, Callable[[Payload], BatchColumns]] = {}
 
 def register_format(name: str, unpack: Callable[[Payload], BatchColumns]) -> None:
     """Make ``name`` readable. A name is ``"module:format"``: a process that reads a payload of a
-    format nobody registered there imports ``module`` (which registers it) first."""
+    format nobody registered there imports ``module`` (which registers it) first, if it is one of
+    rstream's (a broker file never makes a reader import any other module)."""
     if ":" not in name:
         raise BrokerError(f"batch format name {name!r} must be 'module:format', the module registering it")
     _FORMATS[name] = unpack
@@ -73,8 +74,12 @@ def unpack(name: str, payload: Payload) -> BatchColumns:
     """The columns of a payload of format ``name``; ``BrokerError`` if no module registers it."""
     unpack_format = _FORMATS.get(name)
     if unpack_format is None:
+        module = name.partition(":")[0]
+        if module.split(".")[0] != "rstream":  # a stored name never makes a reader import anything else
+            raise BrokerError(f"no batch format {name!r}: only rstream's modules are imported for a format; "
+                              "import the module that registers it before reading")
         try:
-            importlib.import_module(name.partition(":")[0])
+            importlib.import_module(module)
         except ImportError as exc:
             raise BrokerError(f"no batch format {name!r}: cannot import its module ({exc})") from exc
         unpack_format = _FORMATS.get(name)
