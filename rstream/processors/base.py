@@ -369,6 +369,8 @@ class Processor:
     #: Whether what it forwards are results of its state (aggregations, windows, joins): a trace
     #: follows them to what they caused.
     emits_results = False
+    #: Whether its results are windows that fire (a trace says "fired", not "emitted").
+    fires_windows = False
     #: The context of the queue range being processed (set by ``open``).
     ctx: StreamContext
 
@@ -432,6 +434,11 @@ class Processor:
         """Called by the task, before ``open``, when no other processor sees the values this one is
         given (a chain of pure operators from the root, no fan-out): it may keep them as they are,
         and the records it gets can be found again by running the source range once more."""
+
+    def result_of(self, key: Any, state_key: Any) -> bool:
+        """Whether a result it forwarded with ``key`` comes from its state entry ``state_key`` (a trace
+        follows a state change to the results it caused)."""
+        return bool(key == state_key)
 
     def carried_watermark(self) -> int | None:
         """The source watermark this processor keeps from one batch of its queue to the next (a

@@ -34,6 +34,10 @@ class JoinProcessor(WindowedOperator):
         self.fn = fn
         self.emitted = 0
 
+    def result_of(self, key: Any, state_key: Any) -> bool:
+        # a join's state entry is (side, key, window start, window end): its results are keyed by ``key``
+        return bool(key == state_key or (isinstance(state_key, tuple) and len(state_key) == 4 and key == state_key[1]))
+
     def _emit(self, key: Any, left: Any, right: Any, ts: int, value: Any) -> None:
         try:
             out = self.fn(left, right)

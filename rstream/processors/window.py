@@ -40,6 +40,7 @@ class WindowedOperator(Processor):
     their windows have fired (a record whose window ends at or before it is late)."""
 
     emits_results = True
+    fires_windows = True
 
     def __init__(self, name: str, window: Window | None) -> None:
         super().__init__(name)

@@ -25,8 +25,6 @@ from rstream.broker.base import CommitTag
 from rstream.errors import RStreamError
 from rstream.graph.topology import short_topic_name
 from rstream.processors.base import Forward, Processor
-from rstream.processors.join import JoinProcessor
-from rstream.processors.window import WindowedOperator
 from rstream.runtime.config import TaskConfig
 from rstream.runtime.queue_run import QueueRun
 from rstream.runtime.topic_decoder import DLQ, LATE, SHUFFLE, SINK, SOURCE, decode_message, topic_role
@@ -305,15 +303,11 @@ class _Replay:
         """Results ``operator`` forwarded outside any data record (a window firing at a watermark, a
         per-batch result) for ``state_key_value``."""
         proc = self.kinds.get(operator)
-        out = []
-        for emit in self.emits:
-            if emit.operator != operator or (emit.during is not None and emit.during not in self.control):
-                continue
-            key = emit.key
-            if key == state_key_value or (isinstance(proc, JoinProcessor) and isinstance(state_key_value, tuple)
-                                          and len(state_key_value) == 4 and key == state_key_value[1]):
-                out.append(emit)
-        return out
+        if proc is None:
+            return []
+        return [emit for emit in self.emits
+                if emit.operator == operator and (emit.during is None or emit.during in self.control)
+                and proc.result_of(emit.key, state_key_value)]
 
 
 class _LoggedList(list[Any]):
@@ -585,7 +579,8 @@ def _followed(job: Tracer, cfg: TaskConfig, replay: _Replay, kb: bytes, new: byt
     for emit in emits:
         if operator not in operators:
             operators.append(operator)
-        what = "fired" if isinstance(replay.kinds.get(operator), WindowedOperator) else "emitted"
+        proc = replay.kinds.get(operator)
+        what = "fired" if proc is not None and proc.fires_windows else "emitted"
         when = "in the same batch" if fire_replay is replay else f"in batch {fire_replay.tag.batch_id}"
         for out in emit.outputs:
             hops.append(_output_hop(job, fire_replay, *out, kind=what, note=f"{operator} {what} {when}"))
