@@ -213,6 +213,9 @@ class _Replay:
                 at = times.get(into)
                 if at is not None:
                     effect.outputs.append((t, q, i))
+                    # the shuffle sink that wrote the partial is on the record's path (it ran at the end)
+                    on_path = set(effect.operators) | {p.name for p in self.run.procs if t in p.written()}
+                    effect.operators = [p.name for p in self.run.procs if p.name in on_path]
                     if at[0] is not None:
                         effect.times[(t, q, i)] = at
                     if into in places:

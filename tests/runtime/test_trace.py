@@ -91,6 +91,8 @@ def test_a_word_in_a_partial_is_followed_to_its_own_update(spark: Any, tmp_path_
     offset = pick % len(sentences)
     trace = job.trace("sentences", 0, offset)
     assert trace.exact
+    # its path (highlighted on the topology) goes through the combine node and the sink that sent its partial
+    assert {"COMBINE-4", "SHUFFLE_SINK-4", "COUNT-4"} <= set(trace.operators)
     hops = trace.to_pandas()
     words = sentences[offset].split()
     before = Counter(w for s in sentences[:offset] for w in s.split())
