@@ -225,16 +225,8 @@ class QueryDriver:
 
     def run_until_idle(self, timeout: float | None = 600, fire_idle: bool = True,
                        progress: bool = True) -> None:
-        """Process until every input and shuffle queue is drained, then return (the query started
-        by ``start()`` keeps running; otherwise the run stops by itself). Raises the job's error
-        if it failed, ``JobTimeoutError`` after ``timeout`` seconds.
-
-        With windows or joins and ``fire_idle`` (the default), the input is then treated as idle,
-        as it would be after ``idle_timeout_ms``: the windows still open fire, and records that
-        arrive later for them are late (reason: their source was idle).
-
-        A run longer than half a second shows a progress bar: records processed, and the queues
-        with the most records left (``progress=False``: none)."""
+        """``RocketMQStream.run_until_idle`` (its docstring says what a user sees): drain every input
+        and shuffle queue, then, with ``fire_idle`` and windows or joins, send the idle flush."""
         deadline = None if timeout is None else time.monotonic() + timeout
         flush = fire_idle and bool(self.core.topology.framed_topics)
         with progress_bar(None, f"{self.core.job_id}: run until idle", enabled=progress) as bar:

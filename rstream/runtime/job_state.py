@@ -192,13 +192,8 @@ class StateHistory:
 
     def replay_state(self, progress: bool = True,
                      on_queue: Callable[[dict[str, Any], int, int], None] | None = None) -> Any:
-        """Bring every queue's local state up to its last committed batch now, replaying from the
-        state topics where the local copy is missing or stale (tasks otherwise do it lazily, when a
-        queue next gets records). Returns one row per queue: what was replayed.
-
-        A replay longer than half a second shows a progress bar over the state-topic messages read
-        (``progress=False``: none); ``on_queue(row, messages_done, messages_total)`` is called after
-        each queue (a notebook view uses it)."""
+        """``RocketMQStream.replay_state`` (its docstring says what a user sees): every queue's local
+        state brought up to its last committed batch, one row per queue."""
         import pandas as pd
 
         if self.is_running():
