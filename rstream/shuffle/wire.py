@@ -24,7 +24,7 @@ rstream's idleness signal. To add a kind: a header value here, its ``ShuffleReco
 branch in ``decode``, and the writer (a combiner) and reader (``rstream.shuffle.source``).
 
 Nothing outside ``rstream.shuffle`` names a header: the shuffle sink and source, the trace, the topic
-browser and the task ask this module (``decode``, ``is_control``, ``input_records``).
+browser and the task ask this module (``decode``, ``partial_kind``).
 """
 
 from __future__ import annotations
@@ -236,11 +236,6 @@ def _int(text: str | None) -> int | None:
 
 
 # -- what the hot paths ask ---------------------------------------------------------------------------
-def is_control(headers: Mapping[str, str] | None) -> bool:
-    """Whether a record of a framed topic goes record by record (markers, ticks, partials): any headers."""
-    return bool(headers)
-
-
 def partial_kind(headers: Mapping[str, str] | None) -> str | None:
     """``FOLD``, ``RECORDS``, ``WINDOWS``, or None for a record that is no partial."""
     return None if headers is None else headers.get(PARTIAL_HEADER)
@@ -252,13 +247,6 @@ def run_times(runs: list[Any]) -> list[Any]:
     for ts, n in zip(runs[::2], runs[1::2]):
         times.extend(repeat(ts, n))
     return times
-
-
-def input_records(key: bytes | None, body: bytes, headers: Mapping[str, str] | None) -> int:
-    """How many input records a stored shuffle record stands for (0: a control record)."""
-    if not headers:
-        return 1
-    return decode(key, body, headers).records
 
 
 # -- writing control records ----------------------------------------------------------------------------
