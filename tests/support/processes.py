@@ -32,13 +32,30 @@ def log_tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:] if log.exists() else ""
 
 
-def kill_group(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+def kill_group(proc: subprocess.Popen[str], timeout: float = 30.0) -> None:
+    """SIGKILL the whole process group of ``proc`` and wait until none of it is left.
+
+    Also after ``proc`` exited by itself: its children (a PySpark driver's JVM, which ends only once
+    it notices its parent is gone) may outlive it for a moment, in the same group.
+    """
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     proc.wait()
+    deadline = time.monotonic() + timeout
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
+                return True
+        except (OSError, psutil.Error):
+            continue
+    return False
 
 
 def wait_until(condition: Any, what: str, proc: subprocess.Popen[str], log: Path) -> None:
