@@ -1,0 +1,23 @@
+"""rstream on Apache RocketMQ.
+
+- ``local``: ``LocalRocketMQ``, a name server, a broker and the gRPC proxy started from pinned Maven
+  Central jars on 127.0.0.1, for notebooks and tests;
+- ``remoting``: the subset of RocketMQ's remoting protocol (TCP, JSON headers) rstream speaks;
+- ``broker``: ``RocketMQBroker``, the ``rstream.broker.Broker`` contract on any RocketMQ 5 cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LocalRocketMQ", "RocketMQBroker"]
+
+
+def __getattr__(name: str) -> Any:  # lazy: importing rstream.rocketmq starts nothing and needs no Java
+    if name == "LocalRocketMQ":
+        from rstream.rocketmq.local import LocalRocketMQ
+        return LocalRocketMQ
+    if name == "RocketMQBroker":
+        from rstream.rocketmq.broker import RocketMQBroker
+        return RocketMQBroker
+    raise AttributeError(name)
