@@ -193,7 +193,10 @@ class Broker(Protocol):
 
     Topics have N queues. In each queue, offsets are dense and start at 0: the k-th record ever
     appended to a queue has offset k, whichever process appended it, and no offset is skipped or
-    given twice. Store times never go back within a queue.
+    given twice. Store times never go back within a queue. A broker that cannot append to several
+    queues atomically (RocketMQ) sets ``gapless = False``: there, an append that lost its race
+    (another attempt of the same tag committed first) or died halfway leaves offsets that no
+    reader sees, so offsets increase but may skip.
 
     A broker object pickles as a handle to the same log (a Spark task gets its broker so): the
     copy, in any process, reads and writes the same topics, and appends from many processes at

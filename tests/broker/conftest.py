@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,9 @@ BROKERS: dict[str, Callable[[Path, bool], Broker]] = {
         folder, **({"compact_min_dirty": 1, "compact_min_lag": 0, "compact_dirty_ratio": 0.0,
                     "compact_delete_retention_ms": 0} if compacting else {})),
 }
+if os.environ.get("RSTREAM_TEST_NAMESRV"):  # a running RocketMQ
+    from rstream.rocketmq import RocketMQBroker
+    BROKERS["rocketmq"] = lambda folder, compacting: RocketMQBroker(os.environ["RSTREAM_TEST_NAMESRV"])
 
 
 class BrokerFactory:
@@ -30,12 +35,13 @@ class BrokerFactory:
     def __init__(self, kind: str, root: Path) -> None:
         self.kind, self._root = kind, root
         self._made = itertools.count()
+        self._run = uuid.uuid4().hex[:8]  # a server outlives a test session: names unique across sessions too
 
     def __call__(self, compacting: bool = False) -> Broker:
         return BROKERS[self.kind](self._root / f"broker-{next(self._made)}", compacting)
 
     def unique(self, prefix: str) -> str:
-        return f"{prefix}-{next(self._made)}"
+        return f"{prefix}-{next(self._made)}-{self._run}"
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -332,8 +332,10 @@ def _run_appenders(broker: Broker, topics: list[str], job: str, plans: dict[str,
 
 def test_concurrent_appenders_in_processes_each_commit_once(broker_factory: Any) -> None:
     """Three processes append tagged batches to the same queues at once, some tags in all three
-    (a task's attempts racing): offsets stay dense, every record is there exactly once, each tag is
-    applied once (one attempt of a shared tag wins), and a tag's records sit together at its outputs."""
+    (a task's attempts racing): offsets stay dense (on a broker that is not ``gapless``, such as
+    RocketMQ, they increase and skip what a losing attempt wrote), every record is there exactly
+    once, each tag is applied once (one attempt of a shared tag wins), and a tag's records sit
+    together at its outputs."""
     broker = broker_factory()
     topics = [broker_factory.unique("t"), broker_factory.unique("t")]
     job = broker_factory.unique("job")
@@ -355,7 +357,11 @@ def test_concurrent_appenders_in_processes_each_commit_once(broker_factory: Any)
     for topic in topics:
         for q in range(2):
             rows[f"{topic}/{q}"] = got_rows = _read(broker, topic, q)
-            assert [r[0] for r in got_rows] == list(range(broker.end_offsets(topic)[q]))  # dense
+            offsets = [r[0] for r in got_rows]
+            if getattr(broker, "gapless", True):
+                assert offsets == list(range(broker.end_offsets(topic)[q]))  # dense
+            else:
+                assert offsets == sorted(set(offsets)) and all(o < broker.end_offsets(topic)[q] for o in offsets)
             stored.update(r[2] for r in got_rows)
     assert stored == expected  # every record exactly once
     tags = broker.commits(job)
@@ -363,8 +369,9 @@ def test_concurrent_appenders_in_processes_each_commit_once(broker_factory: Any)
     for tag in tags:  # atomic: each tag's records are one run per queue, at its outputs
         tag_id = tag.start_offset // 10
         for where, (first, end) in tag.outputs.items():
-            assert {r[2].split(b"/")[1] for r in rows[where][first:end]} == {str(tag_id).encode()}
-            assert end - first == 1 + (tag_id + int(where.rsplit("/", 1)[1])) % 3
+            run = [r for r in rows[where] if first <= r[0] < end]
+            assert {r[2].split(b"/")[1] for r in run} == {str(tag_id).encode()}
+            assert len(run) == end - first == 1 + (tag_id + int(where.rsplit("/", 1)[1])) % 3
 
 
 def test_a_tag_committed_in_one_process_is_a_no_op_in_another(broker_factory: Any) -> None:

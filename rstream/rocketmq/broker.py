@@ -1,0 +1,633 @@
+"""``RocketMQBroker``: the broker contract (``rstream.broker.base.Broker``) on a RocketMQ 5 cluster.
+
+What it writes are ordinary RocketMQ messages: a record's key is the message's ``KEYS``, its tags
+``TAGS``, its headers user properties, so any RocketMQ client reads them, and it reads what any
+client wrote. A few properties of its own (``RSTREAM_*``, never shown as headers) carry what a
+message cannot: a born time per record of a batch, a key that is bytes, and an append's attempt.
+
+Exactly once without atomic appends. RocketMQ appends one batch to one queue atomically, never
+several queues or topics at once, and its transactions hold one message. So an append of several
+queues (a task's outputs: sink, shuffle, state and late topics, with its commit tag) is made
+atomic for readers, the way Kafka's transactions are (``read_committed``, the last stable offset):
+
+1. the writer appends an *open* record to the decision log, the one-queue topic ``rstream_txn``:
+   its attempt id, the range it commits (job, input topic, queue, start offset) and, per queue it
+   will write, that queue's end offset now (a lower bound of where its records go);
+2. it appends its records, each carrying the attempt id (``RSTREAM_TXN``);
+3. it appends a *commit* record: the commit tag, with where the records landed.
+
+The decision log decides, in its order, for everyone: of the attempts of one range, the first
+commit wins; a later one lost (the same task's retry, rerun or zombie), and so did an attempt that
+an *abort* record (a reader's, after ``txn_timeout_ms``) came before. Every rstream reader, state
+replay included, reads committed records only: a queue's end offset (``end_offsets``) stops
+before the first record of an undecided attempt, and a lost attempt's records are skipped. Offsets
+are RocketMQ's own, so a lost attempt leaves a hole in a queue's offsets that no rstream reader
+sees. A consumer outside rstream sees every message, lost attempts' too: ``committed_only(...)``
+(or ``read``) gives it what committed, and a sink whose consumers cannot filter can be read
+through rstream.
+
+Compact topics are ordinary RocketMQ topics, their setting kept in the decision log: RocketMQ 5's
+``cleanup.policy=COMPACTION`` topics serve reads from a compaction store built in the background
+(a record just written is not readable yet, read in 5.3.3's ``DefaultMessageStore.getMessage``) and
+refuse records without a key, so rstream reads a compact topic as the latest record per key itself.
+
+The decision log and every topic rstream creates live on one broker (the cluster's first master
+by name), so the log's order and the data's agree: RocketMQ makes a message readable in the order
+of its commit log.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rstream.broker.base import (
+    BrokerError,
+    CommitTag,
+    Message,
+    MessageKey,
+    ReadRecord,
+    RecordTuple,
+    SendResult,
+    TopicExistsError,
+    TopicInfo,
+    UnknownTopicError,
+    validate_topic_name,
+)
+from rstream.rocketmq.remoting import SYSTEM_PROPERTIES, Client, PulledMessage, RemotingError
+
+#: The decision log: open, commit and abort records of every append that needs one (one queue).
+TXN_TOPIC = "rstream_txn"
+#: The consumer group whose offsets rstream's readers never commit (a pull needs a group name).
+READER_GROUP = "rstream-reader"
+
+_TXN, _BORN, _KEY = "RSTREAM_TXN", "RSTREAM_BORN", "RSTREAM_KEY"
+_OWN = frozenset({_TXN, _BORN, _KEY})
+_HIDDEN = SYSTEM_PROPERTIES | _OWN
+_MAX_BATCH_BYTES = 3 << 20  # under RocketMQ's default 4 MB per request
+_PULL = 2048
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class _Topic:
+    info: TopicInfo
+    broker: str  # "host:port" of the master that holds its queues
+
+
+@dataclass
+class _Log:
+    """What the decision log said so far, read incrementally (``RocketMQBroker._refresh``)."""
+
+    next_offset: int = 0
+    decided: dict[str, bool] = field(default_factory=dict)  # attempt -> committed (True) or lost
+    pending: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)  # "topic/q" -> attempt -> (low, ms)
+    opened: dict[tuple[Any, ...], set[str]] = field(default_factory=dict)  # range -> undecided attempts
+    winners: dict[tuple[Any, ...], CommitTag] = field(default_factory=dict)  # (job, topic, queue, start) -> tag
+    by_job: dict[str, list[CommitTag]] = field(default_factory=dict)  # commit order
+    compact: set[str] = field(default_factory=set)  # the topics created compact
+
+
+class RocketMQBroker:
+    """The ``Broker`` contract on the RocketMQ cluster whose name server is ``namesrv`` ("host:port").
+
+    ``txn_timeout_ms``: an append undecided for that long (its writer died and nothing retried its
+    range) is aborted by the next reader that waits on it, so readers never wait forever.
+    """
+
+    #: Offsets may skip what an attempt that lost its race wrote (see the module's docstring).
+    gapless = False
+
+    def __init__(self, namesrv: str, *, cluster: str | None = None, timeout: float = 10.0,
+                 txn_timeout_ms: int = 300_000) -> None:
+        if not isinstance(namesrv, str) or ":" not in namesrv:
+            raise BrokerError(f"namesrv must be 'host:port' of a RocketMQ name server, got {namesrv!r}")
+        self.namesrv, self.cluster, self.timeout, self.txn_timeout_ms = namesrv, cluster, timeout, txn_timeout_ms
+        self._client = Client(namesrv, timeout)
+        self._topics: dict[str, _Topic] = {}
+        self._log = _Log()
+        self._lock = threading.RLock()
+        self._groups: set[tuple[str, str]] = set()
+        self._home: str | None = None
+        self._rr = itertools.count(os.getpid())
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"namesrv": self.namesrv, "cluster": self.cluster, "timeout": self.timeout,
+                "txn_timeout_ms": self.txn_timeout_ms}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["namesrv"], cluster=state["cluster"], timeout=state["timeout"],  # type: ignore[misc]
+                      txn_timeout_ms=state["txn_timeout_ms"])
+
+    def __repr__(self) -> str:
+        return f"RocketMQBroker({self.namesrv!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- where things live ------------------------------------------------------------------------
+    def home_broker(self) -> str:
+        """The broker rstream creates its topics on: the cluster's first master, by name."""
+        if self._home is None:
+            info = self._client.cluster_info()
+            names = info.get("clusterAddrTable", {}).get(self.cluster) if self.cluster else None
+            table = info.get("brokerAddrTable", {})
+            masters = sorted((name, data["brokerAddrs"]["0"]) for name, data in table.items()
+                             if "0" in data.get("brokerAddrs", {}) and (names is None or name in names))
+            if not masters:
+                raise BrokerError(f"the RocketMQ name server at {self.namesrv} knows no master broker"
+                                  + (f" of cluster {self.cluster!r}" if self.cluster else "")
+                                  + ": start one, or wait until it has registered")
+            self._home = masters[0][1]
+        return self._home
+
+    def _lookup(self, name: str) -> _Topic | None:
+        found = self._topics.get(name)
+        if found is not None:
+            return found
+        route = self._client.route(name)
+        if not route or not route.get("queueDatas"):
+            return None
+        queue_data = sorted(route["queueDatas"], key=lambda q: q["brokerName"])[0]
+        addrs = {b["brokerName"]: b["brokerAddrs"].get("0") for b in route.get("brokerDatas", [])}
+        addr = addrs.get(queue_data["brokerName"])
+        if addr is None:
+            return None
+        compact = name != TXN_TOPIC and name in self._refresh().compact
+        topic = _Topic(TopicInfo(name, int(queue_data["writeQueueNums"]), compact), addr)
+        self._topics[name] = topic
+        return topic
+
+    def _get(self, name: str) -> _Topic:
+        topic = self._lookup(validate_topic_name(name) if isinstance(name, str) else name)
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {name!r}: create it first (broker.create_topic({name!r}))")
+        return topic
+
+    def _queue(self, name: str, queue: int) -> _Topic:
+        topic = self._get(name)
+        if not isinstance(queue, int) or not 0 <= queue < topic.info.queues:
+            raise BrokerError(f"topic {name!r} has queues 0..{topic.info.queues - 1}, not {queue!r}")
+        return topic
+
+    # -- topics ---------------------------------------------------------------------------------
+    def create_topic(self, name: str, queues: int = 8, compact: bool = False) -> TopicInfo:
+        validate_topic_name(name)
+        if not isinstance(queues, int) or queues < 1:
+            raise BrokerError(f"a topic needs at least one queue, got queues={queues!r}")
+        existing = self._lookup(name)
+        wanted = TopicInfo(name, queues, bool(compact))
+        if existing is not None:
+            if existing.info != wanted:
+                raise TopicExistsError(f"topic {name!r} exists with {existing.info.queues} queues"
+                                       f"{' (compact)' if existing.info.compact else ''}; asked for {queues}"
+                                       f"{' (compact)' if compact else ''}. Use another name or delete it first")
+            return existing.info
+        home = self.home_broker()
+        if compact:  # said first: a topic is never seen without its setting
+            self._log_append({"t": "topic", "topic": name, "compact": True})
+        self._client.create_topic(home, name, queues)
+        deadline = time.monotonic() + 15
+        while self._lookup(name) is None:  # the broker registers it with the name server
+            if time.monotonic() > deadline:
+                raise BrokerError(f"RocketMQ created topic {name!r} but its name server never routed it")
+            time.sleep(0.05)
+        return self._get(name).info
+
+    def topic(self, name: str) -> TopicInfo:
+        return self._get(name).info
+
+    def has_topic(self, name: str) -> bool:
+        return self._lookup(name) is not None
+
+    def topics(self) -> list[TopicInfo]:
+        out = []
+        for name, config in sorted(self._client.topic_configs(self.home_broker()).items()):
+            if name == TXN_TOPIC or not config.get("perm", 0) & 6 == 6 or _system_topic(name):
+                continue
+            compact = name in self._refresh().compact
+            out.append(TopicInfo(name, int(config.get("writeQueueNums", 0)), compact))
+        return out
+
+    def delete_topic(self, name: str) -> None:
+        topic = self._get(name)
+        self._client.delete_topic_in_broker(topic.broker, name)
+        self._client.delete_topic_in_namesrv(name)
+        self._topics.pop(name, None)
+        self._log_append({"t": "forget", "topic": name})  # its commit tags go with it
+
+    # -- the decision log -----------------------------------------------------------------------
+    def _txn_topic(self) -> _Topic:
+        topic = self._lookup(TXN_TOPIC)
+        if topic is None:
+            self.create_topic(TXN_TOPIC, queues=1)
+            topic = self._get(TXN_TOPIC)
+        return topic
+
+    def _log_append(self, entry: dict[str, Any]) -> int:
+        topic = self._txn_topic()
+        body = json.dumps(entry, separators=(",", ":")).encode()
+        offset = self._client.send(topic.broker, TXN_TOPIC, 0, body, {"KEYS": str(entry.get("a", entry["t"]))},
+                                   now_ms())
+        self._await(topic, 0, offset + 1)
+        return offset
+
+    def _await(self, topic: _Topic, queue: int, end: int) -> None:
+        """Wait until a reader sees the queue reach ``end``: RocketMQ acknowledges a send once it is in
+        the commit log and makes it readable a moment later (its reput service); after this, what
+        this broker object wrote reads back, here and in any other process."""
+        deadline = time.monotonic() + self.timeout
+        pause = 0.0005
+        while self._client.max_offset(topic.broker, topic.info.name, queue) < end:
+            if time.monotonic() > deadline:
+                raise BrokerError(f"RocketMQ acknowledged records of {topic.info.name}/{queue} up to offset {end} "
+                                  f"but did not make them readable within {self.timeout} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
+    def _refresh(self) -> _Log:
+        """Read the decision log to its end (what another process decided since)."""
+        with self._lock:
+            log = self._log
+            topic = self._txn_topic()
+            end = self._client.max_offset(topic.broker, TXN_TOPIC, 0)
+            while log.next_offset < end:
+                messages, nxt = self._client.pull(topic.broker, TXN_TOPIC, 0, log.next_offset, _PULL, READER_GROUP)
+                for m in messages:
+                    self._apply(log, m)
+                log.next_offset = max(nxt, log.next_offset + (0 if messages else 1))
+            return log
+
+    @staticmethod
+    def _apply(log: _Log, m: PulledMessage) -> None:
+        entry = json.loads(m.body)
+        kind = entry["t"]
+        attempt = entry.get("a")
+        if kind == "open":
+            if attempt in log.decided:
+                return
+            rng = tuple(entry["range"]) if entry.get("range") else None
+            if rng is not None:
+                log.opened.setdefault(rng, set()).add(attempt)
+            for where, low in entry["at"].items():
+                log.pending.setdefault(where, {})[attempt] = (int(low), m.store_timestamp)
+        elif kind in ("commit", "abort"):
+            if attempt in log.decided:
+                return
+            rng = tuple(entry["range"]) if entry.get("range") else None
+            won = kind == "commit" and (rng is None or rng not in log.winners)
+            log.decided[attempt] = won
+            _settle(log, attempt)
+            if won and rng is not None:
+                tag = CommitTag(**entry["tag"], seq=m.offset + 1, committed_ms=m.store_timestamp)
+                tag = replace(tag, outputs={k: (int(v[0]), int(v[1])) for k, v in tag.outputs.items()})
+                log.winners[rng] = tag
+                log.by_job.setdefault(tag.job, []).append(tag)
+                for loser in log.opened.pop(rng, set()) - {attempt}:  # the range's other attempts lost
+                    log.decided[loser] = False
+                    _settle(log, loser)
+        elif kind == "topic":
+            log.compact.add(entry["topic"])
+        elif kind == "forget":
+            job, topic = entry.get("job"), entry.get("topic")
+            if job is None:
+                log.compact.discard(topic)
+            gone = [rng for rng in log.winners if (job is None or rng[0] == job) and (topic is None or rng[1] == topic)]
+            for rng in gone:
+                tag = log.winners.pop(rng)
+                log.by_job[tag.job] = [t for t in log.by_job.get(tag.job, []) if t is not tag]
+
+    def _stable_ends(self, topic: _Topic) -> list[int]:
+        """Per queue, where committed records end: the queue's end, or the first record of an
+        attempt still undecided (aborted by this reader if it waited past ``txn_timeout_ms``)."""
+        ends = [self._client.max_offset(topic.broker, topic.info.name, q) for q in range(topic.info.queues)]
+        log = self._refresh()  # after the ends: an attempt whose records they count was opened before
+        out = []
+        for q, end in enumerate(ends):
+            waiting = log.pending.get(f"{topic.info.name}/{q}")
+            if waiting:
+                stale = [a for a, (_low, ms) in waiting.items() if now_ms() - ms > self.txn_timeout_ms]
+                for attempt in stale:
+                    self._log_append({"t": "abort", "a": attempt})
+                if stale:
+                    log = self._refresh()
+                    waiting = log.pending.get(f"{topic.info.name}/{q}") or {}
+                if waiting:
+                    end = min(end, min(low for low, _ms in waiting.values()))
+            out.append(end)
+        return out
+
+    # -- offsets --------------------------------------------------------------------------------
+    def end_offsets(self, topic: str) -> list[int]:
+        return self._stable_ends(self._get(topic))
+
+    def search_offset(self, topic: str, queue: int, timestamp_ms: int) -> int:
+        found = self._queue(topic, queue)
+        lo, hi = self._client.min_offset(found.broker, topic, queue), self._stable_ends(found)[queue]
+        while lo < hi:  # the first offset stored at or after timestamp_ms: store times never go back
+            mid = (lo + hi) // 2
+            messages, _ = self._client.pull(found.broker, topic, queue, mid, 1, READER_GROUP)
+            if messages and messages[0].store_timestamp >= timestamp_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # -- writing --------------------------------------------------------------------------------
+    def send(self, topic: str, body: bytes | str, key: MessageKey = None, headers: Mapping[str, str] | None = None,
+             queue: int | None = None, born_timestamp: int | None = None, tags: str | None = None) -> SendResult:
+        """Append one message (see ``send_batch``)."""
+        return self.send_batch(topic, [body], key=key, headers=headers, queue=queue,
+                               born_timestamp=born_timestamp, tags=tags)[0]
+
+    def send_batch(self, topic: str, bodies: Iterable[bytes | str], key: MessageKey = None,
+                   headers: Mapping[str, str] | None = None, queue: int | None = None,
+                   born_timestamp: int | None = None, tags: str | None = None,
+                   keys: Sequence[MessageKey] | None = None, born_timestamps: Sequence[int] | None = None,
+                   progress: bool = True) -> list[SendResult]:
+        """Append ``bodies`` as a producer does: to ``queue``, else queue ``crc32(key) % queues``,
+        else round robin; one batch request per queue (each atomic, no decision record)."""
+        found = self._get(topic)
+        n = found.info.queues
+        if queue is not None and (not isinstance(queue, int) or not 0 <= queue < n):
+            raise BrokerError(f"topic {topic!r} has queues 0..{n - 1}, not {queue!r}")
+        encoded = [b.encode() if isinstance(b, str) else b for b in bodies]
+        for body in encoded:
+            if not isinstance(body, bytes):
+                raise BrokerError(f"message body must be bytes or str, got {type(body).__name__}")
+        _check_headers(headers)
+        key_list = list(keys) if keys is not None else [key] * len(encoded)
+        for k in key_list:
+            if k is not None and not isinstance(k, (str, bytes)):
+                raise BrokerError(f"message key must be str, bytes or None, got {type(k).__name__}: {k!r}")
+        now = now_ms()
+        stamps = [int(t) for t in born_timestamps] if born_timestamps is not None else \
+            [int(born_timestamp if born_timestamp is not None else now)] * len(encoded)
+        if queue is not None:
+            placed = [queue] * len(encoded)
+        else:
+            rr = next(self._rr)
+            placed = [(rr + i) % n if k is None else zlib.crc32(k.encode() if isinstance(k, str) else k) % n
+                      for i, k in enumerate(key_list)]
+        per_queue: dict[int, list[RecordTuple]] = {}
+        index = []
+        hdrs = dict(headers) if headers else None
+        for q, k, body, born in zip(placed, key_list, encoded, stamps):
+            recs = per_queue.setdefault(q, [])
+            index.append(len(recs))
+            recs.append((k, body, born, hdrs, tags))
+        firsts = {q: self._send_queue(found, q, recs, None)[0] for q, recs in per_queue.items()}
+        return [SendResult(topic, q, firsts[q] + i) for q, i in zip(placed, index)]
+
+    def _send_queue(self, topic: _Topic, queue: int, records: Iterable[RecordTuple],
+                    attempt: str | None) -> tuple[int, int]:
+        """Append ``records`` to one queue in batch requests; ``(first offset, end offset)`` of the
+        last request's run (the first request's first offset as first)."""
+        first = last_end = -1
+        batch: list[tuple[bytes, dict[str, str]]] = []
+        size, born0 = 0, 0
+        for rec in records:
+            k, body, born, hdrs, tags = rec
+            if not isinstance(body, bytes):
+                raise BrokerError(f"message body must be bytes, got {type(body).__name__}")
+            props = _properties(k, hdrs, tags, attempt)
+            if not batch:
+                born0 = born
+            elif born != born0:
+                props[_BORN] = str(born)
+            batch.append((body, props))
+            size += len(body) + 64
+            if size >= _MAX_BATCH_BYTES:
+                at = self._client.send_batch(topic.broker, topic.info.name, queue, batch, born0)
+                first = at if first < 0 else first
+                last_end = at + len(batch)
+                batch, size = [], 0
+        if batch:
+            at = self._client.send_batch(topic.broker, topic.info.name, queue, batch, born0)
+            first = at if first < 0 else first
+            last_end = at + len(batch)
+        if last_end > 0:
+            self._await(topic, queue, last_end)
+        return first, last_end
+
+    def append(self, records: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None = None) -> bool:
+        targets = {(t, q): self._queue(t, q) for (t, q) in records}  # every queue checked before any write
+        writes = {tq: recs for tq, recs in records.items() if len(recs)}
+        if tag is not None:
+            rng = (tag.job, tag.topic, tag.queue, tag.start_offset)
+            if rng in self._refresh().winners:
+                return False
+        elif len(writes) <= 1 and all(len(recs) < 1000 for recs in writes.values()):
+            for (t, q), recs in writes.items():  # one batch request: atomic as it is
+                self._send_queue(targets[(t, q)], q, list(recs), None)
+            return True
+        attempt = uuid.uuid4().hex
+        lows = {}
+        for (t, q) in writes:
+            lows[f"{t}/{q}"] = self._client.max_offset(targets[(t, q)].broker, t, q)
+        rng_list = None if tag is None else [tag.job, tag.topic, tag.queue, tag.start_offset]
+        self._log_append({"t": "open", "a": attempt, "range": rng_list, "at": lows})
+        outputs = {}
+        try:
+            for (t, q), recs in writes.items():
+                first, end = self._send_queue(targets[(t, q)], q, recs, attempt)
+                outputs[f"{t}/{q}"] = (first, end)
+        except BaseException:
+            try:
+                self._log_append({"t": "abort", "a": attempt})
+            finally:
+                raise
+        entry: dict[str, Any] = {"t": "commit", "a": attempt, "range": rng_list}
+        if tag is not None:
+            entry["tag"] = {"job": tag.job, "topic": tag.topic, "queue": tag.queue, "start_offset": tag.start_offset,
+                            "end_offset": tag.end_offset, "meta": tag.meta, "batch_id": tag.batch_id,
+                            "info": tag.info, "outputs": outputs}
+        self._log_append(entry)
+        return self._refresh().decided.get(attempt, False)
+
+    # -- reading --------------------------------------------------------------------------------
+    def _pulled(self, topic: _Topic, queue: int, start: int, end: int) -> Iterator[PulledMessage]:
+        """The committed messages of ``[start, end)`` (end clipped at the stable end)."""
+        end = min(end, self._stable_ends(topic)[queue])
+        decided = self._log.decided
+        offset = max(start, 0)
+        while offset < end:
+            messages, nxt = self._client.pull(topic.broker, topic.info.name, queue, offset,
+                                              min(_PULL, end - offset), READER_GROUP)
+            for m in messages:
+                if m.offset >= end:
+                    return
+                attempt = m.properties.get(_TXN)
+                if attempt is None or decided.get(attempt, True):
+                    yield m
+            if nxt <= offset:
+                if not messages:
+                    return
+                nxt = messages[-1].offset + 1
+            offset = nxt
+
+    def read_records(self, topic: str, queue: int, start: int, end: int) -> Iterator[ReadRecord]:
+        found = self._queue(topic, queue)
+        for m in self._pulled(found, queue, start, end):
+            k, born, hdrs, _tags = _unpack(m)
+            yield (m.offset, k, m.body, born, m.store_timestamp, hdrs)
+
+    def read(self, topic: str, queue: int | None = None, start: int = 0, end: int | None = None) -> list[Message]:
+        found = self._get(topic)
+        if queue is not None:
+            self._queue(topic, queue)
+        out = []
+        for q in range(found.info.queues) if queue is None else [queue]:
+            for m in self._pulled(found, q, start, 2**62 if end is None else end):
+                k, born, hdrs, tags = _unpack(m)
+                out.append(Message(topic, q, m.offset, k, m.body, born, m.store_timestamp, hdrs or {}, tags))
+        return out
+
+    committed_only = read
+
+    def to_pandas(self, topic: str, queue: int | None = None, decode: bool = True) -> Any:
+        """The topic's committed messages as a DataFrame, one row per message."""
+        import pandas as pd
+
+        rows = []
+        for m in self.read(topic, queue):
+            body: Any = m.body
+            if decode:
+                try:
+                    body = m.body.decode()
+                except UnicodeDecodeError:
+                    pass
+            rows.append({"queue_id": m.queue_id, "offset": m.offset, "key": m.key, "body": body,
+                         "born_timestamp": m.born_timestamp, "store_timestamp": m.store_timestamp,
+                         "headers": dict(m.headers), "tags": m.tags})
+        cols = ["queue_id", "offset", "key", "body", "born_timestamp", "store_timestamp", "headers", "tags"]
+        return pd.DataFrame(rows, columns=cols)
+
+    # -- compact topics -------------------------------------------------------------------------
+    def read_latest(self, topic: str, queue: int, end: int | None = None) -> dict[MessageKey, tuple[Any, ...]]:
+        """Per key, the latest committed record below ``end``: rstream reads it itself, so a result
+        never depends on whether RocketMQ's compaction ran."""
+        found = self._queue(topic, queue)
+        latest: dict[MessageKey, tuple[Any, ...]] = {}
+        for m in self._pulled(found, queue, 0, 2**62 if end is None else end):
+            k, born, hdrs, tags = _unpack(m)
+            latest[k] = (k, m.body, born, hdrs, tags)
+        return latest
+
+    def compacted_below(self, topic: str, queue: int) -> int:
+        """The queue's first offset RocketMQ still has (0 until it removed records)."""
+        found = self._queue(topic, queue)
+        return self._client.min_offset(found.broker, topic, queue)
+
+    # -- commit tags ----------------------------------------------------------------------------
+    def _tags(self, job: str, topic: str, queue: int) -> list[CommitTag]:
+        return [t for t in self._refresh().by_job.get(job, []) if t.topic == topic and t.queue == queue]
+
+    def last_commit(self, job: str, topic: str, queue: int) -> CommitTag | None:
+        tags = self._tags(job, topic, queue)
+        return max(tags, key=lambda t: t.start_offset) if tags else None
+
+    def find_commit(self, job: str, topic: str, queue: int, start_offset: int) -> CommitTag | None:
+        return self._refresh().winners.get((job, topic, queue, start_offset))
+
+    def commit_covering(self, job: str, topic: str, queue: int, offset: int) -> CommitTag | None:
+        below = [t for t in self._tags(job, topic, queue) if t.start_offset <= offset]
+        if not below:
+            return None
+        tag = max(below, key=lambda t: t.start_offset)
+        return tag if offset < tag.end_offset else None
+
+    def commits(self, job: str, after_seq: int = 0) -> list[CommitTag]:
+        return [t for t in self._refresh().by_job.get(job, []) if t.seq > after_seq]
+
+    def delete_commits(self, job: str) -> None:
+        """Forget every commit tag of ``job`` (a job reset)."""
+        self._log_append({"t": "forget", "job": job})
+
+    # -- consumer offsets -----------------------------------------------------------------------
+    def _group(self, broker: str, group: str) -> None:
+        if (broker, group) not in self._groups:
+            self._client.create_group(broker, group)
+            self._groups.add((broker, group))
+
+    def commit_offset(self, group: str, topic: str, queue: int, next_offset: int) -> None:
+        found = self._queue(topic, queue)
+        self._group(found.broker, group)
+        self._client.update_consumer_offset(found.broker, group, topic, queue, next_offset)
+
+    def committed_offset(self, group: str, topic: str, queue: int) -> int | None:
+        found = self._queue(topic, queue)
+        try:
+            return self._client.query_consumer_offset(found.broker, group, topic, queue)
+        except RemotingError as exc:
+            if exc.code in (24, 26):  # no such subscription or group: never committed
+                return None
+            raise
+
+
+def _settle(log: _Log, attempt: str) -> None:
+    for waiting in log.pending.values():
+        waiting.pop(attempt, None)
+
+
+def _system_topic(name: str) -> bool:
+    return name in {"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "BenchmarkTest", "DefaultCluster",
+                    "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+                    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"} \
+        or name.startswith(("rmq_sys_", "%RETRY%", "%DLQ%", "RMQ_SYS_", "rocketmq-broker-")) \
+        or name.startswith("broker-") or name.endswith("_REPLY_TOPIC")
+
+
+def _check_headers(headers: Mapping[str, str] | None) -> None:
+    for name, text in (headers or {}).items():
+        if not isinstance(name, str) or not isinstance(text, str):
+            raise BrokerError(f"headers must map str to str, got {name!r}: {text!r}")
+        if name in _HIDDEN or "\x01" in name + text or "\x02" in name + text:
+            raise BrokerError(f"header {name!r} is RocketMQ's or rstream's own, or holds a \\x01 or \\x02 "
+                              "character, which RocketMQ's properties cannot carry: rename it")
+
+
+def _properties(key: MessageKey, headers: Mapping[str, str] | None, tags: str | None,
+                attempt: str | None) -> dict[str, str]:
+    props = dict(headers) if headers else {}
+    if key is not None:
+        if isinstance(key, str) and key and "\x01" not in key and "\x02" not in key:
+            props["KEYS"] = key
+        elif isinstance(key, str):
+            props[_KEY] = "s:" + base64.b64encode(key.encode()).decode()
+        elif isinstance(key, bytes):
+            props[_KEY] = "b:" + base64.b64encode(key).decode()
+        else:
+            raise BrokerError(f"message key must be str, bytes or None, got {type(key).__name__}: {key!r}")
+    if tags is not None:
+        props["TAGS"] = tags
+    if attempt is not None:
+        props[_TXN] = attempt
+    return props
+
+
+def _unpack(m: PulledMessage) -> tuple[MessageKey, int, dict[str, str] | None, str | None]:
+    """A message's key, born time, client headers (None when it has none) and tags."""
+    props = m.properties
+    raw = props.get(_KEY)
+    key: MessageKey
+    if raw is not None:
+        data = base64.b64decode(raw[2:])
+        key = data if raw.startswith("b:") else data.decode()
+    else:
+        key = props.get("KEYS")
+    born = int(props[_BORN]) if _BORN in props else m.born_timestamp
+    headers = {k: v for k, v in props.items() if k not in _HIDDEN}
+    return key, born, headers or None, props.get("TAGS")

@@ -1,0 +1,406 @@
+"""The subset of RocketMQ's remoting protocol rstream speaks: TCP to a name server or a broker,
+one JSON header and a body per frame.
+
+Read against apache/rocketmq 5.x: ``RemotingCommand`` (the frame), ``RequestCode`` and
+``ResponseCode`` (the numbers below), ``MessageDecoder`` (a stored message's layout, what a pull
+returns; a batch's layout, what a batch send carries) and the request headers of each call.
+
+A frame is ``length(4) | serialize type(1) + header length(3) | header JSON | body``, big endian.
+Requests are sent one at a time per connection (a lock), which is all rstream needs: a broker
+object per process, a few calls per task.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import struct
+import threading
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rstream.broker.base import BrokerError
+
+# -- request and response codes (RequestCode.java, ResponseCode.java) ------------------------------
+SEND_MESSAGE = 10
+PULL_MESSAGE = 11
+QUERY_CONSUMER_OFFSET = 14
+UPDATE_CONSUMER_OFFSET = 15
+UPDATE_AND_CREATE_TOPIC = 17
+GET_ALL_TOPIC_CONFIG = 21
+SEARCH_OFFSET_BY_TIMESTAMP = 29
+GET_MAX_OFFSET = 30
+GET_MIN_OFFSET = 31
+GET_ROUTEINFO_BY_TOPIC = 105
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+GET_BROKER_CLUSTER_INFO = 106
+DELETE_TOPIC_IN_BROKER = 215
+DELETE_TOPIC_IN_NAMESRV = 216
+SEND_BATCH_MESSAGE = 320
+GET_TOPIC_CONFIG = 351
+
+SUCCESS = 0
+TOPIC_NOT_EXIST = 17
+PULL_NOT_FOUND = 19
+PULL_RETRY_IMMEDIATELY = 20
+PULL_OFFSET_MOVED = 21
+QUERY_NOT_FOUND = 22
+
+_PYTHON = "PYTHON"  # LanguageCode
+_VERSION = 475  # MQVersion of 5.3.x: what the broker sees as the client's version
+_RESPONSE = 1  # flag bit 0: a response (RemotingCommand.RPC_TYPE)
+_ONEWAY = 2
+
+# -- message flags (MessageSysFlag.java, PullSysFlag.java) -----------------------------------------
+_COMPRESSED = 0x1
+_BORNHOST_V6 = 0x1 << 4
+_STOREHOST_V6 = 0x1 << 5
+_COMPRESSION_TYPE = 0x7 << 8
+_ZLIB = 0x3 << 8
+_PULL_SUBSCRIPTION = 0x4
+_MAGIC_V2 = -626843477  # MessageVersion.MESSAGE_VERSION_V2: a topic's length is a short
+
+#: The property names RocketMQ itself sets (MessageConst): not a client's headers.
+SYSTEM_PROPERTIES = frozenset({
+    "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP",
+    "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG",
+    "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY", "MAX_RECONSUME_TIMES",
+    "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET",
+    "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL",
+    "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_DISPATCH",
+    "INNER_MULTI_QUEUE_OFFSET", "__STARTDELIVERTIME", "__SHARDINGKEY", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS",
+    "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "TIMER_DELIVER_MS",
+    "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "bname", "INNER_NUM", "INNER_BASE", "__BORNHOST",
+    "TRACE_CONTEXT", "CRC32", "TRAN_PREPARED", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET", "LMQ_QUEUE_ID", "LMQ_QUEUE_OFFSET", "__MESSAGE_CONVERT",
+})
+
+_NAME, _SEP = "\x01", "\x02"  # MessageDecoder.NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+_UNQUOTED_KEY = re.compile(r'([{,])\s*(-?\d+)\s*:')  # fastjson writes a Map<Long, _>'s keys unquoted
+
+
+class RemotingError(BrokerError):
+    """A RocketMQ server answered a request with an error code, or could not be reached."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Command:
+    """One frame: a request or a response."""
+
+    code: int
+    ext: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    remark: str | None = None
+    opaque: int = 0
+    flag: int = 0
+
+
+def parse_json(body: bytes) -> Any:
+    """A body RocketMQ serialized with fastjson (which leaves numeric map keys unquoted)."""
+    text = body.decode("utf-8")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return json.loads(_UNQUOTED_KEY.sub(r'\1"\2":', text))
+
+
+class Connection:
+    """A TCP connection to one RocketMQ server (``"host:port"``), reconnected when it breaks."""
+
+    def __init__(self, addr: str, timeout: float = 10.0) -> None:
+        self.addr, self.timeout = addr, timeout
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._opaque = 0
+
+    def _connect(self) -> socket.socket:
+        host, port = self.addr.rsplit(":", 1)
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=self.timeout)
+        except OSError as exc:
+            raise RemotingError(f"cannot reach RocketMQ at {self.addr}: {exc}. Is the name server or broker "
+                                "running there (LocalRocketMQ().start(), or check the address)?") from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+
+    def request(self, code: int, ext: Mapping[str, Any] | None = None, body: bytes = b"",
+                timeout: float | None = None) -> Command:
+        """Send a request and return its response (any code: the caller checks it)."""
+        with self._lock:
+            for attempt in (0, 1):  # a connection the server closed since: once more on a fresh one
+                if self._sock is None:
+                    self._sock = self._connect()
+                self._opaque += 1
+                frame = _encode(code, ext, body, self._opaque)
+                try:
+                    self._sock.settimeout(timeout or self.timeout)
+                    self._sock.sendall(frame)
+                    while True:
+                        reply = _read_frame(self._sock)
+                        if reply.flag & _RESPONSE and reply.opaque == self._opaque:
+                            return reply
+                except (OSError, ConnectionError) as exc:
+                    self._sock.close()
+                    self._sock = None
+                    if attempt or isinstance(exc, socket.timeout):
+                        raise RemotingError(f"RocketMQ at {self.addr} did not answer request {code}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def call(self, code: int, ext: Mapping[str, Any] | None = None, body: bytes = b"",
+             ok: Iterable[int] = (SUCCESS,), timeout: float | None = None) -> Command:
+        """``request``, raising ``RemotingError`` unless the response's code is in ``ok``."""
+        reply = self.request(code, ext, body, timeout)
+        if reply.code not in tuple(ok):
+            raise RemotingError(f"RocketMQ at {self.addr} refused request {code}: code {reply.code}, "
+                                f"{reply.remark or 'no remark'}", reply.code)
+        return reply
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"addr": self.addr, "timeout": self.timeout}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["addr"], state["timeout"])  # type: ignore[misc]
+
+
+def _encode(code: int, ext: Mapping[str, Any] | None, body: bytes, opaque: int) -> bytes:
+    header = {"code": code, "language": _PYTHON, "version": _VERSION, "opaque": opaque, "flag": 0,
+              "serializeTypeCurrentRPC": "JSON"}
+    if ext:
+        header["extFields"] = {k: ("true" if v is True else "false" if v is False else str(v))
+                               for k, v in ext.items() if v is not None}
+    data = json.dumps(header, separators=(",", ":")).encode()
+    return struct.pack(">II", 4 + len(data) + len(body), len(data)) + data + body
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise ConnectionError("connection closed by the server")
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _read_frame(sock: socket.socket) -> Command:
+    (length,) = struct.unpack(">I", _read_exact(sock, 4))
+    data = _read_exact(sock, length)
+    mark = struct.unpack(">I", data[:4])[0]
+    if mark >> 24 != 0:
+        raise ConnectionError("the server answered in ROCKETMQ serialization; rstream speaks JSON only")
+    size = mark & 0xFFFFFF
+    header = json.loads(data[4:4 + size])
+    return Command(header["code"], header.get("extFields") or {}, data[4 + size:], header.get("remark"),
+                   header.get("opaque", 0), header.get("flag", 0))
+
+
+# -- messages -------------------------------------------------------------------------------------
+def properties_string(props: Mapping[str, str]) -> str:
+    """``MessageDecoder.messageProperties2String``."""
+    return "".join(f"{k}{_NAME}{v}{_SEP}" for k, v in props.items())
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """``MessageDecoder.string2messageProperties`` (tolerant of a trailing separator)."""
+    out = {}
+    for item in text.split(_SEP):
+        name, sep, value = item.partition(_NAME)
+        if sep:
+            out[name] = value
+    return out
+
+
+def encode_batch(messages: Sequence[tuple[bytes, Mapping[str, str]]]) -> bytes:
+    """A batch send's body (``MessageDecoder.encodeMessages``): per message its flag, body and
+    properties."""
+    parts = []
+    pack = struct.pack
+    for body, props in messages:
+        raw = properties_string(props).encode()
+        if len(raw) > 32767:
+            raise BrokerError(f"a message's headers take {len(raw)} bytes; RocketMQ allows at most 32767")
+        parts.append(pack(">iiiii", 22 + len(body) + len(raw), 0, 0, 0, len(body)))
+        parts.append(body)
+        parts.append(pack(">h", len(raw)))
+        parts.append(raw)
+    return b"".join(parts)
+
+
+@dataclass(frozen=True)
+class PulledMessage:
+    """A message as a pull returns it (the fields rstream reads)."""
+
+    queue_id: int
+    offset: int
+    born_timestamp: int
+    store_timestamp: int
+    body: bytes
+    properties: dict[str, str]
+
+
+_FIXED = struct.Struct(">iiiiiqqiq")  # size, magic, body crc, queue, flag, queue offset, phys offset, sysflag, born
+
+
+def decode_messages(data: bytes) -> list[PulledMessage]:
+    """The stored messages a pull returns, one after the other (``MessageDecoder.decode``)."""
+    out = []
+    pos, end = 0, len(data)
+    unpack_from = struct.unpack_from
+    while pos < end:
+        size, magic, _crc, queue, _flag, offset, _phys, sysflag, born = _FIXED.unpack_from(data, pos)
+        at = pos + _FIXED.size
+        at += (16 if sysflag & _BORNHOST_V6 else 4) + 4
+        (store,) = unpack_from(">q", data, at)
+        at += 8 + (16 if sysflag & _STOREHOST_V6 else 4) + 4
+        at += 4 + 8  # reconsume times, prepared transaction offset
+        (body_len,) = unpack_from(">i", data, at)
+        at += 4
+        body = data[at:at + max(body_len, 0)]
+        at += max(body_len, 0)
+        if sysflag & _COMPRESSED:
+            if sysflag & _COMPRESSION_TYPE not in (0, _ZLIB):
+                raise BrokerError("a message is compressed with LZ4 or ZSTD, which rstream cannot read yet; "
+                                  "send it uncompressed or with zlib")
+            body = zlib.decompress(body)
+        if magic == _MAGIC_V2:
+            (topic_len,) = unpack_from(">h", data, at)
+            at += 2 + topic_len
+        else:
+            at += 1 + data[at]
+        (props_len,) = unpack_from(">h", data, at)
+        at += 2
+        props = parse_properties(data[at:at + props_len].decode("utf-8", "replace")) if props_len > 0 else {}
+        out.append(PulledMessage(queue, offset, born, store, body, props))
+        pos += size
+    return out
+
+
+# -- the calls ------------------------------------------------------------------------------------
+class Client:
+    """Connections to a cluster's name server and brokers, and the calls rstream makes."""
+
+    def __init__(self, namesrv: str, timeout: float = 10.0) -> None:
+        self.namesrv, self.timeout = namesrv, timeout
+        self._conns: dict[str, Connection] = {}
+        self._lock = threading.Lock()
+
+    def conn(self, addr: str) -> Connection:
+        with self._lock:
+            conn = self._conns.get(addr)
+            if conn is None:
+                conn = self._conns[addr] = Connection(addr, self.timeout)
+            return conn
+
+    def close(self) -> None:
+        for conn in list(self._conns.values()):
+            conn.close()
+
+    # name server
+    def cluster_info(self) -> dict[str, Any]:
+        """``GET_BROKER_CLUSTER_INFO``: ``{"brokerAddrTable": {name: {"brokerAddrs": {id: addr}}}, ...}``."""
+        data = parse_json(self.conn(self.namesrv).call(GET_BROKER_CLUSTER_INFO).body)
+        return data if isinstance(data, dict) else {}
+
+    def route(self, topic: str) -> dict[str, Any] | None:
+        """``GET_ROUTEINFO_BY_TOPIC``: the topic's brokers and queues, None if the name server has none."""
+        reply = self.conn(self.namesrv).call(GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, ok=(SUCCESS, TOPIC_NOT_EXIST))
+        return None if reply.code == TOPIC_NOT_EXIST else parse_json(reply.body)
+
+    def delete_topic_in_namesrv(self, topic: str, cluster: str | None = None) -> None:
+        self.conn(self.namesrv).call(DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster})
+
+    # broker
+    def create_topic(self, broker: str, topic: str, queues: int, attributes: str | None = None) -> None:
+        self.conn(broker).call(UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+            "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
+            "attributes": attributes})
+
+    def topic_configs(self, broker: str) -> dict[str, dict[str, Any]]:
+        """``GET_ALL_TOPIC_CONFIG``: every topic's config on one broker, by name."""
+        data = parse_json(self.conn(broker).call(GET_ALL_TOPIC_CONFIG).body)
+        table = data.get("topicConfigTable", {}) if isinstance(data, dict) else {}
+        return dict(table)
+
+    def delete_topic_in_broker(self, broker: str, topic: str) -> None:
+        self.conn(broker).call(DELETE_TOPIC_IN_BROKER, {"topic": topic})
+
+    def send_batch(self, broker: str, topic: str, queue: int, messages: Sequence[tuple[bytes, Mapping[str, str]]],
+                   born_timestamp: int, producer_group: str = "rstream-producer") -> int:
+        """Append ``messages`` (body, properties) to one queue in one request; the first's offset.
+        RocketMQ stores a batch's messages contiguously in the queue and gives them one born time."""
+        reply = self.conn(broker).call(SEND_BATCH_MESSAGE, {  # SendMessageRequestHeaderV2's one-letter names
+            "a": producer_group, "b": topic, "c": "TBW102", "d": 4, "e": queue, "f": 0, "g": born_timestamp,
+            "h": 0, "i": "", "j": 0, "k": False, "l": 0, "m": True}, encode_batch(messages))
+        return int(reply.ext["queueOffset"])
+
+    def send(self, broker: str, topic: str, queue: int, body: bytes, properties: Mapping[str, str],
+             born_timestamp: int, producer_group: str = "rstream-producer") -> int:
+        """Append one message to one queue; its offset."""
+        reply = self.conn(broker).call(SEND_MESSAGE, {
+            "producerGroup": producer_group, "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+            "queueId": queue, "sysFlag": 0, "bornTimestamp": born_timestamp, "flag": 0,
+            "properties": properties_string(properties), "reconsumeTimes": 0, "unitMode": False,
+            "batch": False, "maxReconsumeTimes": 0}, body)
+        return int(reply.ext["queueOffset"])
+
+    def pull(self, broker: str, topic: str, queue: int, offset: int, max_messages: int = 1024,
+             group: str = "rstream-reader") -> tuple[list[PulledMessage], int]:
+        """Up to ``max_messages`` messages from ``offset`` on, and the offset to go on from (the same
+        when there is nothing new). Never blocks waiting for messages."""
+        reply = self.conn(broker).call(PULL_MESSAGE, {
+            "consumerGroup": group, "topic": topic, "queueId": queue, "queueOffset": offset,
+            "maxMsgNums": max_messages, "sysFlag": _PULL_SUBSCRIPTION, "commitOffset": 0,
+            "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0, "expressionType": "TAG"},
+            ok=(SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED))
+        next_offset = int(reply.ext.get("nextBeginOffset", offset))
+        if reply.code != SUCCESS:
+            return [], next_offset
+        return decode_messages(reply.body), next_offset
+
+    def max_offset(self, broker: str, topic: str, queue: int) -> int:
+        return int(self.conn(broker).call(GET_MAX_OFFSET, {"topic": topic, "queueId": queue}).ext["offset"])
+
+    def min_offset(self, broker: str, topic: str, queue: int) -> int:
+        return int(self.conn(broker).call(GET_MIN_OFFSET, {"topic": topic, "queueId": queue}).ext["offset"])
+
+    def search_offset(self, broker: str, topic: str, queue: int, timestamp_ms: int) -> int:
+        return int(self.conn(broker).call(SEARCH_OFFSET_BY_TIMESTAMP, {
+            "topic": topic, "queueId": queue, "timestamp": timestamp_ms, "boundaryType": "LOWER"}).ext["offset"])
+
+    def query_consumer_offset(self, broker: str, group: str, topic: str, queue: int) -> int | None:
+        reply = self.conn(broker).call(QUERY_CONSUMER_OFFSET, {
+            "consumerGroup": group, "topic": topic, "queueId": queue, "setZeroIfNotFound": False},
+            ok=(SUCCESS, QUERY_NOT_FOUND))
+        return None if reply.code == QUERY_NOT_FOUND else int(reply.ext["offset"])
+
+    def create_group(self, broker: str, group: str) -> None:
+        """``UPDATE_AND_CREATE_SUBSCRIPTIONGROUP``: a consumer group (a broker keeps offsets only for one)."""
+        body = json.dumps({"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+                           "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16,
+                           "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True})
+        self.conn(broker).call(UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body.encode())
+
+    def update_consumer_offset(self, broker: str, group: str, topic: str, queue: int, offset: int) -> None:
+        self.conn(broker).call(UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": group, "topic": topic, "queueId": queue, "commitOffset": offset})
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"namesrv": self.namesrv, "timeout": self.timeout}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["namesrv"], state["timeout"])  # type: ignore[misc]
