@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import pickle
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from rstream import BrokerPathError, EmbeddedBroker, InvalidTopicNameError, UnknownTopicError
 from rstream.broker import BrokerError, CommitTag, TopicExistsError
 from rstream.broker.embedded import BATCH_RECORDS
+from rstream.broker.embedded.broker import host_identity
 
 
 def test_send_and_read_back_with_broker_metadata_apart(broker: EmbeddedBroker) -> None:
@@ -251,3 +253,14 @@ def test_broker_pickles_as_its_path(broker: EmbeddedBroker) -> None:
     broker.send("t", b"x")
     clone = pickle.loads(pickle.dumps(broker))
     assert clone.path == broker.path and clone.read("t")[0].body == b"x"
+
+
+def test_an_embedded_broker_refuses_to_open_on_another_host(tmp_path: Path) -> None:
+    """Unpickled on another host (a Spark executor elsewhere; here: another network namespace, as
+    the state says), the SQLite file is not there: it fails at once and names the broker to use."""
+    state = EmbeddedBroker(tmp_path / "b").__getstate__()
+    assert state["host"] == host_identity()
+    state["host"] = ("elsewhere", "another-boot", 1)
+    with pytest.raises(BrokerError, match="RocketMQBroker"):
+        EmbeddedBroker.__new__(EmbeddedBroker).__setstate__(state)
+    assert pickle.loads(pickle.dumps(EmbeddedBroker(tmp_path / "b"))).path == EmbeddedBroker(tmp_path / "b").path

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import threading
 import zlib
@@ -33,6 +34,17 @@ from rstream.broker.embedded.sqlite import CHECKPOINT_WAL_BYTES, now_ms
 from rstream.progressbar import progress_bar
 
 __all__ = ["EmbeddedBroker", "SendResults"]
+
+
+def host_identity() -> tuple[str, str, int]:
+    """What tells this host from another: its name, its boot and its network namespace (a test's
+    second "host" is a network namespace on the same machine)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:  # not Linux: the name alone
+        boot, netns = "", 0
+    return socket.gethostname(), boot, netns
 
 
 class SendResults(Sequence[SendResult]):
@@ -156,9 +168,17 @@ class EmbeddedBroker:
                  "compact_min_lag_ms", "compact_delete_retention_ms", "checkpoint_wal_bytes")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": str(self.path), **{name: getattr(self, name) for name in self._SETTINGS}}
+        return {"path": str(self.path), "host": host_identity(),
+                **{name: getattr(self, name) for name in self._SETTINGS}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        here = host_identity()
+        if state.get("host", here) != here:  # a Spark executor on another machine: the file is not there
+            raise BrokerError(
+                f"EmbeddedBroker({state['path']!r}) is a SQLite file on host {state['host'][0]!r}, but this "
+                f"process runs on {here[0]!r} (another machine or network namespace), where it would read "
+                "nothing. Executors on other hosts need a broker they reach over the network: "
+                "RocketMQBroker('namesrv-host:9876') (rstream.rocketmq), or LocalRocketMQ(host=...) to start one.")
         settings = {name: state[name] for name in self._SETTINGS if name in state}
         self.__init__(state["path"], **settings)  # type: ignore[misc]
 
