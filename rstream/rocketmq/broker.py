@@ -63,7 +63,13 @@ from rstream.broker.base import (
     UnknownTopicError,
     validate_topic_name,
 )
-from rstream.rocketmq.remoting import SYSTEM_PROPERTIES, Client, PulledMessage, RemotingError
+from rstream.rocketmq.remoting import (
+    SYSTEM_PROPERTIES,
+    Client,
+    OutcomeUnknownError,
+    PulledMessage,
+    RemotingError,
+)
 
 #: The decision log: open, commit and abort records of every append that needs one (one queue).
 TXN_TOPIC = "rstream_txn"
@@ -240,7 +246,7 @@ class RocketMQBroker:
         topic = self._txn_topic()
         body = json.dumps(entry, separators=(",", ":")).encode()
         offset = self._client.send(topic.broker, TXN_TOPIC, 0, body, {"KEYS": str(entry.get("a", entry["t"]))},
-                                   now_ms())
+                                   now_ms(), repeatable=True)  # the log's first word on an attempt counts
         self._await(topic, 0, offset + 1)
         return offset
 
@@ -425,14 +431,22 @@ class RocketMQBroker:
     def append(self, records: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None = None) -> bool:
         targets = {(t, q): self._queue(t, q) for (t, q) in records}  # every queue checked before any write
         writes = {tq: recs for tq, recs in records.items() if len(recs)}
-        if tag is not None:
-            rng = (tag.job, tag.topic, tag.queue, tag.start_offset)
-            if rng in self._refresh().winners:
-                return False
-        elif len(writes) <= 1 and all(len(recs) < 1000 for recs in writes.values()):
+        if tag is None and len(writes) <= 1 and all(len(recs) < 1000 for recs in writes.values()):
             for (t, q), recs in writes.items():  # one batch request: atomic as it is
                 self._send_queue(targets[(t, q)], q, list(recs), None)
             return True
+        while True:
+            try:
+                return self._append_attempt(targets, writes, tag)
+            except OutcomeUnknownError:  # the broker went away mid-send: that attempt is aborted, try anew
+                continue
+
+    def _append_attempt(self, targets: Mapping[tuple[str, int], _Topic],
+                        writes: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None) -> bool:
+        """One attempt of ``append``: open, records, commit. Raises ``OutcomeUnknownError`` (after
+        aborting the attempt) when the broker went away while its records were under way."""
+        if tag is not None and (tag.job, tag.topic, tag.queue, tag.start_offset) in self._refresh().winners:
+            return False
         attempt = uuid.uuid4().hex
         lows = {}
         for (t, q) in writes:

@@ -17,6 +17,7 @@ import re
 import socket
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,22 +112,32 @@ def parse_json(body: bytes) -> Any:
         return json.loads(_UNQUOTED_KEY.sub(r'\1"\2":', text))
 
 
-class Connection:
-    """A TCP connection to one RocketMQ server (``"host:port"``), reconnected when it breaks."""
+#: Requests a connection may send again after the connection broke mid-way: reads and settings.
+#: A send is not among them: whether the broker stored it is unknown (``OutcomeUnknownError``).
+_SENDS = frozenset({SEND_MESSAGE, SEND_BATCH_MESSAGE})
 
-    def __init__(self, addr: str, timeout: float = 10.0) -> None:
-        self.addr, self.timeout = addr, timeout
+
+class OutcomeUnknownError(RemotingError):
+    """A send whose connection broke after the request left: the broker may or may not have stored it."""
+
+
+class Connection:
+    """A TCP connection to one RocketMQ server (``"host:port"``), reconnected when it breaks.
+
+    While the server cannot be reached (a broker restarting), a request waits and tries again for
+    up to ``reconnect_s`` seconds; a send whose connection broke after it left raises
+    ``OutcomeUnknownError`` unless the caller says sending it twice is harmless (``repeatable``).
+    """
+
+    def __init__(self, addr: str, timeout: float = 10.0, reconnect_s: float = 60.0) -> None:
+        self.addr, self.timeout, self.reconnect_s = addr, timeout, reconnect_s
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._opaque = 0
 
     def _connect(self) -> socket.socket:
         host, port = self.addr.rsplit(":", 1)
-        try:
-            sock = socket.create_connection((host, int(port)), timeout=self.timeout)
-        except OSError as exc:
-            raise RemotingError(f"cannot reach RocketMQ at {self.addr}: {exc}. Is the name server or broker "
-                                "running there (LocalRocketMQ().start(), or check the address)?") from exc
+        sock = socket.create_connection((host, int(port)), timeout=self.timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
@@ -137,42 +148,57 @@ class Connection:
                 self._sock = None
 
     def request(self, code: int, ext: Mapping[str, Any] | None = None, body: bytes = b"",
-                timeout: float | None = None) -> Command:
+                timeout: float | None = None, repeatable: bool | None = None) -> Command:
         """Send a request and return its response (any code: the caller checks it)."""
+        again = code not in _SENDS if repeatable is None else repeatable
+        deadline = time.monotonic() + self.reconnect_s
+        pause = 0.05
         with self._lock:
-            for attempt in (0, 1):  # a connection the server closed since: once more on a fresh one
-                if self._sock is None:
-                    self._sock = self._connect()
-                self._opaque += 1
-                frame = _encode(code, ext, body, self._opaque)
+            while True:
+                sent = False
                 try:
+                    if self._sock is None:
+                        self._sock = self._connect()
+                    self._opaque += 1
+                    frame = _encode(code, ext, body, self._opaque)
                     self._sock.settimeout(timeout or self.timeout)
+                    sent = True
                     self._sock.sendall(frame)
                     while True:
                         reply = _read_frame(self._sock)
                         if reply.flag & _RESPONSE and reply.opaque == self._opaque:
                             return reply
-                except (OSError, ConnectionError) as exc:
-                    self._sock.close()
-                    self._sock = None
-                    if attempt or isinstance(exc, socket.timeout):
-                        raise RemotingError(f"RocketMQ at {self.addr} did not answer request {code}: {exc}") from exc
-        raise AssertionError("unreachable")
+                except OSError as exc:  # refused, reset, closed or timed out
+                    if self._sock is not None:
+                        self._sock.close()
+                        self._sock = None
+                    if sent and not again:
+                        raise OutcomeUnknownError(
+                            f"the connection to RocketMQ at {self.addr} broke while request {code} was under way "
+                            f"({exc}): whether the broker stored it is unknown", None) from exc
+                    if time.monotonic() > deadline:
+                        raise RemotingError(
+                            f"cannot reach RocketMQ at {self.addr} ({exc}) for {self.reconnect_s:.0f} s. Is the "
+                            "name server or broker running there (LocalRocketMQ().start(), or check the "
+                            "address)?", None) from exc
+                    time.sleep(pause)
+                    pause = min(pause * 2, 1.0)
 
     def call(self, code: int, ext: Mapping[str, Any] | None = None, body: bytes = b"",
-             ok: Iterable[int] = (SUCCESS,), timeout: float | None = None) -> Command:
+             ok: Iterable[int] = (SUCCESS,), timeout: float | None = None,
+             repeatable: bool | None = None) -> Command:
         """``request``, raising ``RemotingError`` unless the response's code is in ``ok``."""
-        reply = self.request(code, ext, body, timeout)
+        reply = self.request(code, ext, body, timeout, repeatable)
         if reply.code not in tuple(ok):
             raise RemotingError(f"RocketMQ at {self.addr} refused request {code}: code {reply.code}, "
                                 f"{reply.remark or 'no remark'}", reply.code)
         return reply
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"addr": self.addr, "timeout": self.timeout}
+        return {"addr": self.addr, "timeout": self.timeout, "reconnect_s": self.reconnect_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["addr"], state["timeout"])  # type: ignore[misc]
+        self.__init__(state["addr"], state["timeout"], state.get("reconnect_s", 60.0))  # type: ignore[misc]
 
 
 def _encode(code: int, ext: Mapping[str, Any] | None, body: bytes, opaque: int) -> bytes:
@@ -349,13 +375,14 @@ class Client:
         return int(reply.ext["queueOffset"])
 
     def send(self, broker: str, topic: str, queue: int, body: bytes, properties: Mapping[str, str],
-             born_timestamp: int, producer_group: str = "rstream-producer") -> int:
-        """Append one message to one queue; its offset."""
+             born_timestamp: int, producer_group: str = "rstream-producer", repeatable: bool = False) -> int:
+        """Append one message to one queue; its offset. ``repeatable``: storing it twice is harmless,
+        so a send whose connection broke is sent again."""
         reply = self.conn(broker).call(SEND_MESSAGE, {
             "producerGroup": producer_group, "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
             "queueId": queue, "sysFlag": 0, "bornTimestamp": born_timestamp, "flag": 0,
             "properties": properties_string(properties), "reconsumeTimes": 0, "unitMode": False,
-            "batch": False, "maxReconsumeTimes": 0}, body)
+            "batch": False, "maxReconsumeTimes": 0}, body, repeatable=repeatable)
         return int(reply.ext["queueOffset"])
 
     def pull(self, broker: str, topic: str, queue: int, offset: int, max_messages: int = 1024,
