@@ -315,13 +315,15 @@ class RocketMQBroker:
                 tag = log.winners.pop(rng)
                 log.by_job[tag.job] = [t for t in log.by_job.get(tag.job, []) if t is not tag]
 
-    def _stable_ends(self, topic: _Topic) -> list[int]:
-        """Per queue, where committed records end: the queue's end, or the first record of an
-        attempt still undecided (aborted by this reader if it waited past ``txn_timeout_ms``)."""
-        ends = [self._client.max_offset(topic.broker, topic.info.name, q) for q in range(topic.info.queues)]
+    def _stable_ends(self, topic: _Topic, queues: Sequence[int] | None = None) -> list[int]:
+        """Per queue (of ``queues``, default all), where committed records end: the queue's end, or
+        the first record of an attempt still undecided (aborted by this reader if it waited past
+        ``txn_timeout_ms``)."""
+        queues = range(topic.info.queues) if queues is None else queues
+        ends = [self._client.max_offset(topic.broker, topic.info.name, q) for q in queues]
         log = self._refresh()  # after the ends: an attempt whose records they count was opened before
         out = []
-        for q, end in enumerate(ends):
+        for q, end in zip(queues, ends):
             waiting = log.pending.get(f"{topic.info.name}/{q}")
             if waiting:
                 stale = [a for a, (_low, ms) in waiting.items() if now_ms() - ms > self.txn_timeout_ms]
@@ -341,7 +343,7 @@ class RocketMQBroker:
 
     def search_offset(self, topic: str, queue: int, timestamp_ms: int) -> int:
         found = self._queue(topic, queue)
-        lo, hi = self._client.min_offset(found.broker, topic, queue), self._stable_ends(found)[queue]
+        lo, hi = self._client.min_offset(found.broker, topic, queue), self._stable_ends(found, [queue])[0]
         while lo < hi:  # the first offset stored at or after timestamp_ms: store times never go back
             mid = (lo + hi) // 2
             messages, _ = self._client.pull(found.broker, topic, queue, mid, 1, READER_GROUP)
@@ -474,7 +476,7 @@ class RocketMQBroker:
     # -- reading --------------------------------------------------------------------------------
     def _pulled(self, topic: _Topic, queue: int, start: int, end: int) -> Iterator[PulledMessage]:
         """The committed messages of ``[start, end)`` (end clipped at the stable end)."""
-        end = min(end, self._stable_ends(topic)[queue])
+        end = min(end, self._stable_ends(topic, [queue])[0])
         decided = self._log.decided
         offset = max(start, 0)
         while offset < end:
