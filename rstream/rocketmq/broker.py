@@ -39,6 +39,7 @@ of its commit log.
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import json
 import os
@@ -65,10 +66,13 @@ from rstream.broker.base import (
 )
 from rstream.rocketmq.remoting import (
     SYSTEM_PROPERTIES,
+    BatchBody,
     Client,
     OutcomeUnknownError,
     PulledMessage,
     RemotingError,
+    parse_properties,
+    properties_string,
 )
 
 #: The decision log: open, commit and abort records of every append that needs one (one queue).
@@ -401,31 +405,39 @@ class RocketMQBroker:
 
     def _send_queue(self, topic: _Topic, queue: int, records: Iterable[RecordTuple],
                     attempt: str | None) -> tuple[int, int]:
-        """Append ``records`` to one queue in batch requests; ``(first offset, end offset)`` of the
-        last request's run (the first request's first offset as first)."""
+        """Append ``records`` to one queue in batch requests of at most ``_MAX_BATCH_BYTES``;
+        ``(first offset, end offset)``: the first request's first, the last request's end."""
         first = last_end = -1
-        batch: list[tuple[bytes, dict[str, str]]] = []
-        size, born0 = 0, 0
-        for rec in records:
-            k, body, born, hdrs, tags = rec
-            if not isinstance(body, bytes):
+        own = f"{_TXN}\x01{attempt}\x02" if attempt is not None else ""
+        headers: dict[int, str] = {}  # id -> the properties text of a headers dict (a batch shares a few)
+        batch, born0 = BatchBody(), 0
+        name = topic.info.name
+        for k, body, born, hdrs, tags in records:
+            if type(body) is not bytes and not isinstance(body, bytes):
                 raise BrokerError(f"message body must be bytes, got {type(body).__name__}")
-            props = _properties(k, hdrs, tags, attempt)
-            if not batch:
-                born0 = born
-            elif born != born0:
-                props[_BORN] = str(born)
-            batch.append((body, props))
-            size += len(body) + 64
-            if size >= _MAX_BATCH_BYTES:
-                at = self._client.send_batch(topic.broker, topic.info.name, queue, batch, born0)
+            text = own
+            if k is not None:
+                text += _key_property(k)
+            if hdrs:
+                known = headers.get(id(hdrs))
+                if known is None:
+                    _check_headers(hdrs)
+                    known = headers[id(hdrs)] = properties_string(hdrs)
+                text += known
+            if tags is not None:
+                text += f"TAGS\x01{tags}\x02"
+            if not batch.count:
+                born0 = born  # a batch's born time: its first record's; the others' differing ones said apart
+            props = (text if born == born0 else f"{text}{_BORN}\x01{born}\x02").encode()
+            if batch.size + len(body) + len(props) + 22 > _MAX_BATCH_BYTES and batch.count:
+                at = self._client.send_batch(topic.broker, name, queue, batch, born0)
                 first = at if first < 0 else first
-                last_end = at + len(batch)
-                batch, size = [], 0
-        if batch:
-            at = self._client.send_batch(topic.broker, topic.info.name, queue, batch, born0)
+                batch, born0, props = BatchBody(), born, text.encode()
+            batch.add(body, props)
+        if batch.count:
+            at = self._client.send_batch(topic.broker, name, queue, batch, born0)
             first = at if first < 0 else first
-            last_end = at + len(batch)
+            last_end = at + batch.count
         if last_end > 0:
             self._await(topic, queue, last_end)
         return first, last_end
@@ -485,7 +497,7 @@ class RocketMQBroker:
             for m in messages:
                 if m.offset >= end:
                     return
-                attempt = m.properties.get(_TXN)
+                attempt = _parsed(m.properties_text)[4]
                 if attempt is None or decided.get(attempt, True):
                     yield m
             if nxt <= offset:
@@ -615,28 +627,30 @@ def _check_headers(headers: Mapping[str, str] | None) -> None:
                               "character, which RocketMQ's properties cannot carry: rename it")
 
 
-def _properties(key: MessageKey, headers: Mapping[str, str] | None, tags: str | None,
-                attempt: str | None) -> dict[str, str]:
-    props = dict(headers) if headers else {}
-    if key is not None:
-        if isinstance(key, str) and key and "\x01" not in key and "\x02" not in key:
-            props["KEYS"] = key
-        elif isinstance(key, str):
-            props[_KEY] = "s:" + base64.b64encode(key.encode()).decode()
-        elif isinstance(key, bytes):
-            props[_KEY] = "b:" + base64.b64encode(key).decode()
-        else:
-            raise BrokerError(f"message key must be str, bytes or None, got {type(key).__name__}: {key!r}")
-    if tags is not None:
-        props["TAGS"] = tags
-    if attempt is not None:
-        props[_TXN] = attempt
-    return props
+def _key_property(key: MessageKey) -> str:
+    """A key as properties text: a plain str as RocketMQ's ``KEYS``; bytes, an empty str or one that
+    properties cannot carry in ``RSTREAM_KEY`` (base64)."""
+    if type(key) is str and key and "\x01" not in key and "\x02" not in key:
+        return f"KEYS\x01{key}\x02"
+    if isinstance(key, str):
+        return f"{_KEY}\x01s:{base64.b64encode(key.encode()).decode()}\x02"
+    if isinstance(key, bytes):
+        return f"{_KEY}\x01b:{base64.b64encode(key).decode()}\x02"
+    raise BrokerError(f"message key must be str, bytes or None, got {type(key).__name__}: {key!r}")
 
 
 def _unpack(m: PulledMessage) -> tuple[MessageKey, int, dict[str, str] | None, str | None]:
     """A message's key, born time, client headers (None when it has none) and tags."""
-    props = m.properties
+    key, born, headers, tags, _attempt = _parsed(m.properties_text)
+    return key, m.born_timestamp if born is None else born, None if headers is None else dict(headers), tags
+
+
+@functools.lru_cache(maxsize=16384)
+def _parsed(text: str) -> tuple[MessageKey, int | None, dict[str, str] | None, str | None, str | None]:
+    """What rstream reads from a message's properties text: its key, its own born time (None: the
+    message's), the client's headers (None: none), tags and attempt. Cached: a batch's messages share
+    a few texts (a task's attempt, a key per word); ``_unpack`` copies the headers."""
+    props = parse_properties(text)
     raw = props.get(_KEY)
     key: MessageKey
     if raw is not None:
@@ -644,6 +658,6 @@ def _unpack(m: PulledMessage) -> tuple[MessageKey, int, dict[str, str] | None, s
         key = data if raw.startswith("b:") else data.decode()
     else:
         key = props.get("KEYS")
-    born = int(props[_BORN]) if _BORN in props else m.born_timestamp
+    born = int(props[_BORN]) if _BORN in props else None
     headers = {k: v for k, v in props.items() if k not in _HIDDEN}
-    return key, born, headers or None, props.get("TAGS")
+    return key, born, headers or None, props.get("TAGS"), props.get(_TXN)
