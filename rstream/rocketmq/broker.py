@@ -246,12 +246,14 @@ class RocketMQBroker:
             topic = self._get(TXN_TOPIC)
         return topic
 
-    def _log_append(self, entry: dict[str, Any]) -> int:
+    def _log_append(self, entry: dict[str, Any], wait: bool = True) -> int:
+        """Append ``entry`` to the decision log; with ``wait``, return once a reader sees it."""
         topic = self._txn_topic()
         body = json.dumps(entry, separators=(",", ":")).encode()
         offset = self._client.send(topic.broker, TXN_TOPIC, 0, body, {"KEYS": str(entry.get("a", entry["t"]))},
                                    now_ms(), repeatable=True)  # the log's first word on an attempt counts
-        self._await(topic, 0, offset + 1)
+        if wait:
+            self._await(topic, 0, offset + 1)
         return offset
 
     def _await(self, topic: _Topic, queue: int, end: int) -> None:
@@ -406,7 +408,11 @@ class RocketMQBroker:
     def _send_queue(self, topic: _Topic, queue: int, records: Iterable[RecordTuple],
                     attempt: str | None) -> tuple[int, int]:
         """Append ``records`` to one queue in batch requests of at most ``_MAX_BATCH_BYTES``;
-        ``(first offset, end offset)``: the first request's first, the last request's end."""
+        ``(first offset, end offset)``: the first request's first, the last request's end.
+
+        Records of an attempt return at once: readers see them once the attempt's commit is in the
+        decision log, which RocketMQ makes readable after them (it makes the messages of its commit
+        log readable in order). Records sent without one are readable when it returns."""
         first = last_end = -1
         own = f"{_TXN}\x01{attempt}\x02" if attempt is not None else ""
         headers: dict[int, str] = {}  # id -> the properties text of a headers dict (a batch shares a few)
@@ -438,7 +444,7 @@ class RocketMQBroker:
             at = self._client.send_batch(topic.broker, name, queue, batch, born0)
             first = at if first < 0 else first
             last_end = at + batch.count
-        if last_end > 0:
+        if last_end > 0 and attempt is None:
             self._await(topic, queue, last_end)
         return first, last_end
 
@@ -466,7 +472,8 @@ class RocketMQBroker:
         for (t, q) in writes:
             lows[f"{t}/{q}"] = self._client.max_offset(targets[(t, q)].broker, t, q)
         rng_list = None if tag is None else [tag.job, tag.topic, tag.queue, tag.start_offset]
-        self._log_append({"t": "open", "a": attempt, "range": rng_list, "at": lows})
+        # readable before the records (RocketMQ makes its commit log readable in order): no wait
+        self._log_append({"t": "open", "a": attempt, "range": rng_list, "at": lows}, wait=False)
         outputs = {}
         try:
             for (t, q), recs in writes.items():
