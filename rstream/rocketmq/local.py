@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from rstream.rocketmq.errors import RocketMQError
+from rstream.rocketmq.remoting import GET_BROKER_CLUSTER_INFO, Connection, RemotingError
 
 if TYPE_CHECKING:
     from rstream.rocketmq.broker import RocketMQBroker
@@ -78,7 +78,6 @@ _OPENS = tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED"
                for package in ("java.lang", "java.nio", "sun.nio.ch", "java.util"))
 _CLUSTER = "DefaultCluster"
 _BROKER_NAME = "broker-a"
-_GET_BROKER_CLUSTER_INFO = 106  # RequestCode: the name server's table of registered brokers
 _MEMORY = re.compile(r"^\d+[kmg]$")
 _MANAGED_BROKER_KEYS = {"brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "brokerIP1", "brokerIP2",
                         "listenPort", "bindAddress", "storePathRootDir", "storePathCommitLog"}
@@ -254,35 +253,6 @@ def _listening(pid: int) -> set[int]:
                 if c.status == psutil.CONN_LISTEN and c.laddr}
     except psutil.Error:
         return set()
-
-
-def _remoting_call(address: str, code: int, fields: dict[str, str] | None = None, body: bytes = b"",
-                   timeout: float = 3.0) -> tuple[int, dict[str, str], bytes]:
-    """One request of RocketMQ's remoting protocol (JSON headers): ``(response code, its fields, its body)``.
-
-    Just enough to ask the name server whether the broker registered (and for the tests to poke the
-    broker); ``rstream.rocketmq.remoting`` is the client.
-    """
-    host, port = address.rsplit(":", 1)
-    header = json.dumps({"code": code, "flag": 0, "language": "PYTHON", "opaque": 1, "version": 0,
-                         "serializeTypeCurrentRPC": "JSON", "extFields": fields or {}}).encode()
-    with socket.create_connection((host, int(port)), timeout=timeout) as conn:
-        # frame: length of the rest, then serialize type (0, JSON) << 24 | header length, header, body
-        conn.sendall(struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body)
-        frame = _receive(conn, struct.unpack(">i", _receive(conn, 4))[0])
-    header_length = struct.unpack(">i", frame[:4])[0] & 0xFFFFFF
-    reply = json.loads(frame[4:4 + header_length])
-    return int(reply.get("code", -1)), dict(reply.get("extFields") or {}), frame[4 + header_length:]
-
-
-def _receive(conn: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = conn.recv(size - len(data))
-        if not chunk:
-            raise OSError("connection closed")
-        data += chunk
-    return bytes(data)
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -655,6 +625,9 @@ class LocalRocketMQ:
             # (38 MB, 7 days of 1 s slots) is compared byte by byte with its mapped file every second, a
             # fifth of a core on an idle broker. broker_conf={"timerWheelEnable": "true"} brings it back.
             "timerWheelEnable=false",
+            # A pull returns up to 32 messages (256 KB) by default; rstream reads ranges of thousands.
+            "maxTransferCountOnMessageInMemory=8192", "maxTransferBytesOnMessageInMemory=8388608",
+            "maxTransferCountOnMessageInDisk=8192", "maxTransferBytesOnMessageInDisk=8388608",
             *(f"{key}={value}" for key, value in self.broker_conf.items()), "",
         ]))
         (conf / "proxy.json").write_text(json.dumps({
@@ -674,11 +647,14 @@ class LocalRocketMQ:
         self._wait("proxy", proc, _PROXY_READY, self._proxy_ports(), deadline, self._broker_registered)
 
     def _broker_registered(self) -> bool:
+        conn = Connection(self.namesrv, timeout=3.0, reconnect_s=0.0)
         try:
-            code, _fields, body = _remoting_call(self.namesrv, _GET_BROKER_CLUSTER_INFO)
-        except (OSError, ValueError):
+            reply = conn.request(GET_BROKER_CLUSTER_INFO)
+        except (RemotingError, ValueError):
             return False
-        return code == 0 and f'"{self.broker_addr}"'.encode() in body
+        finally:
+            conn.close()
+        return reply.code == 0 and f'"{self.broker_addr}"'.encode() in reply.body
 
     def _launch(self, name: str, main_class: str, heap: str, args: list[str]) -> subprocess.Popen[bytes]:
         assert self._java is not None and self._lib is not None and self._shim is not None

@@ -1,7 +1,7 @@
 """A real RocketMQ for the tests: ``local_rocketmq``, one LocalRocketMQ started once for the whole test
 session (registered in tests/conftest.py, so any test may ask for it; it starts on first use, about
-10 to 25 s on 2 shared cores, and stops at the session's end), and a few raw remoting requests
-to look into a broker without rstream's own client.
+10 to 25 s on 2 shared cores, and stops at the session's end), and a few remoting requests to look into a
+broker below RocketMQBroker (``rstream.rocketmq.remoting``).
 
 Tests that kill the broker or stop RocketMQ start their own LocalRocketMQ: the shared one must stay up.
 """
@@ -11,19 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
-from rstream.rocketmq.local import LocalRocketMQ, _remoting_call
-
-# RocketMQ's RequestCode values used here
-SEND_MESSAGE = 10
-UPDATE_AND_CREATE_TOPIC = 17
-GET_ALL_TOPIC_CONFIG = 21
-GET_MAX_OFFSET = 30
-GET_ROUTEINFO_BY_TOPIC = 105
-GET_BROKER_CLUSTER_INFO = 106
+from rstream.rocketmq.local import LocalRocketMQ
+from rstream.rocketmq.remoting import Client
 
 
 @pytest.fixture(scope="session")
@@ -54,39 +48,24 @@ def leftovers(home: Path) -> list[str]:
 
 def create_topic(broker_addr: str, topic: str, queues: int = 4) -> None:
     """Create ``topic`` on the broker at ``broker_addr`` (readable and writable, ``queues`` queues)."""
-    code, _fields, body = _remoting_call(broker_addr, UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
-        "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false",
-    })
-    assert code == 0, f"creating {topic} failed ({code}): {body[:300]!r}"
+    Client("unused:0").create_topic(broker_addr, topic, queues)
 
 
-def topics(broker_addr: str) -> bytes:
-    """The broker's topic table as it answers it (JSON, written by fastjson)."""
-    code, _fields, body = _remoting_call(broker_addr, GET_ALL_TOPIC_CONFIG)
-    assert code == 0, code
-    return body
+def topics(broker_addr: str) -> dict[str, Any]:
+    """The broker's topic table, by name."""
+    return Client("unused:0").topic_configs(broker_addr)
 
 
 def send(broker_addr: str, topic: str, queue_id: int, payload: bytes) -> int:
     """Write one message to a queue of ``topic``; its offset in that queue."""
-    code, fields, body = _remoting_call(broker_addr, SEND_MESSAGE, {
-        "producerGroup": "rstream-tests", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
-        "queueId": str(queue_id), "sysFlag": "0", "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",
-        "properties": "", "reconsumeTimes": "0", "unitMode": "false", "batch": "false",
-    }, payload)
-    assert code == 0, f"sending to {topic} failed ({code}): {fields} {body[:300]!r}"
-    return int(fields["queueOffset"])
+    return Client("unused:0").send(broker_addr, topic, queue_id, payload, {}, int(time.time() * 1000))
 
 
 def max_offset(broker_addr: str, topic: str, queue_id: int) -> int:
     """The offset after the last message of a queue (how many messages it holds, from 0)."""
-    code, fields, _body = _remoting_call(broker_addr, GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)})
-    assert code == 0, (code, fields)
-    return int(fields["offset"])
+    return Client("unused:0").max_offset(broker_addr, topic, queue_id)
 
 
-def route(namesrv: str, topic: str) -> tuple[int, bytes]:
-    """The name server's route of ``topic``: ``(code, body)``; code 0 once a live broker serves it."""
-    code, _fields, body = _remoting_call(namesrv, GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-    return code, body
+def route(namesrv: str, topic: str) -> dict[str, Any] | None:
+    """The name server's route of ``topic``, None while no live broker serves it."""
+    return Client(namesrv).route(topic)
