@@ -135,11 +135,12 @@ class RocketMQBroker:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namesrv": self.namesrv, "cluster": self.cluster, "timeout": self.timeout,
-                "txn_timeout_ms": self.txn_timeout_ms}
+                "txn_timeout_ms": self.txn_timeout_ms, "home": self._home}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["namesrv"], cluster=state["cluster"], timeout=state["timeout"],  # type: ignore[misc]
                       txn_timeout_ms=state["txn_timeout_ms"])
+        self._home = state.get("home")
 
     def __repr__(self) -> str:
         return f"RocketMQBroker({self.namesrv!r})"
@@ -148,19 +149,24 @@ class RocketMQBroker:
         self._client.close()
 
     # -- where things live ------------------------------------------------------------------------
-    def home_broker(self) -> str:
-        """The broker rstream creates its topics on: the cluster's first master, by name."""
-        if self._home is None:
+    def home_broker(self, wait_s: float = 60.0) -> str:
+        """The broker rstream creates its topics on: the cluster's first master, by name. Waits up to
+        ``wait_s`` for one to register (a broker that just started registers within about 30 s)."""
+        deadline = time.monotonic() + wait_s
+        while self._home is None:
             info = self._client.cluster_info()
             names = info.get("clusterAddrTable", {}).get(self.cluster) if self.cluster else None
             table = info.get("brokerAddrTable", {})
             masters = sorted((name, data["brokerAddrs"]["0"]) for name, data in table.items()
                              if "0" in data.get("brokerAddrs", {}) and (names is None or name in names))
-            if not masters:
+            if masters:
+                self._home = masters[0][1]
+            elif time.monotonic() > deadline:
                 raise BrokerError(f"the RocketMQ name server at {self.namesrv} knows no master broker"
                                   + (f" of cluster {self.cluster!r}" if self.cluster else "")
                                   + ": start one, or wait until it has registered")
-            self._home = masters[0][1]
+            else:
+                time.sleep(0.5)
         return self._home
 
     def _lookup(self, name: str) -> _Topic | None:
@@ -169,7 +175,15 @@ class RocketMQBroker:
             return found
         route = self._client.route(name)
         if not route or not route.get("queueDatas"):
-            return None
+            # The name server forgets a broker's routes the moment it goes away, until it registers
+            # again (a restart): the broker itself still knows its topics.
+            config = self._client.topic_config(self.home_broker(), name)
+            if config is None:
+                return None
+            compact = name != TXN_TOPIC and name in self._refresh().compact
+            topic = _Topic(TopicInfo(name, int(config["writeQueueNums"]), compact), self.home_broker())
+            self._topics[name] = topic
+            return topic
         queue_data = sorted(route["queueDatas"], key=lambda q: q["brokerName"])[0]
         addrs = {b["brokerName"]: b["brokerAddrs"].get("0") for b in route.get("brokerDatas", [])}
         addr = addrs.get(queue_data["brokerName"])
@@ -210,7 +224,7 @@ class RocketMQBroker:
             self._log_append({"t": "topic", "topic": name, "compact": True})
         self._client.create_topic(home, name, queues)
         deadline = time.monotonic() + 15
-        while self._lookup(name) is None:  # the broker registers it with the name server
+        while not self._client.route(name):  # the broker registers it with the name server (other clients ask it)
             if time.monotonic() > deadline:
                 raise BrokerError(f"RocketMQ created topic {name!r} but its name server never routed it")
             time.sleep(0.05)

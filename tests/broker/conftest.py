@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -23,9 +22,23 @@ BROKERS: dict[str, Callable[[Path, bool], Broker]] = {
         folder, **({"compact_min_dirty": 1, "compact_min_lag": 0, "compact_dirty_ratio": 0.0,
                     "compact_delete_retention_ms": 0} if compacting else {})),
 }
-if os.environ.get("RSTREAM_TEST_NAMESRV"):  # a running RocketMQ
-    from rstream.rocketmq import RocketMQBroker
-    BROKERS["rocketmq"] = lambda folder, compacting: RocketMQBroker(os.environ["RSTREAM_TEST_NAMESRV"])
+BROKERS["rocketmq"] = lambda folder, compacting: _session_rocketmq().broker()
+
+
+def _session_rocketmq() -> Any:
+    """The test session's ``LocalRocketMQ`` (tests/support/rocketmq.py), started on first use."""
+    return _SESSION["rocketmq"]
+
+
+_SESSION: dict[str, Any] = {}
+
+
+@pytest.fixture(autouse=True)
+def _rocketmq_when_asked(request: Any) -> None:
+    """A conformance test of the ``rocketmq`` kind gets the session's RocketMQ (started on first use)."""
+    factory = request.node.funcargs.get("broker_factory")
+    if factory is not None and factory.kind == "rocketmq" and "rocketmq" not in _SESSION:
+        _SESSION["rocketmq"] = request.getfixturevalue("local_rocketmq")
 
 
 class BrokerFactory:
@@ -48,7 +61,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "unit: pure Python, fast (seconds)")
 
 
-@pytest.fixture(scope="module", params=sorted(BROKERS))
+#: A broker kind that starts a server is an end-to-end test (the rest of the suite is unit).
+_E2E = {"rocketmq"}
+
+
+@pytest.fixture(scope="module", params=[pytest.param(kind, marks=pytest.mark.e2e) if kind in _E2E else kind
+                                        for kind in sorted(BROKERS)])
 def broker_factory(request: Any, tmp_path_factory: pytest.TempPathFactory) -> BrokerFactory:
     """Makes brokers of each kind in ``BROKERS`` in turn (module scope: hypothesis examples share it)."""
     return BrokerFactory(request.param, tmp_path_factory.mktemp(request.param))

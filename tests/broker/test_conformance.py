@@ -34,8 +34,6 @@ from rstream.broker.batch import BodyRecords
 from rstream.serde.batches import FrameRecords, ItemRecords
 from rstream.serde.codec import MARSHAL_VERSION, decode, encode
 
-pytestmark = pytest.mark.unit
-
 Record = tuple[Any, bytes, int, Any, Any]
 
 _key = st.sampled_from([None, "a", "b", b"k1", b"k2"])

@@ -28,10 +28,10 @@ from rstream.errors import RStreamError
 from rstream.rocketmq import LocalRocketMQ
 from rstream.rocketmq import local as local_module
 from rstream.rocketmq.errors import RocketMQError
-from rstream.rocketmq.local import LIB_ENV, POM, ROCKETMQ_VERSION, _remoting_call
+from rstream.rocketmq.local import LIB_ENV, POM, ROCKETMQ_VERSION
+from rstream.rocketmq.remoting import Client
 from tests.support.processes import child_env
 from tests.support.rocketmq import (
-    GET_BROKER_CLUSTER_INFO,
     create_topic,
     leftovers,
     listening,
@@ -193,8 +193,8 @@ def test_start_listens_on_its_host_only_and_the_broker_is_registered(local_rocke
     assert {ip for ip, _port in found} <= {"127.0.0.1", "::ffff:127.0.0.1"}, found
     assert {port for _ip, port in found} == set(mq.ports.values())
     assert listening(mq.pids["namesrv"]) == {("::ffff:127.0.0.1", mq.ports["namesrv"])}
-    code, _fields, body = _remoting_call(mq.namesrv, GET_BROKER_CLUSTER_INFO)
-    assert code == 0 and f'"{mq.broker_addr}"'.encode() in body
+    brokers = Client(mq.namesrv).cluster_info()["brokerAddrTable"]
+    assert [data["brokerAddrs"]["0"] for data in brokers.values()] == [mq.broker_addr]
     assert mq.home.is_dir() and (mq.store_dir / "commitlog").is_dir()
     assert mq.start_seconds is not None and mq.start_seconds < mq.start_timeout
     rss = mq.rss_bytes()
