@@ -19,8 +19,12 @@ What to know about the client (5.1) and RocketMQ 5.3's proxy, all seen on a real
   several keys. The client stamps a message's born time in whole seconds.
 - A ``SimpleConsumer`` receives at least once: a message not acknowledged within its invisible duration
   comes back. ``consume`` acknowledges each one and drops repeats (by message id).
+- A ``SimpleConsumer`` receives by pop, which a broker refuses unless its timer wheel is on
+  (``timerWheelEnable=true``, RocketMQ's default).
 - A new consumer group starts at the beginning of a queue only while the queue's first message is still
   in the broker's memory (``initPopOffsetByCheckMsgInMem``); otherwise at the queue's end.
+- A receive right after a consumer's ``startup()`` may fail with the proxy's NullPointerException
+  ("settings is null"): the proxy has not registered the consumer yet. ``consume`` tries again.
 - The proxy long-polls at least 5 s (``grpcClientConsumerMinLongPollingTimeoutMillis``), so a receive on
   a drained topic returns after about that long.
 """
@@ -39,6 +43,9 @@ AWAIT_S = 5
 #: Seconds a received message stays invisible to the group before it is delivered again (unless acknowledged).
 INVISIBLE_S = 30
 _BATCH = 32  # the most messages one receive returns (the proxy's grpcClientConsumerLongPollingBatchSize)
+# What a receive may fail with for a moment: a consumer just started, whose settings the proxy has not
+# registered yet (a NullPointerException in ReceiveMessageActivity), and a long poll that missed its deadline.
+_TRANSIENT = ('"settings" is null', "deadline time remaining is not enough")
 
 
 class OfficialClientError(RStreamError):
@@ -101,7 +108,14 @@ def consume(endpoint: str, topic: str, group: str, n: int, *, timeout: float = 6
                     f"consumer group {group!r} received {len(received)} of {n} messages of topic {topic!r} within "
                     f"{timeout:g} s. Did that many get sent? A new group starts at a queue's end once the queue's "
                     "first message left the broker's memory: use a group that consumed the topic before")
-            for message in consumer.receive(_BATCH, INVISIBLE_S):
+            try:
+                batch = consumer.receive(_BATCH, INVISIBLE_S)
+            except Exception as exc:
+                if not any(text in str(exc) for text in _TRANSIENT):
+                    raise
+                time.sleep(0.2)
+                continue
+            for message in batch:
                 consumer.ack(message)
                 received.setdefault(message.message_id, message)
     except OfficialClientError:
@@ -127,6 +141,11 @@ def _configuration(endpoint: str) -> Any:
 
 
 def _explained(exc: Exception, endpoint: str, topic: str) -> Exception:
+    if "timerWheelEnable is false" in str(exc):
+        return OfficialClientError(
+            f"the broker behind {endpoint} refuses to receive: a SimpleConsumer receives by pop, which RocketMQ "
+            "allows only with its timer wheel on (it brings back unacknowledged messages). Start the broker with "
+            "timerWheelEnable=true (LocalRocketMQ(broker_conf={'timerWheelEnable': 'true'}))")
     if "failed to fetch topic" in str(exc):
         return OfficialClientError(
             f"found no route to topic {topic!r} through {endpoint}: the topic does not exist (create it first: "
