@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One command for a fresh machine: system packages (Java 17, graphviz) where missing, the virtual
-# environment .venv with rstream and its dev tools, a Jupyter kernel, then the main job (word count
-# on the embedded broker, executed on Spark).   Usage: bash setup.sh [--no-demo]
+# One command for a fresh machine: system packages (Java 17, graphviz, Maven and a C compiler) where
+# missing, the virtual environment .venv with rstream and its dev tools, a Jupyter kernel, Apache
+# RocketMQ's jars for LocalRocketMQ (fetched once by rocketmq/pom.xml into ~/.cache/rstream), then the
+# main job (word count on the embedded broker, executed on Spark).   Usage: bash setup.sh [--no-demo]
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -31,6 +32,12 @@ apt_install() {
 pkgs=()
 if need_java; then pkgs+=(openjdk-17-jre-headless); fi
 if ! command -v dot >/dev/null 2>&1; then pkgs+=(graphviz); fi
+# LocalRocketMQ (rstream/rocketmq/local.py): Maven fetches RocketMQ's jars unless they are cached already
+# (the same folder local.py's default_lib() names); a C compiler builds its small bind shim.
+rmq_version=$(sed -n 's:.*<rocketmq.version>\(.*\)</rocketmq.version>.*:\1:p' rocketmq/pom.xml)
+rmq_lib=${RSTREAM_ROCKETMQ_LIB:-${XDG_CACHE_HOME:-$HOME/.cache}/rstream/rocketmq-$rmq_version/lib}
+if ! command -v mvn >/dev/null 2>&1 && [ ! -f "$rmq_lib/rocketmq-proxy-$rmq_version.jar" ]; then pkgs+=(maven); fi
+if ! command -v cc >/dev/null 2>&1; then pkgs+=(gcc libc6-dev); fi
 if [ ${#pkgs[@]} -gt 0 ]; then
   say "installing system packages: ${pkgs[*]}"
   apt_install "${pkgs[@]}"
@@ -52,6 +59,9 @@ say "installing rstream into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -c binder/constraints.txt -e ".[dev,bench]"  # the versions CI tests and Binder builds
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rstream)" >/dev/null
+
+say "Apache RocketMQ $rmq_version for LocalRocketMQ: its jars (fetched once) and the bind shim"
+.venv/bin/python -m rstream.rocketmq.local
 
 if [ "${1:-}" != "--no-demo" ]; then
   say "running the main job: word count on the embedded broker, on Spark"

@@ -14,6 +14,10 @@ from rstream import EmbeddedBroker, StreamBuilder
 if TYPE_CHECKING:  # loaded by the fixtures that need Spark: the pure-Python tests never load pyspark
     from rstream import RocketMQStream
 
+#: Fixtures shared across folders: ``local_rocketmq``, one real RocketMQ for the whole session (started on
+#: first use).
+pytest_plugins = ("tests.support.rocketmq",)
+
 
 #: Speed classes, one per test: ``pytest -m unit`` (no Spark started), ``-m "not e2e"`` (also the jobs
 #: on Spark), or everything. tests/processors and tests/time even run without pyspark installed
@@ -21,8 +25,9 @@ if TYPE_CHECKING:  # loaded by the fixtures that need Spark: the pure-Python tes
 MARKERS = {
     "unit": "starts no Spark: plain Python in this process (pytest -m unit)",
     "spark": "runs on Spark: the session's local[2] SparkSession (the spark fixture), or its own in a subprocess",
-    "e2e": "end to end: starts a kernel, a browser, a cluster or a fresh environment "
-           "(tests/browser, tests/notebooks, tests/cluster, tests/binder); pytest -m 'not e2e' leaves them out",
+    "e2e": "end to end: starts a kernel, a browser, a cluster, RocketMQ or a fresh environment "
+           "(tests/browser, tests/notebooks, tests/cluster, tests/binder, the local_rocketmq fixture); "
+           "pytest -m 'not e2e' leaves them out",
 }
 #: Folders whose every test starts a Jupyter kernel, a browser, a Spark cluster or a Binder-like venv. A
 #: module elsewhere that starts such a process says so itself (``pytestmark = pytest.mark.e2e``:
@@ -45,7 +50,7 @@ def speed_class(item: pytest.Item) -> str:
     if own:
         return own[0]
     folder = Path(str(item.fspath)).parent.name
-    if folder in E2E_FOLDERS:
+    if folder in E2E_FOLDERS or "local_rocketmq" in getattr(item, "fixturenames", ()):
         return "e2e"
     if "spark" in getattr(item, "fixturenames", ()) or folder in SPARK_FOLDERS:
         return "spark"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol, Union, overload, runtime_checkable
 
 from rstream.broker.base import BrokerError, MessageKey, RecordTuple
@@ -118,6 +118,12 @@ class RecordColumns(Sequence[RecordTuple]):
     def __len__(self) -> int:
         return len(self.keys)
 
+    def __iter__(self) -> Iterator[RecordTuple]:  # what a broker that appends tuples walks: no index per record
+        whole, body, borns = self.whole, self._body, self.borns
+        for i, key in enumerate(self.keys):
+            record = whole.get(i) if whole else None
+            yield record if record is not None else (key, body(i), borns[i], None, None)
+
     @overload
     def __getitem__(self, at: int) -> RecordTuple: ...
 
@@ -155,6 +161,11 @@ class BodyRecords(RecordColumns):
 
     def _body(self, i: int) -> bytes:
         return self.bodies[i]
+
+    def __iter__(self) -> Iterator[RecordTuple]:
+        if self.whole:
+            return super().__iter__()
+        return ((k, b, t, None, None) for k, b, t in zip(self.keys, self.bodies, self.borns))
 
     def _middle(self) -> list[Any]:
         return self.bodies

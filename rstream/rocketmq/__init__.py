@@ -3,14 +3,17 @@
 - ``local``: ``LocalRocketMQ``, a name server, a broker and the gRPC proxy started from pinned Maven
   Central jars on 127.0.0.1, for notebooks and tests;
 - ``remoting``: the subset of RocketMQ's remoting protocol (TCP, JSON headers) rstream speaks;
-- ``broker``: ``RocketMQBroker``, the ``rstream.broker.Broker`` contract on any RocketMQ 5 cluster.
+- ``broker``: ``RocketMQBroker``, the ``rstream.broker.Broker`` contract on any RocketMQ 5 cluster;
+- ``errors``: ``RocketMQError``, what all of them raise.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["LocalRocketMQ", "RocketMQBroker"]
+from rstream.rocketmq.errors import RocketMQError
+
+__all__ = ["LocalRocketMQ", "RocketMQBroker", "RocketMQError"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: importing rstream.rocketmq starts nothing and needs no Java

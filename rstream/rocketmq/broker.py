@@ -39,6 +39,7 @@ of its commit log.
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import json
 import os
@@ -65,10 +66,13 @@ from rstream.broker.base import (
 )
 from rstream.rocketmq.remoting import (
     SYSTEM_PROPERTIES,
+    BatchBody,
     Client,
     OutcomeUnknownError,
     PulledMessage,
     RemotingError,
+    parse_properties,
+    properties_string,
 )
 
 #: The decision log: open, commit and abort records of every append that needs one (one queue).
@@ -242,12 +246,14 @@ class RocketMQBroker:
             topic = self._get(TXN_TOPIC)
         return topic
 
-    def _log_append(self, entry: dict[str, Any]) -> int:
+    def _log_append(self, entry: dict[str, Any], wait: bool = True) -> int:
+        """Append ``entry`` to the decision log; with ``wait``, return once a reader sees it."""
         topic = self._txn_topic()
         body = json.dumps(entry, separators=(",", ":")).encode()
         offset = self._client.send(topic.broker, TXN_TOPIC, 0, body, {"KEYS": str(entry.get("a", entry["t"]))},
                                    now_ms(), repeatable=True)  # the log's first word on an attempt counts
-        self._await(topic, 0, offset + 1)
+        if wait:
+            self._await(topic, 0, offset + 1)
         return offset
 
     def _await(self, topic: _Topic, queue: int, end: int) -> None:
@@ -315,13 +321,15 @@ class RocketMQBroker:
                 tag = log.winners.pop(rng)
                 log.by_job[tag.job] = [t for t in log.by_job.get(tag.job, []) if t is not tag]
 
-    def _stable_ends(self, topic: _Topic) -> list[int]:
-        """Per queue, where committed records end: the queue's end, or the first record of an
-        attempt still undecided (aborted by this reader if it waited past ``txn_timeout_ms``)."""
-        ends = [self._client.max_offset(topic.broker, topic.info.name, q) for q in range(topic.info.queues)]
+    def _stable_ends(self, topic: _Topic, queues: Sequence[int] | None = None) -> list[int]:
+        """Per queue (of ``queues``, default all), where committed records end: the queue's end, or
+        the first record of an attempt still undecided (aborted by this reader if it waited past
+        ``txn_timeout_ms``)."""
+        queues = range(topic.info.queues) if queues is None else queues
+        ends = [self._client.max_offset(topic.broker, topic.info.name, q) for q in queues]
         log = self._refresh()  # after the ends: an attempt whose records they count was opened before
         out = []
-        for q, end in enumerate(ends):
+        for q, end in zip(queues, ends):
             waiting = log.pending.get(f"{topic.info.name}/{q}")
             if waiting:
                 stale = [a for a, (_low, ms) in waiting.items() if now_ms() - ms > self.txn_timeout_ms]
@@ -341,7 +349,7 @@ class RocketMQBroker:
 
     def search_offset(self, topic: str, queue: int, timestamp_ms: int) -> int:
         found = self._queue(topic, queue)
-        lo, hi = self._client.min_offset(found.broker, topic, queue), self._stable_ends(found)[queue]
+        lo, hi = self._client.min_offset(found.broker, topic, queue), self._stable_ends(found, [queue])[0]
         while lo < hi:  # the first offset stored at or after timestamp_ms: store times never go back
             mid = (lo + hi) // 2
             messages, _ = self._client.pull(found.broker, topic, queue, mid, 1, READER_GROUP)
@@ -399,32 +407,44 @@ class RocketMQBroker:
 
     def _send_queue(self, topic: _Topic, queue: int, records: Iterable[RecordTuple],
                     attempt: str | None) -> tuple[int, int]:
-        """Append ``records`` to one queue in batch requests; ``(first offset, end offset)`` of the
-        last request's run (the first request's first offset as first)."""
+        """Append ``records`` to one queue in batch requests of at most ``_MAX_BATCH_BYTES``;
+        ``(first offset, end offset)``: the first request's first, the last request's end.
+
+        Records of an attempt return at once: readers see them once the attempt's commit is in the
+        decision log, which RocketMQ makes readable after them (it makes the messages of its commit
+        log readable in order). Records sent without one are readable when it returns."""
         first = last_end = -1
-        batch: list[tuple[bytes, dict[str, str]]] = []
-        size, born0 = 0, 0
-        for rec in records:
-            k, body, born, hdrs, tags = rec
-            if not isinstance(body, bytes):
+        own = f"{_TXN}\x01{attempt}\x02" if attempt is not None else ""
+        headers: dict[int, str] = {}  # id -> the properties text of a headers dict (a batch shares a few)
+        batch, born0 = BatchBody(), 0
+        name = topic.info.name
+        for k, body, born, hdrs, tags in records:
+            if type(body) is not bytes and not isinstance(body, bytes):
                 raise BrokerError(f"message body must be bytes, got {type(body).__name__}")
-            props = _properties(k, hdrs, tags, attempt)
-            if not batch:
-                born0 = born
-            elif born != born0:
-                props[_BORN] = str(born)
-            batch.append((body, props))
-            size += len(body) + 64
-            if size >= _MAX_BATCH_BYTES:
-                at = self._client.send_batch(topic.broker, topic.info.name, queue, batch, born0)
+            text = own
+            if k is not None:
+                text += _key_property(k)
+            if hdrs:
+                known = headers.get(id(hdrs))
+                if known is None:
+                    _check_headers(hdrs)
+                    known = headers[id(hdrs)] = properties_string(hdrs)
+                text += known
+            if tags is not None:
+                text += f"TAGS\x01{tags}\x02"
+            if not batch.count:
+                born0 = born  # a batch's born time: its first record's; the others' differing ones said apart
+            props = (text if born == born0 else f"{text}{_BORN}\x01{born}\x02").encode()
+            if batch.size + len(body) + len(props) + 22 > _MAX_BATCH_BYTES and batch.count:
+                at = self._client.send_batch(topic.broker, name, queue, batch, born0)
                 first = at if first < 0 else first
-                last_end = at + len(batch)
-                batch, size = [], 0
-        if batch:
-            at = self._client.send_batch(topic.broker, topic.info.name, queue, batch, born0)
+                batch, born0, props = BatchBody(), born, text.encode()
+            batch.add(body, props)
+        if batch.count:
+            at = self._client.send_batch(topic.broker, name, queue, batch, born0)
             first = at if first < 0 else first
-            last_end = at + len(batch)
-        if last_end > 0:
+            last_end = at + batch.count
+        if last_end > 0 and attempt is None:
             self._await(topic, queue, last_end)
         return first, last_end
 
@@ -452,7 +472,8 @@ class RocketMQBroker:
         for (t, q) in writes:
             lows[f"{t}/{q}"] = self._client.max_offset(targets[(t, q)].broker, t, q)
         rng_list = None if tag is None else [tag.job, tag.topic, tag.queue, tag.start_offset]
-        self._log_append({"t": "open", "a": attempt, "range": rng_list, "at": lows})
+        # readable before the records (RocketMQ makes its commit log readable in order): no wait
+        self._log_append({"t": "open", "a": attempt, "range": rng_list, "at": lows}, wait=False)
         outputs = {}
         try:
             for (t, q), recs in writes.items():
@@ -474,7 +495,7 @@ class RocketMQBroker:
     # -- reading --------------------------------------------------------------------------------
     def _pulled(self, topic: _Topic, queue: int, start: int, end: int) -> Iterator[PulledMessage]:
         """The committed messages of ``[start, end)`` (end clipped at the stable end)."""
-        end = min(end, self._stable_ends(topic)[queue])
+        end = min(end, self._stable_ends(topic, [queue])[0])
         decided = self._log.decided
         offset = max(start, 0)
         while offset < end:
@@ -483,7 +504,7 @@ class RocketMQBroker:
             for m in messages:
                 if m.offset >= end:
                     return
-                attempt = m.properties.get(_TXN)
+                attempt = _parsed(m.properties_text)[4]
                 if attempt is None or decided.get(attempt, True):
                     yield m
             if nxt <= offset:
@@ -613,28 +634,30 @@ def _check_headers(headers: Mapping[str, str] | None) -> None:
                               "character, which RocketMQ's properties cannot carry: rename it")
 
 
-def _properties(key: MessageKey, headers: Mapping[str, str] | None, tags: str | None,
-                attempt: str | None) -> dict[str, str]:
-    props = dict(headers) if headers else {}
-    if key is not None:
-        if isinstance(key, str) and key and "\x01" not in key and "\x02" not in key:
-            props["KEYS"] = key
-        elif isinstance(key, str):
-            props[_KEY] = "s:" + base64.b64encode(key.encode()).decode()
-        elif isinstance(key, bytes):
-            props[_KEY] = "b:" + base64.b64encode(key).decode()
-        else:
-            raise BrokerError(f"message key must be str, bytes or None, got {type(key).__name__}: {key!r}")
-    if tags is not None:
-        props["TAGS"] = tags
-    if attempt is not None:
-        props[_TXN] = attempt
-    return props
+def _key_property(key: MessageKey) -> str:
+    """A key as properties text: a plain str as RocketMQ's ``KEYS``; bytes, an empty str or one that
+    properties cannot carry in ``RSTREAM_KEY`` (base64)."""
+    if type(key) is str and key and "\x01" not in key and "\x02" not in key:
+        return f"KEYS\x01{key}\x02"
+    if isinstance(key, str):
+        return f"{_KEY}\x01s:{base64.b64encode(key.encode()).decode()}\x02"
+    if isinstance(key, bytes):
+        return f"{_KEY}\x01b:{base64.b64encode(key).decode()}\x02"
+    raise BrokerError(f"message key must be str, bytes or None, got {type(key).__name__}: {key!r}")
 
 
 def _unpack(m: PulledMessage) -> tuple[MessageKey, int, dict[str, str] | None, str | None]:
     """A message's key, born time, client headers (None when it has none) and tags."""
-    props = m.properties
+    key, born, headers, tags, _attempt = _parsed(m.properties_text)
+    return key, m.born_timestamp if born is None else born, None if headers is None else dict(headers), tags
+
+
+@functools.lru_cache(maxsize=16384)
+def _parsed(text: str) -> tuple[MessageKey, int | None, dict[str, str] | None, str | None, str | None]:
+    """What rstream reads from a message's properties text: its key, its own born time (None: the
+    message's), the client's headers (None: none), tags and attempt. Cached: a batch's messages share
+    a few texts (a task's attempt, a key per word); ``_unpack`` copies the headers."""
+    props = parse_properties(text)
     raw = props.get(_KEY)
     key: MessageKey
     if raw is not None:
@@ -642,6 +665,6 @@ def _unpack(m: PulledMessage) -> tuple[MessageKey, int, dict[str, str] | None, s
         key = data if raw.startswith("b:") else data.decode()
     else:
         key = props.get("KEYS")
-    born = int(props[_BORN]) if _BORN in props else m.born_timestamp
+    born = int(props[_BORN]) if _BORN in props else None
     headers = {k: v for k, v in props.items() if k not in _HIDDEN}
-    return key, born, headers or None, props.get("TAGS")
+    return key, born, headers or None, props.get("TAGS"), props.get(_TXN)

@@ -21,7 +21,7 @@ import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from rstream.broker.base import BrokerError
 
@@ -251,32 +251,61 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
+class BatchBody:
+    """A batch send's body (``MessageDecoder.encodeMessages``), built message by message: per
+    message its flag, body and properties (``properties_string`` encoded), and its exact size."""
+
+    __slots__ = ("data", "count")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.count = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def add(self, body: bytes, properties: bytes) -> None:
+        n, m = len(body), len(properties)
+        if m > 32767:
+            raise BrokerError(f"a message's headers take {m} bytes; RocketMQ allows at most 32767")
+        data = self.data
+        data += _HEAD.pack(22 + n + m, 0, 0, 0, n)
+        data += body
+        data += _SHORT.pack(m)
+        data += properties
+        self.count += 1
+
+    def bytes(self) -> bytes:
+        return bytes(self.data)
+
+
+_HEAD = struct.Struct(">iiiii")
+_SHORT = struct.Struct(">h")
+
+
 def encode_batch(messages: Sequence[tuple[bytes, Mapping[str, str]]]) -> bytes:
-    """A batch send's body (``MessageDecoder.encodeMessages``): per message its flag, body and
-    properties."""
-    parts = []
-    pack = struct.pack
+    """A batch send's body of ``(body, properties)`` messages."""
+    batch = BatchBody()
     for body, props in messages:
-        raw = properties_string(props).encode()
-        if len(raw) > 32767:
-            raise BrokerError(f"a message's headers take {len(raw)} bytes; RocketMQ allows at most 32767")
-        parts.append(pack(">iiiii", 22 + len(body) + len(raw), 0, 0, 0, len(body)))
-        parts.append(body)
-        parts.append(pack(">h", len(raw)))
-        parts.append(raw)
-    return b"".join(parts)
+        batch.add(body, properties_string(props).encode())
+    return batch.bytes()
 
 
-@dataclass(frozen=True)
-class PulledMessage:
-    """A message as a pull returns it (the fields rstream reads)."""
+class PulledMessage(NamedTuple):
+    """A message as a pull returns it (the fields rstream reads); its properties as RocketMQ's
+    text (``properties_text``, parsed on demand by ``properties``)."""
 
     queue_id: int
     offset: int
     born_timestamp: int
     store_timestamp: int
     body: bytes
-    properties: dict[str, str]
+    properties_text: str
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return parse_properties(self.properties_text)
 
 
 _FIXED = struct.Struct(">iiiiiqqiq")  # size, magic, body crc, queue, flag, queue offset, phys offset, sysflag, born
@@ -284,19 +313,19 @@ _FIXED = struct.Struct(">iiiiiqqiq")  # size, magic, body crc, queue, flag, queu
 
 def decode_messages(data: bytes) -> list[PulledMessage]:
     """The stored messages a pull returns, one after the other (``MessageDecoder.decode``)."""
-    out = []
+    out: list[PulledMessage] = []
     pos, end = 0, len(data)
     unpack_from = struct.unpack_from
+    fixed = _FIXED.unpack_from
+    append = out.append
     while pos < end:
-        size, magic, _crc, queue, _flag, offset, _phys, sysflag, born = _FIXED.unpack_from(data, pos)
-        at = pos + _FIXED.size
-        at += (16 if sysflag & _BORNHOST_V6 else 4) + 4
+        size, magic, _crc, queue, _flag, offset, _phys, sysflag, born = fixed(data, pos)
+        at = pos + 52 + (16 if sysflag & _BORNHOST_V6 else 4)  # the fixed part, born host and port
         (store,) = unpack_from(">q", data, at)
-        at += 8 + (16 if sysflag & _STOREHOST_V6 else 4) + 4
-        at += 4 + 8  # reconsume times, prepared transaction offset
+        at += 12 + (16 if sysflag & _STOREHOST_V6 else 4) + 12  # store time, store host + port, reconsume, prepared
         (body_len,) = unpack_from(">i", data, at)
         at += 4
-        body = data[at:at + max(body_len, 0)]
+        body = data[at:at + body_len] if body_len > 0 else b""
         at += max(body_len, 0)
         if sysflag & _COMPRESSED:
             if sysflag & _COMPRESSION_TYPE not in (0, _ZLIB):
@@ -310,8 +339,8 @@ def decode_messages(data: bytes) -> list[PulledMessage]:
             at += 1 + data[at]
         (props_len,) = unpack_from(">h", data, at)
         at += 2
-        props = parse_properties(data[at:at + props_len].decode("utf-8", "replace")) if props_len > 0 else {}
-        out.append(PulledMessage(queue, offset, born, store, body, props))
+        text = data[at:at + props_len].decode("utf-8", "replace") if props_len > 0 else ""
+        append(PulledMessage(queue, offset, born, store, body, text))
         pos += size
     return out
 
@@ -366,13 +395,16 @@ class Client:
     def delete_topic_in_broker(self, broker: str, topic: str) -> None:
         self.conn(broker).call(DELETE_TOPIC_IN_BROKER, {"topic": topic})
 
-    def send_batch(self, broker: str, topic: str, queue: int, messages: Sequence[tuple[bytes, Mapping[str, str]]],
+    def send_batch(self, broker: str, topic: str, queue: int,
+                   messages: BatchBody | Sequence[tuple[bytes, Mapping[str, str]]],
                    born_timestamp: int, producer_group: str = "rstream-producer") -> int:
-        """Append ``messages`` (body, properties) to one queue in one request; the first's offset.
-        RocketMQ stores a batch's messages contiguously in the queue and gives them one born time."""
+        """Append ``messages`` (a ``BatchBody``, or (body, properties) pairs) to one queue in one
+        request; the first's offset. RocketMQ stores a batch's messages contiguously in the queue and
+        gives them one born time. At most ``maxMessageSize`` bytes (4 MB by default) in all."""
+        body = messages.bytes() if isinstance(messages, BatchBody) else encode_batch(messages)
         reply = self.conn(broker).call(SEND_BATCH_MESSAGE, {  # SendMessageRequestHeaderV2's one-letter names
             "a": producer_group, "b": topic, "c": "TBW102", "d": 4, "e": queue, "f": 0, "g": born_timestamp,
-            "h": 0, "i": "", "j": 0, "k": False, "l": 0, "m": True}, encode_batch(messages))
+            "h": 0, "i": "", "j": 0, "k": False, "l": 0, "m": True}, body)
         return int(reply.ext["queueOffset"])
 
     def send(self, broker: str, topic: str, queue: int, body: bytes, properties: Mapping[str, str],

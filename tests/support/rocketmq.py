@@ -1,0 +1,71 @@
+"""A real RocketMQ for the tests: ``local_rocketmq``, one LocalRocketMQ started once for the whole test
+session (registered in tests/conftest.py, so any test may ask for it; it starts on first use, about
+10 to 25 s on 2 shared cores, and stops at the session's end), and a few remoting requests to look into a
+broker below RocketMQBroker (``rstream.rocketmq.remoting``).
+
+Tests that kill the broker or stop RocketMQ start their own LocalRocketMQ: the shared one must stay up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from rstream.rocketmq.local import LocalRocketMQ
+from rstream.rocketmq.remoting import Client
+
+
+@pytest.fixture(scope="session")
+def local_rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRocketMQ]:
+    """One LocalRocketMQ (name server + proxy with its broker, 127.0.0.1) shared by the whole session."""
+    mq = LocalRocketMQ(tmp_path_factory.mktemp("rocketmq")).start()
+    try:
+        yield mq
+    finally:
+        mq.stop()
+
+
+def listening(pid: int) -> set[tuple[str, int]]:
+    """``(address, port)`` of every TCP socket process ``pid`` listens on."""
+    return {(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN}
+
+
+def leftovers(home: Path) -> list[str]:
+    """Every live process whose command line mentions ``home`` (a LocalRocketMQ's JVMs do)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and str(home) in line:
+            found.append(f"{proc.pid}: {line[:200]}")
+    return found
+
+
+def create_topic(broker_addr: str, topic: str, queues: int = 4) -> None:
+    """Create ``topic`` on the broker at ``broker_addr`` (readable and writable, ``queues`` queues)."""
+    Client("unused:0").create_topic(broker_addr, topic, queues)
+
+
+def topics(broker_addr: str) -> dict[str, Any]:
+    """The broker's topic table, by name."""
+    return Client("unused:0").topic_configs(broker_addr)
+
+
+def send(broker_addr: str, topic: str, queue_id: int, payload: bytes) -> int:
+    """Write one message to a queue of ``topic``; its offset in that queue."""
+    return Client("unused:0").send(broker_addr, topic, queue_id, payload, {}, int(time.time() * 1000))
+
+
+def max_offset(broker_addr: str, topic: str, queue_id: int) -> int:
+    """The offset after the last message of a queue (how many messages it holds, from 0)."""
+    return Client("unused:0").max_offset(broker_addr, topic, queue_id)
+
+
+def route(namesrv: str, topic: str) -> dict[str, Any] | None:
+    """The name server's route of ``topic``, None while no live broker serves it."""
+    return Client(namesrv).route(topic)
