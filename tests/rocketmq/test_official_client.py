@@ -5,51 +5,44 @@ reaches an official consumer, every committed record of it.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections import Counter
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from rstream import StreamBuilder, TextDeserializer, TextSerializer
 from rstream.broker.base import CommitTag
-from rstream.rocketmq import RocketMQBroker
+from rstream.rocketmq import LocalRocketMQ
 from rstream.rocketmq.official import OfficialClientError, consume, produce
 
 pytestmark = pytest.mark.e2e
 
 
-class Cluster(NamedTuple):
-    namesrv: str  # "host:port" of the name server (RocketMQBroker)
-    proxy: str  # "host:port" of the proxy's gRPC endpoint (the official client)
-
-
-# TEMPORARY, until tests/support/rocketmq.py (the session's ``local_rocketmq``) is merged: a running
-# RocketMQ named by RSTREAM_TEST_NAMESRV and RSTREAM_TEST_PROXY, else skipped. To swap, replace the body
-# with ``return Cluster(local_rocketmq.namesrv, local_rocketmq.proxy)`` and take ``local_rocketmq`` as argument.
 @pytest.fixture(scope="module")
-def cluster() -> Cluster:
-    namesrv, proxy = os.environ.get("RSTREAM_TEST_NAMESRV"), os.environ.get("RSTREAM_TEST_PROXY")
-    if not (namesrv and proxy):
-        pytest.skip("set RSTREAM_TEST_NAMESRV and RSTREAM_TEST_PROXY to a running RocketMQ's name server and proxy")
-    return Cluster(namesrv, proxy)
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRocketMQ]:
+    """A RocketMQ of this module's own, with its timer wheel on: the official SimpleConsumer receives by pop,
+    which a broker refuses without it, and the session's ``local_rocketmq`` runs without (LocalRocketMQ's
+    default, ``timerWheelEnable=false``)."""
+    with LocalRocketMQ(tmp_path_factory.mktemp("rocketmq-official"), broker_conf={"timerWheelEnable": "true"}) as mq:
+        yield mq
 
 
 @pytest.fixture
-def broker(cluster: Cluster) -> Any:
-    made = RocketMQBroker(cluster.namesrv)
+def broker(cluster: LocalRocketMQ) -> Iterator[Any]:
+    made = cluster.broker()
     yield made
     made.close()
 
 
 def unique(prefix: str) -> str:
-    """A topic, group or job name no other run used (the cluster outlives test sessions)."""
+    """A topic, group or job name no other test of the module used."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def test_what_the_official_client_sends_reads_in_rstream_with_its_key_tag_and_properties(
-        cluster: Cluster, broker: Any) -> None:
+        cluster: LocalRocketMQ, broker: Any) -> None:
     topic = unique("official-in")
     broker.create_topic(topic, queues=2)
     receipts = produce(cluster.proxy, topic, ["hello", b"world"], keys=["k1", None], tag="greeting",
@@ -64,7 +57,7 @@ def test_what_the_official_client_sends_reads_in_rstream_with_its_key_tag_and_pr
 
 
 def test_what_rstream_writes_reaches_the_official_consumer_with_its_keys_tag_and_properties(
-        cluster: Cluster, broker: Any) -> None:
+        cluster: LocalRocketMQ, broker: Any) -> None:
     topic = unique("official-out")
     broker.create_topic(topic, queues=3)
     broker.send_batch(topic, ["one", "two"], keys=["k1", "k2"], headers={"lang": "en"}, tags="tagA")
@@ -78,7 +71,7 @@ def test_what_rstream_writes_reaches_the_official_consumer_with_its_keys_tag_and
     }
 
 
-def test_an_append_of_several_queues_shows_its_attempt_to_the_official_consumer(cluster: Cluster, broker: Any) -> None:
+def test_an_append_of_several_queues_shows_its_attempt_to_the_official_consumer(cluster: LocalRocketMQ, broker: Any) -> None:
     """A task's outputs go through the decision log: each record names its attempt (RSTREAM_TXN), and a
     consumer outside rstream receives them like any message."""
     topic, job = unique("official-txn"), unique("job")
@@ -93,7 +86,7 @@ def test_an_append_of_several_queues_shows_its_attempt_to_the_official_consumer(
         (b"first", {"a"}, "t", {"h": "1"}), (b"second", {"b"}, None, {})]
 
 
-def test_a_jobs_input_and_output_go_through_the_official_client(cluster: Cluster, broker: Any, spark: Any,
+def test_a_jobs_input_and_output_go_through_the_official_client(cluster: LocalRocketMQ, broker: Any, spark: Any,
                                                                  tmp_path: Any) -> None:
     """Sentences produced with the official client, counted by a job on RocketMQ, and its sink read back with
     the official consumer: every record the job committed, once each, and counts equal a plain Python count."""
@@ -126,7 +119,7 @@ def test_a_jobs_input_and_output_go_through_the_official_client(cluster: Cluster
     assert running == {w: list(range(1, n + 1)) for w, n in words.items()}
 
 
-def test_the_helpers_say_what_is_wrong(cluster: Cluster, broker: Any) -> None:
+def test_the_helpers_say_what_is_wrong(cluster: LocalRocketMQ, broker: Any) -> None:
     with pytest.raises(OfficialClientError, match="cannot reach a RocketMQ proxy"):
         produce("127.0.0.1:1", "anything", ["x"])
     with pytest.raises(OfficialClientError, match="found no route to topic"):
