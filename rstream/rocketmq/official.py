@@ -20,7 +20,8 @@ What to know about the client (5.1) and RocketMQ 5.3's proxy, all seen on a real
 - A ``SimpleConsumer`` receives at least once: a message not acknowledged within its invisible duration
   comes back. ``consume`` acknowledges each one and drops repeats (by message id).
 - A ``SimpleConsumer`` receives by pop, which a broker refuses unless its timer wheel is on
-  (``timerWheelEnable=true``, RocketMQ's default).
+  (``timerWheelEnable=true``: RocketMQ's default, not ``LocalRocketMQ``'s; give it
+  ``broker_conf={"timerWheelEnable": "true"}``).
 - A new consumer group starts at the beginning of a queue only while the queue's first message is still
   in the broker's memory (``initPopOffsetByCheckMsgInMem``); otherwise at the queue's end.
 - A receive right after a consumer's ``startup()`` may fail with the proxy's NullPointerException
@@ -36,7 +37,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from rstream.errors import RStreamError
+from rstream.rocketmq.errors import RocketMQError
 
 #: Seconds the proxy may wait for messages in one receive (long polling; the proxy's minimum is 5).
 AWAIT_S = 5
@@ -48,7 +49,7 @@ _BATCH = 32  # the most messages one receive returns (the proxy's grpcClientCons
 _TRANSIENT = ('"settings" is null', "deadline time remaining is not enough")
 
 
-class OfficialClientError(RStreamError):
+class OfficialClientError(RocketMQError):
     """The official client could not reach the proxy, found no such topic, or received too few messages."""
 
 
