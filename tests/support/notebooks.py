@@ -38,9 +38,14 @@ EXPECTED: dict[str, dict[str, Callable[[Any], bool]]] = {
     },
     "05_joins": {"late_records": lambda v: v == 0, "errors": lambda v: v == 0},
     "06_scaling_and_failure": {"replayed_after_kill": lambda v: v > 0, "errors": lambda v: v == 0},
+    "07_rocketmq": {
+        "broker_killed_pid": lambda v: v > 0, "batches_after_restart": lambda v: v > 0,
+        "official_received": lambda v: v > 0, "lost_attempt_records": lambda v: v >= 0, "errors": lambda v: v == 0,
+    },
 }
 #: Facts that must be equal to each other (the second is the reference).
-EQUAL = {"01_wordcount": [("trace_sink_messages", "words_in_traced_sentence")]}
+EQUAL = {"01_wordcount": [("trace_sink_messages", "words_in_traced_sentence")],
+         "07_rocketmq": [("official_received", "messages_in_sink")]}
 
 _CHECK = re.compile(r"(Exercise [^:]+): (right|not yet|not quite)\b")
 
