@@ -328,8 +328,10 @@ class RocketMQBroker:
             log.compact.add(entry["topic"])
         elif kind == "forget":
             job, topic = entry.get("job"), entry.get("topic")
-            if job is None:
+            if job is None:  # a deleted topic: its setting, and what attempts were writing to it, go with it
                 log.compact.discard(topic)
+                for where in [w for w in log.pending if w.rpartition("/")[0] == topic]:
+                    del log.pending[where]
             gone = [rng for rng in log.winners if (job is None or rng[0] == job) and (topic is None or rng[1] == topic)]
             for rng in gone:
                 tag = log.winners.pop(rng)

@@ -20,8 +20,8 @@ What to know about the client (5.1) and RocketMQ 5.3's proxy, all seen on a real
 - A ``SimpleConsumer`` receives at least once: a message not acknowledged within its invisible duration
   comes back. ``consume`` acknowledges each one and drops repeats (by message id).
 - A ``SimpleConsumer`` receives by pop, which a broker refuses unless its timer wheel is on
-  (``timerWheelEnable=true``: RocketMQ's default, not ``LocalRocketMQ``'s; give it
-  ``broker_conf={"timerWheelEnable": "true"}``).
+  (``timerWheelEnable=true``: RocketMQ's default and ``LocalRocketMQ``'s, unless
+  ``broker_conf={"timerWheelEnable": "false"}`` turned it off).
 - A new consumer group starts at the beginning of a queue only while the queue's first message is still
   in the broker's memory (``initPopOffsetByCheckMsgInMem``); otherwise at the queue's end.
 - A receive right after a consumer's ``startup()`` may fail with the proxy's NullPointerException
@@ -146,7 +146,7 @@ def _explained(exc: Exception, endpoint: str, topic: str) -> Exception:
         return OfficialClientError(
             f"the broker behind {endpoint} refuses to receive: a SimpleConsumer receives by pop, which RocketMQ "
             "allows only with its timer wheel on (it brings back unacknowledged messages). Start the broker with "
-            "timerWheelEnable=true (LocalRocketMQ(broker_conf={'timerWheelEnable': 'true'}))")
+            "timerWheelEnable=true (LocalRocketMQ's default; do not pass broker_conf={'timerWheelEnable': 'false'})")
     if "failed to fetch topic" in str(exc):
         return OfficialClientError(
             f"found no route to topic {topic!r} through {endpoint}: the topic does not exist (create it first: "

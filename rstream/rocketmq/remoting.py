@@ -417,7 +417,7 @@ class Client:
         try:
             self.conn(broker).call(DELETE_TOPIC_IN_BROKER, {"topic": topic})
         except RemotingError as exc:
-            # A broker without timer messages (timerWheelEnable=false, as LocalRocketMQ runs) deletes the
+            # A broker without timer messages (timerWheelEnable=false) deletes the
             # topic, then fails on its timer metrics (5.3.3, AdminBrokerProcessor.deleteTopicInBroker's
             # last line): deleted all the same when the broker no longer lists it.
             if "getTimerMessageStore()" not in str(exc) or topic in self.topic_configs(broker):

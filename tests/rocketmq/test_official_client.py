@@ -20,13 +20,11 @@ from rstream.rocketmq.official import OfficialClientError, consume, produce
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRocketMQ]:
-    """A RocketMQ of this module's own, with its timer wheel on: the official SimpleConsumer receives by pop,
-    which a broker refuses without it, and the session's ``local_rocketmq`` runs without (LocalRocketMQ's
-    default, ``timerWheelEnable=false``)."""
-    with LocalRocketMQ(tmp_path_factory.mktemp("rocketmq-official"), broker_conf={"timerWheelEnable": "true"}) as mq:
-        yield mq
+@pytest.fixture
+def cluster(local_rocketmq: LocalRocketMQ) -> LocalRocketMQ:
+    """The session's RocketMQ (its timer wheel on, as RocketMQ's default: the official SimpleConsumer
+    receives by pop, which a broker refuses without it)."""
+    return local_rocketmq
 
 
 @pytest.fixture
