@@ -8,6 +8,11 @@
     cluster.kill_executor(cluster.executors()[0])   # SIGKILL: what losing an executor is
     cluster.stop()                              # everything it started is gone, verified
 
+``host`` puts the master (and the driver, through ``spark_conf()``) on another address of this machine,
+``worker_host`` and ``worker_prefix`` the workers, e.g. inside a network namespace, a second "host"
+with an address of its own: ``LocalCluster(host="10.210.0.1", worker_host="10.210.0.2",
+worker_prefix=["ip", "netns", "exec", "ns1"])`` (tests/rocketmq/test_executors_on_another_host.py).
+
 The daemons come from the installed ``pyspark`` package (no separate Spark download). Everything
 the cluster writes lives under ``work_dir`` (default ``./rstream-data/cluster``): ``logs/`` (one
 log per daemon), ``workers/worker-N/<app-id>/<executor-id>/`` (each executor's working directory
@@ -36,7 +41,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -120,12 +125,12 @@ def _java_available() -> bool:
     return shutil.which("java") is not None
 
 
-def _free_ports(count: int) -> list[int]:
+def _free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     sockets = []
     try:
         for _ in range(count):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            s.bind((host, 0))
             sockets.append(s)
         return [s.getsockname()[1] for s in sockets]
     finally:
@@ -162,8 +167,18 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _ipv4(name: str, address: str) -> str:
+    try:
+        socket.inet_aton(address)
+    except OSError:
+        raise ClusterError(f"{name}={address!r} is not an IPv4 address: give an address of this machine, "
+                           "e.g. '127.0.0.1'") from None
+    return address
+
+
 class LocalCluster:
-    """A Spark standalone cluster (master + ``workers`` workers) on 127.0.0.1, run from the installed pyspark.
+    """A Spark standalone cluster (master + ``workers`` workers) on 127.0.0.1 (or ``host``), run from the
+    installed pyspark.
 
     ``start()`` returns once every worker is registered ALIVE with the master; ``stop()`` ends every
     process it started, executors and their Python workers included, and checks that none is left
@@ -177,6 +192,13 @@ class LocalCluster:
 
     A Python process holds one SparkContext: to run on the cluster, stop a local session first
     (``spark.stop()``), then ``cluster.spark()``. ``stop()`` stops a session still attached to it.
+
+    ``host`` is the address the master listens on (and the driver, see ``spark_conf()``); the workers
+    and their executors listen on ``worker_host`` (default ``host``). ``worker_prefix`` is put before
+    each worker's command (``["ip", "netns", "exec", "ns1"]`` runs the workers, and so the executors
+    they launch, in network namespace ``ns1``, where ``worker_host`` is an address); it must run the
+    rest of its command line in the same process (as ``ip netns exec`` does) with the environment it was
+    given, or ``stop()`` cannot find the workers.
     """
 
     def __init__(
@@ -187,6 +209,9 @@ class LocalCluster:
         work_dir: str | os.PathLike[str] | None = None,
         daemon_memory: str = "128m",
         start_timeout: float = 180.0,
+        host: str = "127.0.0.1",
+        worker_host: str | None = None,
+        worker_prefix: Sequence[str] = (),
     ) -> None:
         if workers < 1 or cores_per_worker < 1:
             raise ClusterError(f"a cluster needs at least 1 worker with 1 core (got workers={workers}, "
@@ -194,6 +219,12 @@ class LocalCluster:
         if _parse_memory(worker_memory) < _MIN_EXECUTOR_MEMORY:
             raise ClusterError(f"worker_memory={worker_memory!r} is too small: Spark needs at least 450m "
                                "per executor; use '512m' or more")
+        self.host = _ipv4("host", host)
+        self.worker_host = _ipv4("worker_host", worker_host) if worker_host is not None else self.host
+        if isinstance(worker_prefix, str):
+            raise ClusterError(f"worker_prefix={worker_prefix!r} is one string: give the command's words as a list, "
+                               "e.g. ['ip', 'netns', 'exec', 'ns1']")
+        self.worker_prefix = [str(word) for word in worker_prefix]
         self.workers = workers
         self.cores_per_worker = cores_per_worker
         # in MB, spelled out: Spark reads a bare number as bytes in some places and as MB in others
@@ -231,17 +262,17 @@ class LocalCluster:
 
     @property
     def master_url(self) -> str:
-        """``spark://127.0.0.1:<port>``, the master a SparkSession connects to."""
+        """``spark://<host>:<port>``, the master a SparkSession connects to."""
         if self._master_port is None:
             raise ClusterError("the cluster is not running: call start() first")
-        return f"spark://127.0.0.1:{self._master_port}"
+        return f"spark://{self.host}:{self._master_port}"
 
     @property
     def web_ui_url(self) -> str:
         """The master's web UI (its JSON state is at ``<web_ui_url>/json/``)."""
         if self._ui_port is None:
             raise ClusterError("the cluster is not running: call start() first")
-        return f"http://127.0.0.1:{self._ui_port}"
+        return f"http://{self.host}:{self._ui_port}"
 
     def __repr__(self) -> str:
         where = self.master_url if self.running else "stopped"
@@ -275,11 +306,12 @@ class LocalCluster:
             self._start_master(home, deadline)
             for i in range(self.workers):
                 name = f"worker-{i}"
-                args = ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
+                args = ["--host", self.worker_host, "--port", "0", "--webui-port", "0",
                         "--cores", str(self.cores_per_worker), "--memory", self.worker_memory,
                         "--work-dir", str(self._work_dir / "workers" / name), self.master_url]
-                env = {WORKER_ENV: name, "SPARK_LOCAL_DIRS": str(self._work_dir / "local" / name)}
-                self._launch(home, name, _WORKER_CLASS, args, env)
+                env = {WORKER_ENV: name, "SPARK_LOCAL_DIRS": str(self._work_dir / "local" / name),
+                       "SPARK_LOCAL_IP": self.worker_host}  # what its executors inherit and bind to
+                self._launch(home, name, _WORKER_CLASS, args, env, prefix=self.worker_prefix)
             self._wait_for_workers(deadline)
         except BaseException:
             self.stop()
@@ -345,9 +377,9 @@ class LocalCluster:
 
     def _start_master(self, home: Path, deadline: float) -> None:
         for _attempt in range(3):
-            port, ui_port = _free_ports(2)
+            port, ui_port = _free_ports(2, self.host)
             proc = self._launch(home, "master", _MASTER_CLASS,
-                                ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui_port)], {})
+                                ["--host", self.host, "--port", str(port), "--webui-port", str(ui_port)], {})
             self._master_port, self._ui_port = port, ui_port
             while time.monotonic() < deadline:
                 if proc.poll() is not None or self._master_failed_to_bind():
@@ -375,7 +407,7 @@ class LocalCluster:
         return "BindException" in log or "Address already in use" in log
 
     def _launch(self, home: Path, name: str, main_class: str, args: list[str],
-                extra_env: dict[str, str]) -> subprocess.Popen[bytes]:
+                extra_env: dict[str, str], prefix: Sequence[str] = ()) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         for key in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "SPARK_LOCAL_DIRS", "SPARK_MASTER_OPTS",
                     "SPARK_WORKER_OPTS", "SPARK_DAEMON_JAVA_OPTS", "SPARK_WORKER_DIR", "SPARK_PUBLIC_DNS"):
@@ -389,7 +421,7 @@ class LocalCluster:
                                       # no REST submission server: it binds the fixed port 6066, so a second
                                       # cluster on the machine (another notebook) would hang without it
                                       "-Dspark.master.rest.enabled=false",
-            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOCAL_IP": self.host,
             # the real interpreter, never a local session's zygote script (made for its driver alone)
             "PYSPARK_PYTHON": real_python(os.environ.get("PYSPARK_PYTHON")),
             "PYTHONPATH": _python_path(),
@@ -399,7 +431,7 @@ class LocalCluster:
         env.update(extra_env)
         with open(self.log_dir / f"{name}.log", "wb") as log:
             proc = subprocess.Popen(
-                [str(home / "bin" / "spark-class"), main_class, *args], stdin=subprocess.DEVNULL,
+                [*prefix, str(home / "bin" / "spark-class"), main_class, *args], stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self._work_dir, start_new_session=True,
             )
         self._daemons[name] = proc
@@ -605,8 +637,11 @@ class LocalCluster:
     # ------------------------------------------------------------------ Spark
 
     def spark_conf(self) -> dict[str, str]:
-        """The Spark settings ``spark()`` uses: one executor per worker, sized to fit the workers."""
+        """The Spark settings ``spark()`` uses: one executor per worker, sized to fit the workers; the
+        driver (on this machine) listens on ``host``, where the executors reach it."""
         return {
+            "spark.driver.host": self.host,
+            "spark.driver.bindAddress": self.host,
             "spark.executor.memory": self.worker_memory,
             "spark.executor.cores": str(self.cores_per_worker),
             "spark.cores.max": str(self.workers * self.cores_per_worker),

@@ -134,20 +134,31 @@ def _last_commit(broker: Broker, job: str, topic: str, queue: int, start: int, e
 
 def run_partition(cfg_blob: str, ranges: list[list[Any]]) -> list[tuple[str, int, int, int, str]]:
     """Run the queue ranges of one Spark task in turn; one metrics row per range. A fatal error
-    becomes a row carrying the pickled exception, and the ranges after it are left for the rerun."""
-    cfg = config_from_blob(cfg_blob)
+    becomes a row carrying the pickled exception, and the ranges after it are left for the rerun.
+
+    So does a task config that does not load here (an ``EmbeddedBroker`` unpickled on another host
+    refuses to): a Spark retry would fail alike, four times over, each in a new Python worker."""
+    try:
+        cfg = config_from_blob(cfg_blob)
+    except Exception as exc:
+        topic, queue, start, end, _batch = ranges[0] if ranges else ("", -1, 0, 0, -1)
+        return [(topic, queue, start, end, _fatal(exc))]
     rows = []
     for topic, queue, start, end, batch in ranges:
         try:
             info = run_queue(cfg, topic, queue, start, end, batch)
         except Exception as exc:  # reported to the driver, which fails the batch
-            try:
-                pickled = dump_blob(exc)
-            except Exception:
-                pickled = dump_blob(RStreamError(f"{type(exc).__name__}: {exc}"))
-            info = {"fatal": pickled, "message": f"{type(exc).__name__}: {exc}",
-                    "traceback": traceback.format_exc(limit=8)}
-            rows.append((topic, queue, start, end, json.dumps(info, default=str)))
+            rows.append((topic, queue, start, end, _fatal(exc)))
             break
         rows.append((topic, queue, start, end, json.dumps(info, default=str)))
     return rows
+
+
+def _fatal(exc: Exception) -> str:
+    """The metrics row of a range that failed: the pickled exception, which the driver raises."""
+    try:
+        pickled = dump_blob(exc)
+    except Exception:
+        pickled = dump_blob(RStreamError(f"{type(exc).__name__}: {exc}"))
+    return json.dumps({"fatal": pickled, "message": f"{type(exc).__name__}: {exc}",
+                       "traceback": traceback.format_exc(limit=8)}, default=str)

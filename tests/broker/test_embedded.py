@@ -260,7 +260,13 @@ def test_an_embedded_broker_refuses_to_open_on_another_host(tmp_path: Path) -> N
     the state says), the SQLite file is not there: it fails at once and names the broker to use."""
     state = EmbeddedBroker(tmp_path / "b").__getstate__()
     assert state["host"] == host_identity()
-    state["host"] = ("elsewhere", "another-boot", 1)
-    with pytest.raises(BrokerError, match="RocketMQBroker"):
-        EmbeddedBroker.__new__(EmbeddedBroker).__setstate__(state)
+    name, boot, netns = state["host"]
+    for there, says in [(("elsewhere", "another-boot", 1), "on host 'elsewhere'"),
+                        ((name, "another-boot", netns), "another machine, or after a reboot"),
+                        ((name, boot, netns + 1), f"network namespace {netns + 1}, but this process runs in "
+                                                  f"network namespace {netns}")]:
+        state["host"] = there
+        with pytest.raises(BrokerError, match="RocketMQBroker") as raised:
+            EmbeddedBroker.__new__(EmbeddedBroker).__setstate__(state)
+        assert says in str(raised.value)
     assert pickle.loads(pickle.dumps(EmbeddedBroker(tmp_path / "b"))).path == EmbeddedBroker(tmp_path / "b").path

@@ -317,6 +317,15 @@ def test_bad_settings_say_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(ClusterError, match="worker"):
         LocalCluster(workers=0, work_dir=tmp_path)
     assert LocalCluster(worker_memory="1g", daemon_memory="96", work_dir=tmp_path).worker_memory == "1024m"
+    with pytest.raises(ClusterError, match="IPv4"):
+        LocalCluster(host="localhost", work_dir=tmp_path)
+    with pytest.raises(ClusterError, match="as a list"):
+        LocalCluster(worker_prefix="ip netns exec ns1", work_dir=tmp_path)
+    apart = LocalCluster(host="10.210.0.1", worker_host="10.210.0.2", worker_prefix=("ip", "netns", "exec", "ns1"),
+                         work_dir=tmp_path)
+    assert (apart.worker_host, apart.worker_prefix) == ("10.210.0.2", ["ip", "netns", "exec", "ns1"])
+    assert apart.spark_conf()["spark.driver.bindAddress"] == "10.210.0.1"  # where executors elsewhere reach it
+    assert LocalCluster(work_dir=tmp_path).worker_host == "127.0.0.1"
     idle = LocalCluster(work_dir=tmp_path)
     with pytest.raises(ClusterError, match="start"):
         idle.spark()

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from rstream import EmbeddedBroker, StreamBuilder, TextDeserializer, TextSerializer, Time, TumblingWindow
+from rstream.broker.base import BrokerError
+from rstream.broker.embedded import broker as embedded_broker
 from rstream.runtime import config, job_query, queue_run, shuffle_share
 from rstream.runtime.commit import run_partition
 from rstream.runtime.config import dump_blob
@@ -102,6 +104,22 @@ def test_a_task_whose_source_range_failed_runs_no_shuffle(broker: EmbeddedBroker
     rows = run_with_share(blob, bad, {**plan, "index": 0})
     assert len(rows) == 1 and "fatal" in rows[0][4]
     assert _shuffle_tags(broker, job, shuffle) == []
+
+
+def test_a_task_whose_config_does_not_load_here_reports_it_fatal_at_once(broker: EmbeddedBroker, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """An EmbeddedBroker unpickled on another host refuses to open: the task says so in a fatal row (the
+    driver raises it) instead of raising, which Spark would retry in vain, four times, on a cluster."""
+    broker.create_topic("sentences", queues=2)
+    cfg = task_config(wordcount(job_id("far")).build(), broker, JobProperties(), tmp_path / "state")
+    with monkeypatch.context() as patched:  # the blob is made on another host
+        patched.setattr(embedded_broker, "host_identity", lambda: ("elsewhere", "another-boot", 1))
+        blob = dump_blob(cfg)
+    for ranges in ([["sentences", 1, 0, 5, 0], ["sentences", 0, 0, 5, 0]], []):
+        rows = run_with_share(blob, ranges, {"index": 0, "count": 1, "barrier": ranges, "batch": 0})
+        assert len(rows) == 1 and tuple(rows[0][:4]) == (tuple(ranges[0][:4]) if ranges else ("", -1, 0, 0))
+        info = json.loads(rows[0][4])
+        assert "RocketMQBroker" in info["message"] and isinstance(config.load_blob(info["fatal"]), BrokerError)
 
 
 def _count_driver_jobs(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -173,11 +173,19 @@ class EmbeddedBroker:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         here = host_identity()
-        if state.get("host", here) != here:  # a Spark executor on another machine: the file is not there
+        there = tuple(state.get("host", here))
+        if there != here:  # a Spark executor on another machine: the file is not there
+            if there[0] != here[0]:
+                where = f"on host {there[0]!r}, but this process runs on {here[0]!r}"
+            elif there[1] != here[1]:
+                where = (f"on host {there[0]!r} (boot {there[1][:8]}), but this process runs on a host of that "
+                         f"name booted as {here[1][:8]} (another machine, or after a reboot)")
+            else:
+                where = (f"on host {there[0]!r} in network namespace {there[2]}, but this process runs in "
+                         f"network namespace {here[2]} (another host, as far as the network goes)")
             raise BrokerError(
-                f"EmbeddedBroker({state['path']!r}) is a SQLite file on host {state['host'][0]!r}, but this "
-                f"process runs on {here[0]!r} (another machine or network namespace), where it would read "
-                "nothing. Executors on other hosts need a broker they reach over the network: "
+                f"EmbeddedBroker({state['path']!r}) is a SQLite file {where}, where it would read nothing. "
+                "Executors on other hosts need a broker they reach over the network: "
                 "RocketMQBroker('namesrv-host:9876') (rstream.rocketmq), or LocalRocketMQ(host=...) to start one.")
         settings = {name: state[name] for name in self._SETTINGS if name in state}
         self.__init__(state["path"], **settings)  # type: ignore[misc]
