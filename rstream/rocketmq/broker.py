@@ -84,6 +84,10 @@ _TXN, _BORN, _KEY = "RSTREAM_TXN", "RSTREAM_BORN", "RSTREAM_KEY"
 _OWN = frozenset({_TXN, _BORN, _KEY})
 _HIDDEN = SYSTEM_PROPERTIES | _OWN
 _MAX_BATCH_BYTES = 3 << 20  # under RocketMQ's default 4 MB per request
+# RocketMQ 5.3.3 advances a queue's next offset by a batch's message count cast to a short
+# (QueueOffsetOperator.increaseQueueOffset(String, short)): a batch of more than 32767 messages wraps it,
+# and the queue's offsets then overlap, losing messages without an error. So a batch holds fewer.
+_MAX_BATCH_MESSAGES = 32767
 _PULL = 2048
 
 
@@ -421,8 +425,8 @@ class RocketMQBroker:
 
     def _send_queue(self, topic: _Topic, queue: int, records: Iterable[RecordTuple],
                     attempt: str | None) -> tuple[int, int]:
-        """Append ``records`` to one queue in batch requests of at most ``_MAX_BATCH_BYTES``;
-        ``(first offset, end offset)``: the first request's first, the last request's end.
+        """Append ``records`` to one queue in batch requests of at most ``_MAX_BATCH_BYTES`` and
+        ``_MAX_BATCH_MESSAGES``; ``(first offset, end offset)``: the first request's first, the last request's end.
 
         Records of an attempt return at once: readers see them once the attempt's commit is in the
         decision log, which RocketMQ makes readable after them (it makes the messages of its commit
@@ -449,7 +453,8 @@ class RocketMQBroker:
             if not batch.count:
                 born0 = born  # a batch's born time: its first record's; the others' differing ones said apart
             props = (text if born == born0 else f"{text}{_BORN}\x01{born}\x02").encode()
-            if batch.size + len(body) + len(props) + 22 > _MAX_BATCH_BYTES and batch.count:
+            if batch.count and (batch.size + len(body) + len(props) + 22 > _MAX_BATCH_BYTES
+                                or batch.count >= _MAX_BATCH_MESSAGES):
                 at = self._client.send_batch(topic.broker, name, queue, batch, born0)
                 first = at if first < 0 else first
                 batch, born0, props = BatchBody(), born, text.encode()
