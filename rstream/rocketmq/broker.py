@@ -71,7 +71,9 @@ from rstream.rocketmq.remoting import (
     OutcomeUnknownError,
     PulledMessage,
     RemotingError,
+    message_head,
     parse_properties,
+    properties_field,
     properties_string,
 )
 
@@ -84,6 +86,10 @@ _TXN, _BORN, _KEY = "RSTREAM_TXN", "RSTREAM_BORN", "RSTREAM_KEY"
 _OWN = frozenset({_TXN, _BORN, _KEY})
 _HIDDEN = SYSTEM_PROPERTIES | _OWN
 _MAX_BATCH_BYTES = 3 << 20  # under RocketMQ's default 4 MB per request
+# RocketMQ 5.3.3 advances a queue's next offset by a batch's message count cast to a short
+# (QueueOffsetOperator.increaseQueueOffset(String, short)): a batch of more than 32767 messages wraps it,
+# and the queue's offsets then overlap, losing messages without an error. So a batch holds fewer.
+_MAX_BATCH_MESSAGES = 32767
 _PULL = 2048
 
 
@@ -423,8 +429,8 @@ class RocketMQBroker:
 
     def _send_queue(self, topic: _Topic, queue: int, records: Iterable[RecordTuple],
                     attempt: str | None) -> tuple[int, int]:
-        """Append ``records`` to one queue in batch requests of at most ``_MAX_BATCH_BYTES``;
-        ``(first offset, end offset)``: the first request's first, the last request's end.
+        """Append ``records`` to one queue in batch requests of at most ``_MAX_BATCH_BYTES`` and
+        ``_MAX_BATCH_MESSAGES``; ``(first offset, end offset)``: the first request's first, the last request's end.
 
         Records of an attempt return at once: readers see them once the attempt's commit is in the
         decision log, which RocketMQ makes readable after them (it makes the messages of its commit
@@ -432,34 +438,60 @@ class RocketMQBroker:
         first = last_end = -1
         own = f"{_TXN}\x01{attempt}\x02" if attempt is not None else ""
         headers: dict[int, str] = {}  # id -> the properties text of a headers dict (a batch shares a few)
+        # key -> the properties field of a record with no headers, no tags and the batch's born time:
+        # most records of an append (a sink's, a shuffle's) are such records, their keys repeating
+        plain: dict[MessageKey, bytes] = {}
         batch, born0 = BatchBody(), 0
+        data, count = batch.data, 0  # the batch's bytes and messages, kept here (BatchBody.add_field inlined)
         name = topic.info.name
         for k, body, born, hdrs, tags in records:
             if type(body) is not bytes and not isinstance(body, bytes):
                 raise BrokerError(f"message body must be bytes, got {type(body).__name__}")
-            text = own
-            if k is not None:
-                text += _key_property(k)
-            if hdrs:
-                known = headers.get(id(hdrs))
-                if known is None:
-                    _check_headers(hdrs)
-                    known = headers[id(hdrs)] = properties_string(hdrs)
-                text += known
-            if tags is not None:
-                text += f"TAGS\x01{tags}\x02"
-            if not batch.count:
+            if not count:
                 born0 = born  # a batch's born time: its first record's; the others' differing ones said apart
-            props = (text if born == born0 else f"{text}{_BORN}\x01{born}\x02").encode()
-            if batch.size + len(body) + len(props) + 22 > _MAX_BATCH_BYTES and batch.count:
+            if hdrs or tags is not None:
+                text = own if k is None else own + _key_property(k)
+                if hdrs:
+                    known = headers.get(id(hdrs))
+                    if known is None:
+                        _check_headers(hdrs)
+                        known = headers[id(hdrs)] = properties_string(hdrs)
+                    text += known
+                if tags is not None:
+                    text += f"TAGS\x01{tags}\x02"
+                field = properties_field(text.encode())
+            else:
+                text = None
+                try:
+                    field = plain[k]
+                except KeyError:
+                    text = own if k is None else own + _key_property(k)
+                    field = plain[k] = properties_field(text.encode())
+                except TypeError:
+                    _key_property(k)  # raises: not a key
+                    raise
+            own_field = field  # without a born time of its own: what a record starting a batch carries
+            if born != born0:
+                if text is None:
+                    text = own if k is None else own + _key_property(k)
+                field = properties_field(f"{text}{_BORN}\x01{born}\x02".encode())
+            n = len(body)
+            size = 20 + n + len(field)
+            if count and (len(data) + size > _MAX_BATCH_BYTES or count >= _MAX_BATCH_MESSAGES):
+                batch.count = count
                 at = self._client.send_batch(topic.broker, name, queue, batch, born0)
                 first = at if first < 0 else first
-                batch, born0, props = BatchBody(), born, text.encode()
-            batch.add(body, props)
-        if batch.count:
+                batch, born0, field = BatchBody(), born, own_field
+                data, count, size = batch.data, 0, 20 + n + len(own_field)
+            data += message_head(size, 0, 0, 0, n)
+            data += body
+            data += field
+            count += 1
+        if count:
+            batch.count = count
             at = self._client.send_batch(topic.broker, name, queue, batch, born0)
             first = at if first < 0 else first
-            last_end = at + batch.count
+            last_end = at + count
         if last_end > 0 and attempt is None:
             self._await(topic, queue, last_end)
         return first, last_end

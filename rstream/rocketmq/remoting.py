@@ -281,22 +281,34 @@ class BatchBody:
         return len(self.data)
 
     def add(self, body: bytes, properties: bytes) -> None:
-        n, m = len(body), len(properties)
-        if m > 32767:
-            raise BrokerError(f"a message's headers take {m} bytes; RocketMQ allows at most 32767")
+        self.add_field(body, properties_field(properties))
+
+    def add_field(self, body: bytes, field: bytes) -> None:
+        """Add a message whose properties are ``field`` (``properties_field``: a sender that sends
+        the same properties again and again makes it once)."""
+        n = len(body)
         data = self.data
-        data += _HEAD.pack(22 + n + m, 0, 0, 0, n)
+        data += message_head(20 + n + len(field), 0, 0, 0, n)
         data += body
-        data += _SHORT.pack(m)
-        data += properties
+        data += field
         self.count += 1
 
     def bytes(self) -> bytes:
         return bytes(self.data)
 
 
-_HEAD = struct.Struct(">iiiii")
+#: A batched message's head: ``message_head(size, 0, 0, 0, body length)`` (total size, magic code, body
+#: CRC, flag, body length); its body and ``properties_field`` follow.
+message_head = struct.Struct(">iiiii").pack
 _SHORT = struct.Struct(">h")
+
+
+def properties_field(properties: bytes) -> bytes:
+    """A message's properties (``properties_string`` encoded) as a batch carries them: length, text."""
+    m = len(properties)
+    if m > 32767:
+        raise BrokerError(f"a message's headers take {m} bytes; RocketMQ allows at most 32767")
+    return _SHORT.pack(m) + properties
 
 
 def encode_batch(messages: Sequence[tuple[bytes, Mapping[str, str]]]) -> bytes:
