@@ -145,6 +145,26 @@ def blocks_of(records: Iterable[ReadRecord], size: int = 4096) -> Iterator[Recor
         yield RecordBlock.of(part)
 
 
+def messages_frame(messages: Iterable[Message], decode: bool = True) -> Any:
+    """Messages as a DataFrame, one row per message; ``decode`` turns utf-8 bodies into str (what a
+    broker's ``to_pandas`` gives)."""
+    import pandas as pd
+
+    rows = []
+    for m in messages:
+        body: Any = m.body
+        if decode:
+            try:
+                body = m.body.decode()
+            except UnicodeDecodeError:
+                pass
+        rows.append({"queue_id": m.queue_id, "offset": m.offset, "key": m.key, "body": body,
+                     "born_timestamp": m.born_timestamp, "store_timestamp": m.store_timestamp,
+                     "headers": dict(m.headers), "tags": m.tags})
+    cols = ["queue_id", "offset", "key", "body", "born_timestamp", "store_timestamp", "headers", "tags"]
+    return pd.DataFrame(rows, columns=cols)
+
+
 @dataclass(frozen=True)
 class CommitTag:
     """Identifies the writes of one task's micro-batch on one input queue: a second append with

@@ -62,6 +62,7 @@ from rstream.broker.base import (
     TopicExistsError,
     TopicInfo,
     UnknownTopicError,
+    messages_frame,
     validate_topic_name,
 )
 from rstream.rocketmq.remoting import (
@@ -582,21 +583,7 @@ class RocketMQBroker:
 
     def to_pandas(self, topic: str, queue: int | None = None, decode: bool = True) -> Any:
         """The topic's committed messages as a DataFrame, one row per message."""
-        import pandas as pd
-
-        rows = []
-        for m in self.read(topic, queue):
-            body: Any = m.body
-            if decode:
-                try:
-                    body = m.body.decode()
-                except UnicodeDecodeError:
-                    pass
-            rows.append({"queue_id": m.queue_id, "offset": m.offset, "key": m.key, "body": body,
-                         "born_timestamp": m.born_timestamp, "store_timestamp": m.store_timestamp,
-                         "headers": dict(m.headers), "tags": m.tags})
-        cols = ["queue_id", "offset", "key", "body", "born_timestamp", "store_timestamp", "headers", "tags"]
-        return pd.DataFrame(rows, columns=cols)
+        return messages_frame(self.read(topic, queue), decode)
 
     # -- compact topics -------------------------------------------------------------------------
     def read_latest(self, topic: str, queue: int, end: int | None = None) -> dict[MessageKey, tuple[Any, ...]]:

@@ -33,9 +33,8 @@ from tests.support.netns import (
     net_inode,
     network_namespace,
     processes_inside,
-    processes_mentioning,
 )
-from tests.support.processes import TIMEOUT, kill_group, log_tail, spawn, strays
+from tests.support.processes import TIMEOUT, kill_group, log_tail, processes_mentioning, spawn, strays
 from tests.support.rocketmq import leftovers
 
 pytestmark = pytest.mark.e2e

@@ -88,14 +88,6 @@ def processes_inside(ns: Namespace) -> list[str]:
     return found
 
 
-def processes_mentioning(marks: list[str]) -> list[str]:
-    """Every live process but this one whose command line contains one of ``marks`` (an address, a name)."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
-        line = " ".join(proc.info["cmdline"] or [])
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.pid != os.getpid() and any(m in line for m in marks):
-            found.append(f"{proc.pid}: {line[:200]}")
-    return found
 
 
 def _veths(pid: int, n: int) -> tuple[str, str]:

@@ -68,12 +68,16 @@ def wait_until(condition: Any, what: str, proc: subprocess.Popen[str], log: Path
         time.sleep(0.1)
 
 
-def strays(work_dir: Path, ports: list[int]) -> list[str]:
-    """Any live process, ours or not, whose command line mentions the cluster's folder or ports."""
-    marks = [str(work_dir)] + [f"127.0.0.1:{p}" for p in ports]
+def processes_mentioning(marks: list[str]) -> list[str]:
+    """Every live process but this one whose command line contains one of ``marks`` (a folder, an address)."""
     found = []
     for proc in psutil.process_iter(["pid", "cmdline", "status"]):
         line = " ".join(proc.info["cmdline"] or [])
         if proc.info["status"] != psutil.STATUS_ZOMBIE and proc.pid != os.getpid() and any(m in line for m in marks):
             found.append(f"{proc.pid}: {line[:200]}")
     return found
+
+
+def strays(work_dir: Path, ports: list[int]) -> list[str]:
+    """Any live process, ours or not, whose command line mentions the cluster's folder or ports."""
+    return processes_mentioning([str(work_dir)] + [f"127.0.0.1:{p}" for p in ports])

@@ -18,6 +18,7 @@ import pytest
 
 from rstream.rocketmq.local import LocalRocketMQ
 from rstream.rocketmq.remoting import Client
+from tests.support.processes import processes_mentioning
 
 
 @pytest.fixture(scope="session")
@@ -38,12 +39,7 @@ def listening(pid: int) -> set[tuple[str, int]]:
 
 def leftovers(home: Path) -> list[str]:
     """Every live process whose command line mentions ``home`` (a LocalRocketMQ's JVMs do)."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
-        line = " ".join(proc.info["cmdline"] or [])
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and str(home) in line:
-            found.append(f"{proc.pid}: {line[:200]}")
-    return found
+    return processes_mentioning([str(home)])
 
 
 def create_topic(broker_addr: str, topic: str, queues: int = 4) -> None:
