@@ -281,8 +281,8 @@ def test_a_port_taken_before_the_master_binds_it_gets_new_ports(tmp_path: Path,
     assert taken is not None
     picks: list[list[int]] = []
 
-    def racy(count: int) -> list[int]:  # the first pick loses its port to another process, as in a race
-        ports = real(count)
+    def racy(count: int, host: str = "127.0.0.1") -> list[int]:  # the first pick loses its port, as in a race
+        ports = real(count, host)
         if not picks:
             ports[0] = taken.getsockname()[1]
         picks.append(ports)
