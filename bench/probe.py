@@ -3,6 +3,12 @@ through one shuffle (``source -> key_by -> count -> to_rstream -> sink``, ``aggr
 
     python bench/probe.py                 # all parts (about 2 min)
     python bench/probe.py --samples 20 --idle-seconds 5 --json probe.json
+    python bench/probe.py --broker rocketmq --skip a,c,e   # send -> sink on a real RocketMQ
+
+``--broker rocketmq``: every part on a real Apache RocketMQ 5.3.3 instead of the embedded broker, a
+``LocalRocketMQ`` (name server and broker JVMs) the probe starts in its temporary folder (start time
+and RSS reported) and stops at the end; (d) then counts its JVMs' CPU too (and apart). It needs
+RocketMQ's jars (``bash setup.sh`` fetches them): without them the probe stops before it starts anything.
 
 Measured, in one process with one SparkSession (``local[2]`` unless ``--master``):
 
@@ -88,12 +94,13 @@ class SinkWatch:
             time.sleep(poll_s)
 
 
-def proc_cpu() -> dict[int, float]:
-    """Per process, CPU seconds (user + system): the JVM, every process under it, and this one."""
+def proc_cpu(more: set[int] | None = None) -> dict[int, float]:
+    """Per process, CPU seconds (user + system): the JVM, every process under it, this one, and the
+    processes ``more`` (a LocalRocketMQ's JVMs)."""
     import psutil
     from pyspark import SparkContext
 
-    procs = [psutil.Process()]
+    procs = [psutil.Process(), *(psutil.Process(pid) for pid in sorted(more or ()))]
     proc = getattr(SparkContext._gateway, "proc", None)
     if proc is not None:
         jvm = psutil.Process(proc.pid)
@@ -151,12 +158,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a Spark property for the session, e.g. spark.sql.streaming.pollingDelay=20ms (repeatable)")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c,d,e")
+    ap.add_argument("--broker", choices=("embedded", "rocketmq"), default="embedded",
+                    help="the broker every part runs on: the embedded one, or a LocalRocketMQ started here (embedded)")
     ap.add_argument("--no-warm-up", action="store_true", help="a session without its background warm-up")
     ap.add_argument("--tmp", default=None, help="parent folder of the temporary data (system temp)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--json", default=None, help=JSON_HELP)
     args = ap.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    if args.broker == "rocketmq":
+        from bench.rocketmq import missing
+
+        why = missing()
+        if why is not None:
+            print(f"rstream probe: cannot run on RocketMQ: {why.replace('leave the RocketMQ part out with --skip rocketmq', 'probe the embedded broker (--broker embedded)')}",
+                  file=sys.stderr)
+            return 2
     props: dict[str, Any] = {}
     for item in args.prop:
         name, _, value = item.partition("=")
@@ -169,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                            "args": vars(args), "loadavg_start": os.getloadavg()}
     rng = random.Random(58)
     jobs = iter(range(1_000_000))
+    mq = None
     try:
         from rstream import EmbeddedBroker, RocketMQStream, get_spark
 
@@ -181,7 +199,15 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         await_warm_up()
         res["w_warm_up_s"] = None if args.no_warm_up else time.perf_counter() - t
-        broker = EmbeddedBroker(root / "broker")
+        broker: Any
+        if args.broker == "rocketmq":
+            from bench.rocketmq import start
+
+            mq, res["rocketmq"] = start(root)
+            broker = mq.broker()
+        else:
+            broker = EmbeddedBroker(root / "broker")
+        res["broker"] = args.broker
         broker.create_topic(SOURCE, queues=2)
         counts: dict[str, int] = {}
 
@@ -274,11 +300,15 @@ def main(argv: list[str] | None = None) -> int:
             res["b_batch_count"] = len(rows)
         if "d" not in skip:
             time.sleep(1.0)
-            c0, t0 = proc_cpu(), time.perf_counter()
+            rmq_pids = set(mq.pids.values()) if mq is not None else set()
+            c0, t0 = proc_cpu(rmq_pids), time.perf_counter()
             time.sleep(args.idle_seconds)
-            c1, t1 = proc_cpu(), time.perf_counter()
+            c1, t1 = proc_cpu(rmq_pids), time.perf_counter()
             res["d_idle_cpu_share"] = cpu_between(c0, c1) / (t1 - t0)
             res["d_processes"] = len(c1)
+            if mq is not None:
+                res["d_rocketmq_cpu_share"] = cpu_between({p: c0[p] for p in rmq_pids if p in c0},
+                                                          {p: c1[p] for p in rmq_pids if p in c1}) / (t1 - t0)
             idle_rows = [r for r in durations(job._query) if not r.get("inputRows")]
             res["d_idle_triggers"] = summarise(idle_rows)
         job.stop()
@@ -309,10 +339,13 @@ def main(argv: list[str] | None = None) -> int:
         from rstream import stop_spark
 
         stop_spark()
+        if mq is not None:
+            res["rocketmq"]["rss_at_end_bytes"] = mq.rss_bytes()
+            mq.stop()
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     report(res)
-    out = results_path(args.json, "probe")
+    out = results_path(args.json, "probe" if args.broker == "embedded" else "probe-rocketmq")
     out.write_text(json.dumps(res, indent=2, default=str))
     print(f"json: {out}")
     return 0
@@ -346,6 +379,12 @@ def report(res: dict[str, Any]) -> None:
     print(f"rstream probe at {g.get('commit')}"
           + (f" (+ uncommitted {', '.join(g['rstream_uncommitted'])})" if g.get("rstream_uncommitted") else "")
           + f"   load {res['loadavg_start'][0]:.2f} -> {res['loadavg_end'][0]:.2f}")
+    if res.get("rocketmq"):
+        r = res["rocketmq"]
+        print(f"  on RocketMQ: a LocalRocketMQ started in {r['start_s']:.1f} s; its JVMs' RSS "
+              f"{r['rss_after_start_bytes'] / 2**20:.0f} MB after the start, {r['rss_at_end_bytes'] / 2**20:.0f} MB at the end")
+    else:
+        print("  on the embedded broker")
     print(f"  (s) get_spark(), fresh JVM                 {res['s_session_s']:7.2f} s")
     if res.get("w_warm_up_s") is not None:
         print(f"  (w) its warm-up, after get_spark() returned {res['w_warm_up_s']:6.2f} s")
@@ -368,8 +407,9 @@ def report(res: dict[str, Any]) -> None:
         print(f"      {res['b_batch_count']} batches with data, median ms: "
               + ", ".join(f"{k} {v:.0f}" for k, v in d.items()))
     if "d_idle_cpu_share" in res:
-        print(f"  (d) idle started job: CPU {res['d_idle_cpu_share'] * 100:5.1f} % of one core; idle triggers, median ms: "
-              + ", ".join(f"{k} {v:.0f}" for k, v in res["d_idle_triggers"].items()))
+        print(f"  (d) idle started job: CPU {res['d_idle_cpu_share'] * 100:5.1f} % of one core"
+              + (f" (RocketMQ's JVMs {res['d_rocketmq_cpu_share'] * 100:.1f} % of it)" if "d_rocketmq_cpu_share" in res else "")
+              + "; idle triggers, median ms: " + ", ".join(f"{k} {v:.0f}" for k, v in res["d_idle_triggers"].items()))
     if "c_median_s" in res:
         runs = ", ".join(f"{x:.2f}" for x in res["c_run_until_idle_s"])
         print(f"  (c) run_until_idle(), 1 record              {res['c_median_s']:7.2f} s   ({runs}); "

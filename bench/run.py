@@ -6,6 +6,7 @@ replay against raw rocksdict ``WriteBatch`` puts.
     python bench/run.py --quick         # smoke run (seconds)
     python bench/run.py --profile       # also cProfile one source queue and one shuffle queue
     python bench/run.py --skip wordcount,replay   # the window count alone
+    python bench/run.py --skip rocketmq           # without the word count on RocketMQ (no LocalRocketMQ)
 
 Everything runs in one process with one SparkSession (``local[2]`` unless ``--master``). All
 temporary data lives in one temporary folder that is deleted at the end (``--keep`` keeps it).
@@ -20,6 +21,14 @@ Measured:
     and the sum of the per-queue task times (``QueueProgress.millis``). (a0): the same job with
     ``build(combine=False)`` (every word shuffled alone, as before counts combined), in the same runs;
     (a2): ``aggregate_emit="batch"``.
+(a-rmq) the same job as (a), on a real Apache RocketMQ 5.3.3: a ``LocalRocketMQ`` (name server and
+    broker JVMs) that the bench starts in its temporary folder (its start time and RSS reported) and
+    stops at the end, the same sentences produced into it, checked as (a); with the CPU its JVMs used
+    during the run. Reported as speed a-rmq/a (RocketMQ over the embedded broker, target >= 0.5) and
+    a-rmq/c (over Spark native), in the same run. ``--skip rocketmq`` leaves it out; asked for without
+    RocketMQ's jars (``bash setup.sh`` fetches them), the bench stops before it starts anything.
+    ``--profile`` also runs the job's tasks in-process on RocketMQ and on the embedded broker
+    (this process's CPU, the JVMs' CPU by thread) and cProfiles one in-process run on RocketMQ.
 (b) plain Python over the same list of sentences: a dict loop and ``collections.Counter``; the
     faster one is the ceiling.
 (c) Spark Structured Streaming natively: text files -> ``split``/``explode`` -> ``groupBy().count()``
@@ -109,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="cProfile one source and one shuffle queue task (word count, window count)")
     ap.add_argument("--profile-top", type=int, default=25)
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: wordcount,windows,replay")
+    ap.add_argument("--skip", default="",
+                    help="comma list of parts to skip: wordcount,rocketmq,windows,replay (rocketmq: the word "
+                         "count on a LocalRocketMQ, part of wordcount)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 20 K words, 20 K clicks, 5 K keys, 1 repeat")
     ap.add_argument("--tmp", default=None, help="parent folder of the temporary data (system temp)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary data")
@@ -120,6 +131,17 @@ def main(argv: list[str] | None = None) -> int:
         args.vocab = min(args.vocab, 2_000)
         args.clicks, args.click_rate, args.pages, args.click_files = 20_000, 200.0, min(args.pages, 200), 4
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = skip - {"wordcount", "rocketmq", "windows", "replay"}
+    if unknown:
+        ap.error(f"--skip knows wordcount, rocketmq, windows and replay, not {', '.join(sorted(unknown))}")
+    with_rocketmq = "wordcount" not in skip and "rocketmq" not in skip
+    if with_rocketmq:
+        from bench.rocketmq import missing
+
+        why = missing()
+        if why is not None:
+            print(f"rstream bench: cannot run the word count on RocketMQ: {why}", file=sys.stderr)
+            return 2
 
     root = Path(tempfile.mkdtemp(prefix="rstream-bench-", dir=args.tmp)).absolute()
     results: dict[str, Any] = {
@@ -136,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rstream at commit {g.get('commit')}"
           + (f" plus uncommitted changes in {', '.join(g['rstream_uncommitted'])}" if g.get("rstream_uncommitted") else ""),
           flush=True)
+    mq = None
     try:
         from rstream import EmbeddedBroker, get_spark
 
@@ -151,8 +174,25 @@ def main(argv: list[str] | None = None) -> int:
               f"shuffle.partitions={results['spark_conf']['spark.sql.shuffle.partitions']}", flush=True)
         broker = EmbeddedBroker(root / "broker")
 
+        rmq = None
+        if with_rocketmq:
+            from bench.rocketmq import start
+
+            print(f"starting LocalRocketMQ (load {os.getloadavg()[0]:.2f}) ...", flush=True)
+            mq, facts = start(root)
+            results["rocketmq"] = facts
+            rmq = (mq, mq.broker())
+            print(f"LocalRocketMQ started in {facts['start_s']:.1f} s, its two JVMs' RSS "
+                  f"{facts['rss_after_start_bytes'] / 2**20:.0f} MB (name server and broker in the proxy)", flush=True)
         if "wordcount" not in skip:
-            results["wordcount"] = bench_wordcount(args, spark, broker, root)
+            results["wordcount"] = bench_wordcount(args, spark, broker, root, rmq)
+            if mq is not None:
+                results["rocketmq"]["rss_after_wordcount_bytes"] = mq.rss_bytes()
+                results["rocketmq"]["rss_max_bytes"] = results["wordcount"]["rocketmq"]["rss_max_bytes"]
+                print(f"  LocalRocketMQ: started in {results['rocketmq']['start_s']:.1f} s; RSS "
+                      f"{results['rocketmq']['rss_after_start_bytes'] / 2**20:.0f} MB after its start, "
+                      f"{results['rocketmq']['rss_max_bytes'] / 2**20:.0f} MB at most after a run "
+                      f"(the store: {len(results['wordcount']['runs']['a_rmq'])} runs' topics)", flush=True)
         if "windows" not in skip:
             results["windows"] = bench_windows(args, spark, broker, root)
         state_topic = None
@@ -207,6 +247,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n[{stage}] {p['topic']} queue {p['queue']}: {p['records']} input records, "
                       f"{p['records_in']} records into the chain; {p['wall_profiled_s']} s under cProfile")
                 print_top(p["top"])
+        if args.profile and mq is not None and rmq is not None:
+            from bench.baselines import python_dict_loop
+            from bench.rocketmq import print_profile, profile_wordcount
+
+            print("\nprofiling the word count's tasks in-process on RocketMQ ...", flush=True)
+            sentences = make_sentences(args.words, args.vocab, args.zipf, args.sentence_len, args.seed)
+            prof_rmq = profile_wordcount(mq, rmq[1], broker, root, "sentences", args.words,
+                                         python_dict_loop(sentences), args.profile_top)
+            results["profile_rocketmq"] = prof_rmq
+            print_profile(prof_rmq, args.words)
         if args.profile and "windows" in results:
             print("\nprofiling the window count's run_queue in-process (cProfile) ...", flush=True)
             prof = profile_window_queue(broker, root, "clicks", args.profile_top)
@@ -229,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n[replay] StateStore.replay of {rp['keys']} keys: {rp['wall_profiled_s']} s under cProfile")
                 print_top(rp["top"])
     finally:
+        if mq is not None:
+            mq.stop()
         results["loadavg_end"] = os.getloadavg()
         print(f"\nload average (1, 5, 15 min) at start {results['loadavg_start']}, at end {results['loadavg_end']}  "
               "(other work on this machine skews every number)")

@@ -7,9 +7,11 @@ import collections
 import cProfile
 import itertools
 import json
+import os
 import shutil
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +75,10 @@ def progress_summary(progress: list[Any], source: str) -> dict[str, Any]:
 
 
 def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, expected: dict[str, int] | None,
-                max_per_queue: int, emit: str = "record", combine: bool = True) -> dict[str, Any]:
-    """(a) and (a2): the word count on Spark; ``combine``: built with the combine rewrite (off: (a0))."""
+                max_per_queue: int, emit: str = "record", combine: bool = True,
+                cpu_of: Callable[[], float] | None = None) -> dict[str, Any]:
+    """(a) and (a2): the word count on Spark; ``combine``: built with the combine rewrite (off: (a0));
+    ``cpu_of``: CPU seconds of something else (RocketMQ's JVMs), read before and after the timed part."""
     from rstream import RocketMQStream
 
     sink = f"{job_id}-counts"
@@ -82,13 +86,16 @@ def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, e
     job = RocketMQStream(topo, properties={"data_dir": str(root / "rstream"), "max_records_per_queue": max_per_queue,
                                            "aggregate_emit": emit},
                          broker=broker, spark=spark)
+    cpu0 = cpu_of() if cpu_of is not None else 0.0
     wall = time.time()
     t = time.perf_counter()
     job.run_until_idle(timeout=3600, progress=False)
     seconds = time.perf_counter() - t
+    other_cpu = cpu_of() - cpu0 if cpu_of is not None else None
     phases = query_phases(getattr(job, "_query", None), wall, time.time())
     out = {
         "seconds": seconds,
+        "other_cpu_s": other_cpu,
         "spark_trigger_ms": spark_trigger_ms(getattr(job, "_query", None)),
         "phases": phases,
         **progress_summary(job.progress, source),
@@ -431,7 +438,9 @@ def profile_replay(broker: Any, root: Path, state_topic: str, top: int) -> dict[
     return {"keys": n, "wall_profiled_s": round(wall, 3), "top": top_rows(prof, top)}
 
 
-def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Path) -> dict[str, Any]:
+def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Path,
+                    rmq: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    """The word count's parts; ``rmq``: ``(LocalRocketMQ, its RocketMQBroker)`` for (a-rmq), or None."""
     t = time.perf_counter()
     sentences = make_sentences(args.words, args.vocab, args.zipf, args.sentence_len, args.seed)
     n_words = sum(len(s.split()) for s in sentences)
@@ -445,6 +454,13 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
     write_text_files(sentences, text_dir, args.text_files)
     print(f"  produced into the broker ({args.queues} queues) in {t_produce:.2f} s (not timed below); "
           f"{args.text_files} text files for Spark native", flush=True)
+    mq, rmq_broker = rmq if rmq is not None else (None, None)
+    t_produce_rmq = None
+    if rmq_broker is not None:
+        from bench.rocketmq import jvm_cpu
+
+        t_produce_rmq = produce(rmq_broker, sentences, "sentences", args.queues)
+        print(f"  produced into RocketMQ ({args.queues} queues) in {t_produce_rmq:.2f} s (not timed below)", flush=True)
 
     if not args.no_warmup:
         t = time.perf_counter()
@@ -453,15 +469,21 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
         produce(broker, warm, "warmup", args.queues)
         write_text_files(warm, root / "warm-text", args.text_files)
         run_rstream(spark, broker, root, "warmup", "warm", warm_expected, args.words)
+        if rmq_broker is not None:
+            produce(rmq_broker, warm, "warmup", args.queues)
+            run_rstream(spark, rmq_broker, root, "warmup", "warm-rmq", warm_expected, args.words)
         run_spark_native(spark, root, root / "warm-text", "warm_native", warm_expected)
-        print(f"  warm-up of (a) and (c) on {sum(warm_expected.values())} words: {time.perf_counter() - t:.1f} s",
-              flush=True)
+        print(f"  warm-up of (a){', (a-rmq)' if rmq_broker is not None else ''} and (c) on "
+              f"{sum(warm_expected.values())} words: {time.perf_counter() - t:.1f} s", flush=True)
 
     runs: dict[str, list[dict[str, Any]]] = {"a": [], "a0": [], "a2": [], "b": [], "c": [], "d": [], "d2": []}
+    if rmq_broker is not None:
+        runs["a_rmq"] = []
     for r in range(args.repeat):
         # alternate the order so neither side always runs on a warmer (or busier) machine
-        order = ("b", "a", "a0", "d", "a2", "d2", "c") if r % 2 == 0 else ("b", "c", "d2", "a2", "d", "a0", "a")
-        for part in order:
+        order = ("b", "a", "a_rmq", "a0", "d", "a2", "d2", "c") if r % 2 == 0 else \
+            ("b", "c", "d2", "a2", "d", "a0", "a_rmq", "a")
+        for part in (p for p in order if p in runs):
             if part == "b":
                 res = run_python(sentences)
                 assert res.pop("counts") == expected
@@ -473,6 +495,10 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
                 res = run_rstream(spark, broker, root, "sentences", f"wc0-r{r}", expected, args.words, combine=False)
             elif part == "a2":
                 res = run_rstream(spark, broker, root, "sentences", f"wcb-r{r}", expected, args.words, emit="batch")
+            elif part == "a_rmq":
+                res = run_rstream(spark, rmq_broker, root, "sentences", f"wcr-r{r}", expected, args.words,
+                                  cpu_of=lambda: jvm_cpu(mq))
+                res["rocketmq_rss_bytes"] = mq.rss_bytes()
             else:
                 res = run_spark_native(spark, root, text_dir, f"native_r{r}", expected)
             runs[part].append(res)
@@ -482,7 +508,9 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
               f"(a2) rstream emit=batch {a2['seconds']:.2f} s  "
               f"(b) python {b['seconds']:.3f} s  (c) spark native {c['seconds']:.2f} s  "
               f"(d) bytewax {runs['d'][-1]['seconds']:.2f} s  (d2) bytewax count_final {runs['d2'][-1]['seconds']:.2f} s"
-              "   verified", flush=True)
+              + (f"  (a-rmq) on RocketMQ {runs['a_rmq'][-1]['seconds']:.2f} s (its JVMs' CPU "
+                 f"{runs['a_rmq'][-1]['other_cpu_s']:.2f} s)" if "a_rmq" in runs else "")
+              + f"   verified  (load {os.getloadavg()[0]:.2f})", flush=True)
 
     med = {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()}
     a_busy = statistics.median(x["busy_ms"] for x in runs["a"]) / 1000
@@ -530,6 +558,25 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
     best = {k: min(x["seconds"] for x in v) for k, v in runs.items()}
     print(f"  best of {args.repeat}: (a) {best['a']:.2f} s  (b) {best['b']:.3f} s  (c) {best['c']:.2f} s  ->  "
           f"a/b = {best['b'] / best['a']:.3f}  a/c = {best['c'] / best['a']:.3f}")
+    rocketmq: dict[str, Any] = {}
+    if "a_rmq" in runs:
+        rr = runs["a_rmq"]
+        r_busy = statistics.median(x["busy_ms"] for x in rr) / 1000
+        r_jvm = statistics.median(x["other_cpu_s"] for x in rr)
+        r_queue = {k: statistics.median(x["queue_ms"].get(k, 0) for x in rr) / 1000 for k in ("source", "shuffle")}
+        rocketmq = {"produce_s": t_produce_rmq, "a_rmq_busy_s": r_busy, "a_rmq_jvm_cpu_s": r_jvm,
+                    "a_rmq_queue_s": r_queue, "speed_a_rmq_over_a": med["a"] / med["a_rmq"],
+                    "speed_a_rmq_over_c": med["c"] / med["a_rmq"],
+                    "rss_max_bytes": max(x["rocketmq_rss_bytes"] for x in rr)}
+        print(f"  (a-rmq) rstream on RocketMQ (LocalRocketMQ), the same job   {med['a_rmq']:7.2f} s  "
+              f"{fmt_rate(n, med['a_rmq'])} words  (best {best['a_rmq']:.2f} s)")
+        print(f"      sum of batch busy time     {r_busy:7.2f} s;  task time, source queues {r_queue['source']:.2f} s, "
+              f"shuffle queues {r_queue['shuffle']:.2f} s")
+        print(f"      RocketMQ's JVMs' CPU during the run {r_jvm:7.2f} s (median)")
+        ratio = rocketmq["speed_a_rmq_over_a"]
+        print(f"  speed a-rmq/a = {ratio:.3f}  (RocketMQ over the embedded broker; target >= 0.5: "
+              f"{'MET' if ratio >= 0.5 else 'NOT MET'})   speed a-rmq/c = {rocketmq['speed_a_rmq_over_c']:.3f} "
+              "(over Spark native)", flush=True)
     print(f"  busy-time speed a/b = {med['b'] / a_busy:.3f};  busy-time speed a/c(trigger) = "
           f"{(statistics.median(c_trigger) / 1000 / a_busy) if c_trigger else float('nan'):.3f}", flush=True)
     return {"words": n, "sentences": len(sentences), "distinct": len(expected), "produce_s": t_produce,
@@ -538,7 +585,8 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
             "a_trigger_s": statistics.median(a_trigger) / 1000 if a_trigger else None,
             "speed_a_over_b": speed_ab, "speed_a_over_c": speed_ac, "a2_busy_s": a2_busy,
             "speed_a2_over_b": med["b"] / med["a2"], "speed_a2_over_c": med["c"] / med["a2"],
-            "speed_a_over_d": med["d"] / med["a"], "speed_a2_over_d2": med["d2"] / med["a2"], "runs": runs}
+            "speed_a_over_d": med["d"] / med["a"], "speed_a2_over_d2": med["d2"] / med["a2"],
+            "rocketmq": rocketmq, "runs": runs}
 
 
 def bench_windows(args: argparse.Namespace, spark: Any, broker: Any, root: Path) -> dict[str, Any]:

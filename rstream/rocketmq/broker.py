@@ -442,6 +442,7 @@ class RocketMQBroker:
         # key -> the properties field of a record with no headers, no tags and the batch's born time:
         # most records of an append (a sink's, a shuffle's) are such records, their keys repeating
         plain: dict[MessageKey, bytes] = {}
+        stamped: dict[tuple[MessageKey, int], bytes] = {}  # (key, born) -> the same with a born time of its own
         batch, born0 = BatchBody(), 0
         data, count = batch.data, 0  # the batch's bytes and messages, kept here (BatchBody.add_field inlined)
         name = topic.info.name
@@ -460,7 +461,9 @@ class RocketMQBroker:
                     text += known
                 if tags is not None:
                     text += f"TAGS\x01{tags}\x02"
-                field = properties_field(text.encode())
+                field = own_field = properties_field(text.encode())
+                if born != born0:
+                    field = properties_field(f"{text}{_BORN}\x01{born}\x02".encode())
             else:
                 text = None
                 try:
@@ -471,11 +474,14 @@ class RocketMQBroker:
                 except TypeError:
                     _key_property(k)  # raises: not a key
                     raise
-            own_field = field  # without a born time of its own: what a record starting a batch carries
-            if born != born0:
-                if text is None:
-                    text = own if k is None else own + _key_property(k)
-                field = properties_field(f"{text}{_BORN}\x01{born}\x02".encode())
+                own_field = field  # without a born time of its own: what a record starting a batch carries
+                if born != born0:  # records born at a few times (each a send of the input) share a few fields
+                    try:
+                        field = stamped[(k, born)]
+                    except KeyError:
+                        if text is None:
+                            text = own if k is None else own + _key_property(k)
+                        field = stamped[(k, born)] = properties_field(f"{text}{_BORN}\x01{born}\x02".encode())
             n = len(body)
             size = 20 + n + len(field)
             if count and (len(data) + size > _MAX_BATCH_BYTES or count >= _MAX_BATCH_MESSAGES):

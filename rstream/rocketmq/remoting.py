@@ -45,6 +45,7 @@ SEND_BATCH_MESSAGE = 320
 GET_TOPIC_CONFIG = 351
 
 SUCCESS = 0
+SYSTEM_BUSY = 2  # flow control: the server refused the request before running it (RemotingSysResponseCode)
 TOPIC_NOT_EXIST = 17
 PULL_NOT_FOUND = 19
 PULL_RETRY_IMMEDIATELY = 20
@@ -129,6 +130,9 @@ class Connection:
     While the server cannot be reached (a broker restarting), a request waits and tries again for
     up to ``reconnect_s`` seconds; a send whose connection broke after it left raises
     ``OutcomeUnknownError`` unless the caller says sending it twice is harmless (``repeatable``).
+    A request the server refused as busy (``SYSTEM_BUSY``: RocketMQ's flow control, e.g. a send
+    that waited more than 200 ms in the broker's queue on a loaded machine) was never run, so it is
+    sent again after a pause, for up to ``reconnect_s`` seconds too, as RocketMQ's own producer does.
     """
 
     def __init__(self, addr: str, timeout: float = 10.0, reconnect_s: float = 60.0) -> None:
@@ -154,7 +158,7 @@ class Connection:
         """Send a request and return its response (any code: the caller checks it)."""
         again = code not in _SENDS if repeatable is None else repeatable
         deadline = time.monotonic() + self.reconnect_s
-        pause = 0.05
+        pause = busy_pause = 0.05
         with self._lock:
             while True:
                 sent = False
@@ -172,7 +176,11 @@ class Connection:
                     while True:
                         reply = _read_frame(self._sock)
                         if reply.flag & _RESPONSE and reply.opaque == self._opaque:
-                            return reply
+                            break
+                    if reply.code != SYSTEM_BUSY or time.monotonic() > deadline:
+                        return reply
+                    time.sleep(busy_pause)  # refused before it ran (fast failure, a full queue): again
+                    busy_pause = min(busy_pause * 2, 1.0)
                 except OSError as exc:  # refused, reset, closed or timed out
                     if self._sock is not None:
                         self._sock.close()

@@ -1,0 +1,163 @@
+"""Bench parts on a real Apache RocketMQ: a ``LocalRocketMQ`` (name server + broker JVMs on 127.0.0.1)
+started by the bench in its temporary folder, the JVMs' CPU (per thread, by RocketMQ's thread names),
+and an in-process profile of the word count on it (no Spark: rstream's Python, RocketMQ's JVM, waits)."""
+
+from __future__ import annotations
+
+import collections
+import cProfile
+import io
+import os
+import pstats
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.report import print_top, top_rows
+
+
+def missing() -> str | None:
+    """Why LocalRocketMQ cannot start here (its jars missing), or None."""
+    from rstream.rocketmq.local import ROCKETMQ_VERSION, default_lib
+
+    lib = default_lib()
+    jars = [f"rocketmq-{name}-{ROCKETMQ_VERSION}.jar" for name in ("namesrv", "broker", "proxy")]
+    if all((lib / jar).is_file() for jar in jars):
+        return None
+    return (f"RocketMQ {ROCKETMQ_VERSION}'s jars are not in {lib} (LocalRocketMQ runs them): run `bash setup.sh` "
+            "once (it fetches them with Maven), or leave the RocketMQ part out with --skip rocketmq")
+
+
+def start(root: Path) -> tuple[Any, dict[str, Any]]:
+    """A LocalRocketMQ in ``root / "rocketmq"``, started; ``(mq, facts)``: start time, pids, RSS."""
+    from rstream.rocketmq import LocalRocketMQ
+
+    mq = LocalRocketMQ(root / "rocketmq")
+    try:
+        mq.start()
+    except BaseException:
+        mq.stop()
+        raise
+    facts = {"start_s": mq.start_seconds, "rss_after_start_bytes": mq.rss_bytes(), "pids": dict(mq.pids)}
+    return mq, facts
+
+
+def jvm_cpu(mq: Any) -> float:
+    """CPU seconds (user + system) the LocalRocketMQ's JVMs used so far."""
+    import psutil
+
+    total = 0.0
+    for pid in mq.pids.values():
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def thread_cpu(mq: Any) -> collections.Counter[tuple[str, str]]:
+    """CPU seconds per (JVM, thread name with digits as #) of the LocalRocketMQ's JVMs (Linux)."""
+    import psutil
+
+    out: collections.Counter[tuple[str, str]] = collections.Counter()
+    for jvm, pid in mq.pids.items():
+        try:
+            threads = psutil.Process(pid).threads()
+        except psutil.Error:
+            continue
+        for t in threads:
+            try:
+                name = Path(f"/proc/{pid}/task/{t.id}/comm").read_text().strip()
+            except OSError:
+                name = "?"
+            out[(jvm, re.sub(r"\d+", "#", name))] += t.user_time + t.system_time
+    return out
+
+
+def _thread_rows(before: collections.Counter[tuple[str, str]], after: collections.Counter[tuple[str, str]],
+                 top: int = 8) -> list[dict[str, Any]]:
+    used = collections.Counter({k: v - before.get(k, 0.0) for k, v in after.items()})
+    return [{"jvm": jvm, "thread": name, "cpu_s": round(s, 2)} for (jvm, name), s in used.most_common(top) if s > 0.005]
+
+
+#: The calls whose cumulative time a profile reports apart: the waits on RocketMQ and the codec.
+_WAITS = {
+    "remoting.py(send_batch)": "send requests, to the broker's reply (RocketMQ stores the batch)",
+    "broker.py(_await)": "waits until a commit record is readable (RocketMQ's reput)",
+    "remoting.py(pull)": "pull requests, to the reply",
+    "<method 'recv' of '_socket.socket' objects>": "socket recv (waiting for any reply)",
+    "<method 'sendall' of '_socket.socket' objects>": "socket sendall",
+    "broker.py(_send_queue)": "encoding and sending records (broker._send_queue)",
+    "remoting.py(decode_messages)": "decoding pulled messages",
+}
+
+
+def _waits(prof: cProfile.Profile) -> dict[str, dict[str, Any]]:
+    stats = pstats.Stats(prof, stream=io.StringIO())
+    out = {}
+    for (file, _line, fn), (_cc, nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        name = fn if file == "~" else f"{os.path.basename(file)}({fn})"
+        if name in _WAITS:
+            out[name] = {"what": _WAITS[name], "calls": nc, "cumtime_s": round(ct, 3), "tottime_s": round(tt, 3)}
+    return out
+
+
+def profile_wordcount(mq: Any, broker: Any, embedded: Any, root: Path, source: str, words: int,
+                      expected: dict[str, int], top: int) -> dict[str, Any]:
+    """The word count's tasks in this process (``InProcessJob``, no Spark), on RocketMQ and on the
+    embedded broker, over the same source topic:
+
+    1. on RocketMQ, no profiler: wall, this process's CPU, the JVMs' CPU by thread; sink verified;
+    2. on the embedded broker, no profiler: wall and CPU (the same Python work without RocketMQ);
+    3. on RocketMQ under cProfile: the top functions, and the waits on RocketMQ apart.
+    """
+    from bench.workloads import read_sink_counts, wordcount_topology
+    from rstream.runtime.inprocess import InProcessJob
+
+    props = {"max_records_per_queue": words}
+
+    def job(b: Any, name: str) -> Any:
+        return InProcessJob(wordcount_topology(name, source, f"{name}-counts"), b, root / "profile-rmq" / name, props)
+
+    out: dict[str, Any] = {}
+    j = job(broker, "wc-rmq-plain")
+    th0, jvm0, cpu0, t0 = thread_cpu(mq), jvm_cpu(mq), time.process_time(), time.perf_counter()
+    j.run_until_idle()
+    wall, cpu, jvm = time.perf_counter() - t0, time.process_time() - cpu0, jvm_cpu(mq) - jvm0
+    threads = _thread_rows(th0, thread_cpu(mq))
+    got = read_sink_counts(broker, "wc-rmq-plain-counts")
+    assert got == expected, "the in-process word count on RocketMQ is wrong"
+    out["rocketmq"] = {"wall_s": round(wall, 3), "python_cpu_s": round(cpu, 3), "jvm_cpu_s": round(jvm, 3),
+                       "jvm_threads": threads,
+                       "source_task_s": round(sum(i["millis"] for i in j.infos if i["topic"] == source) / 1000, 3),
+                       "shuffle_task_s": round(sum(i["millis"] for i in j.infos if i["topic"] != source) / 1000, 3)}
+    j = job(embedded, "wc-emb-plain")
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    j.run_until_idle()
+    out["embedded"] = {"wall_s": round(time.perf_counter() - t0, 3), "python_cpu_s": round(time.process_time() - cpu0, 3)}
+    j = job(broker, "wc-rmq-prof")
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    j.run_until_idle()
+    prof.disable()
+    out["cprofile"] = {"wall_profiled_s": round(time.perf_counter() - t0, 3), "top": top_rows(prof, top),
+                       "waits": _waits(prof)}
+    return out
+
+
+def print_profile(p: dict[str, Any], words: int) -> None:
+    r, e, c = p["rocketmq"], p["embedded"], p["cprofile"]
+    print(f"\n[rocketmq] the word count's tasks in this process (InProcessJob, no Spark, one core), {words} words:")
+    print(f"  on RocketMQ      wall {r['wall_s']:6.2f} s   this process's CPU {r['python_cpu_s']:5.2f} s   "
+          f"RocketMQ's JVMs' CPU {r['jvm_cpu_s']:5.2f} s   (source tasks {r['source_task_s']:.2f} s, "
+          f"shuffle tasks {r['shuffle_task_s']:.2f} s; sink verified)")
+    print(f"  on the embedded  wall {e['wall_s']:6.2f} s   this process's CPU {e['python_cpu_s']:5.2f} s")
+    print("  RocketMQ's JVM threads, CPU during the run: "
+          + ", ".join(f"{t['thread']} {t['cpu_s']:.2f} s" for t in r["jvm_threads"]))
+    print(f"\n[rocketmq] under cProfile ({c['wall_profiled_s']} s): waits and codec, cumulative")
+    for w in sorted(c["waits"].values(), key=lambda w: -w["cumtime_s"]):
+        print(f"  {w['cumtime_s']:8.3f} s  {w['calls']:7d} calls  {w['what']}")
+    print_top(c["top"])
