@@ -445,7 +445,7 @@ class Client:
 
     def send_batch(self, broker: str, topic: str, queue: int,
                    messages: BatchBody | Sequence[tuple[bytes, Mapping[str, str]]],
-                   born_timestamp: int, producer_group: str = "rstream-producer") -> int:
+                   born_timestamp: int, producer_group: str = "rstream-writer") -> int:
         """Append ``messages`` (a ``BatchBody``, or (body, properties) pairs) to one queue in one
         request; the first's offset. RocketMQ stores a batch's messages contiguously in the queue and
         gives them one born time. At most ``maxMessageSize`` bytes (4 MB by default) in all."""
@@ -456,7 +456,7 @@ class Client:
         return int(reply.ext["queueOffset"])
 
     def send(self, broker: str, topic: str, queue: int, body: bytes, properties: Mapping[str, str],
-             born_timestamp: int, producer_group: str = "rstream-producer", repeatable: bool = False) -> int:
+             born_timestamp: int, producer_group: str = "rstream-writer", repeatable: bool = False) -> int:
         """Append one message to one queue; its offset. ``repeatable``: storing it twice is harmless,
         so a send whose connection broke is sent again."""
         reply = self.conn(broker).call(SEND_MESSAGE, {
