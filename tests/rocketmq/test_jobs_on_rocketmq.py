@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,14 @@ from typing import Any
 import pytest
 
 from rstream import Time, TumblingWindow
-from tests.support.jobs import assert_exact_counts, job_id, sink_values, wordcount
+from tests.support.jobs import (
+    WORDCOUNT_TO_KILL,
+    assert_exact_counts,
+    broker_arg,
+    job_id,
+    sink_values,
+    wordcount,
+)
 from tests.support.joins import emitted, events, join_job, windowed_pairs
 from tests.support.processes import child_env
 from tests.support.reference import split_late, window_frame
@@ -76,19 +82,6 @@ def test_a_windowed_join_is_exact(rocket_broker: Any, make_rocket_job: Any) -> N
     assert len(job.late_records()) == len(late_l) + len(late_r)
 
 
-_CRASH_SCRIPT = textwrap.dedent("""
-    import sys, time
-    from rstream import RocketMQStream, get_spark
-    from rstream.rocketmq import RocketMQBroker
-    from tests.support.jobs import wordcount
-    broker = RocketMQBroker(sys.argv[1])
-    spark = get_spark("local[2]", tmp_dir=sys.argv[3])
-    job = RocketMQStream(wordcount(sys.argv[4]).build(), {"data_dir": sys.argv[2], "max_records_per_queue": 15,
-                         "trigger_interval_ms": 20}, broker=broker, spark=spark)
-    job.start()
-    print("started", flush=True)
-    time.sleep(600)
-""")
 
 
 def test_the_whole_job_killed_again_and_again_then_finished(rocket_broker: Any, make_rocket_job: Any,
@@ -102,7 +95,7 @@ def test_the_whole_job_killed_again_and_again_then_finished(rocket_broker: Any, 
     data_dir = tmp_path / "data"
     reached = 0
     for round_ in range(3):
-        proc = subprocess.Popen([sys.executable, "-c", _CRASH_SCRIPT, rocket_broker.namesrv, str(data_dir),
+        proc = subprocess.Popen([sys.executable, "-c", WORDCOUNT_TO_KILL, broker_arg(rocket_broker), str(data_dir),
                                  str(tmp_path / f"tmp{round_}"), name], env=child_env(), start_new_session=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         try:

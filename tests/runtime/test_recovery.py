@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,7 +15,14 @@ from typing import Any
 import pytest
 
 from rstream import EmbeddedBroker, JobError
-from tests.support.jobs import assert_exact_counts, job_id, sink_values, wordcount
+from tests.support.jobs import (
+    WORDCOUNT_TO_KILL,
+    assert_exact_counts,
+    broker_arg,
+    job_id,
+    sink_values,
+    wordcount,
+)
 
 BATCH_1 = ["a b c a", "b d", "e f a"]
 BATCH_2 = ["a a z", "d e", "c c c"]
@@ -119,18 +125,6 @@ def test_a_batch_that_failed_between_its_two_stages_is_rerun_exactly(broker: Emb
     assert sum(q.records_in for q in rerun.queues if q.topic == "sentences") == len(BATCH_1 + BATCH_2)
 
 
-_CRASH_SCRIPT = textwrap.dedent("""
-    import sys, time
-    from rstream import EmbeddedBroker, RocketMQStream, get_spark
-    from tests.support.jobs import wordcount
-    broker = EmbeddedBroker(sys.argv[1])
-    spark = get_spark("local[2]", tmp_dir=sys.argv[3])
-    job = RocketMQStream(wordcount(sys.argv[4]).build(), {"data_dir": sys.argv[2], "max_records_per_queue": 15,
-                         "trigger_interval_ms": 20}, broker=broker, spark=spark)
-    job.start()
-    print("started", flush=True)
-    time.sleep(600)
-""")
 
 
 def test_kill_9_of_the_whole_process_then_restart(broker: EmbeddedBroker, make_job: Any, tmp_path: Path) -> None:
@@ -141,7 +135,7 @@ def test_kill_9_of_the_whole_process_then_restart(broker: EmbeddedBroker, make_j
     data_dir = tmp_path / "data"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CRASH_SCRIPT, str(broker.path), str(data_dir), str(tmp_path / "tmp"), name],
+        [sys.executable, "-c", WORDCOUNT_TO_KILL, broker_arg(broker), str(data_dir), str(tmp_path / "tmp"), name],
         env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )
     try:

@@ -4,6 +4,8 @@ count (with its exact-counts check against ``collections.Counter``)."""
 from __future__ import annotations
 
 import itertools
+import pickle
+import textwrap
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -42,3 +44,24 @@ def assert_exact_counts(broker: EmbeddedBroker, sink: str, sentences: list[str])
     got = sink_values(broker, sink)
     # every word's running counts, each exactly once and in order: 1, 2, ..., n
     assert {w: [int(v) for v in vs] for w, vs in got.items()} == {w: list(range(1, n + 1)) for w, n in expected.items()}
+
+
+#: A word count started in a process of its own, to be killed with SIGKILL mid-batch: ``python -c
+#: WORDCOUNT_TO_KILL <broker> <data_dir> <spark tmp dir> <job id>``, the broker as ``broker_arg`` gives it.
+WORDCOUNT_TO_KILL = textwrap.dedent("""
+    import pickle, sys, time
+    from rstream import RocketMQStream, get_spark
+    from tests.support.jobs import wordcount
+    broker = pickle.loads(bytes.fromhex(sys.argv[1]))
+    spark = get_spark("local[2]", tmp_dir=sys.argv[3])
+    job = RocketMQStream(wordcount(sys.argv[4]).build(), {"data_dir": sys.argv[2], "max_records_per_queue": 15,
+                         "trigger_interval_ms": 20}, broker=broker, spark=spark)
+    job.start()
+    print("started", flush=True)
+    time.sleep(600)
+""")
+
+
+def broker_arg(broker: Any) -> str:
+    """A broker as a command-line argument of ``WORDCOUNT_TO_KILL`` (any broker pickles as a handle)."""
+    return pickle.dumps(broker).hex()
