@@ -9,6 +9,7 @@ processors themselves are made per queue (third build) by ``Topology.build_proce
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -270,6 +271,18 @@ class Topology:
         return {"text/html": self.real_svg(), "text/plain": self.describe()}
 
 
+def copy_name(name: str, pipeline: str, job_id: str, many: bool) -> str:
+    """The name of one of several real nodes standing for one logical node (after a union of streams
+    of different pipelines, one copy per pipeline up to the next shuffle): ``UNION-5@orders`` in the
+    pipeline of source topic ``orders``, ``MAP-8@COUNT-4`` in that of COUNT-4's shuffle topic, so each
+    copy has its own counters, dead letters and place on a trace. A single node keeps its name."""
+    if not many:
+        return name
+    prefix = f"{job_id}-ROCKETMQ-"
+    where = pipeline[len(prefix):].removesuffix("-shuffleTopic") if pipeline.startswith(prefix) else pipeline
+    return f"{name}@{where}"
+
+
 def _lit(on: bool) -> tuple[tuple[str, str], ...]:
     return (("color", HIGHLIGHT), ("penwidth", "3")) if on else ()
 
@@ -337,17 +350,22 @@ class TopologyBuilder:
             (parent, name suffix, key function or None, join side). ``combine``: the fold of the
             aggregation after the shuffle where it may combine before it (and ``window`` its window)."""
             shuffle = shuffle_topic_name(self.graph.job_id, lnode)
+            copies = Counter(suffix for _, suffix, _, _ in sides)
             for parent, suffix, key_fn, side in sides:
+                def name(kind: str, parent: RealNode = parent, suffix: str = suffix) -> str:
+                    return copy_name(f"{kind}{suffix}-{lnode.number}", parent.pipeline, self.graph.job_id,
+                                     copies[suffix] > 1)
+
                 if key_fn is not None:
-                    parent = add(RealNode(KEY_BY, f"KEY_BY{suffix}-{lnode.number}", parent.pipeline,
+                    parent = add(RealNode(KEY_BY, name("KEY_BY"), parent.pipeline,
                                           {"fn": key_fn, "detail": describe_callable(key_fn)},
                                           logical=lnode.number), [parent])
                 if combine is not None and self.combine:  # the rewrite: partials instead of records
-                    parent = add(RealNode(COMBINE, f"COMBINE{suffix}-{lnode.number}", parent.pipeline,
+                    parent = add(RealNode(COMBINE, name("COMBINE"), parent.pipeline,
                                           {"fold": combine, "combine_window": window,
                                            "detail": _combine_detail(lnode, combine, window)},
                                           logical=lnode.number), [parent])
-                add(RealNode(SHUFFLE_SINK, f"SHUFFLE_SINK{suffix}-{lnode.number}", parent.pipeline,
+                add(RealNode(SHUFFLE_SINK, name("SHUFFLE_SINK"), parent.pipeline,
                              {"topic": shuffle, "queues": self.shuffle_queues, "detail": shuffle,
                               "framed": framed, "side": side},
                              logical=lnode.number), [parent])
@@ -390,6 +408,8 @@ class TopologyBuilder:
             by_pipeline: dict[str, list[RealNode]] = {}
             for p in parents:
                 by_pipeline.setdefault(p.pipeline, []).append(p)
-            out[lnode.number] = [add(RealNode(spec, lnode.name, pipeline, dict(params), logical=lnode.number), ps)
+            many = len(by_pipeline) > 1
+            out[lnode.number] = [add(RealNode(spec, copy_name(lnode.name, pipeline, self.graph.job_id, many), pipeline,
+                                              dict(params), logical=lnode.number), ps)
                                  for pipeline, ps in by_pipeline.items()]
         return topo

@@ -104,8 +104,8 @@ def test_a_record_of_the_second_input_is_traced_through_the_union(broker: Embedd
     record = next(m for m in broker.read("b") if m.body == b"y z")
     trace = job.trace("b", record.queue_id, record.offset)
     assert trace.exact
-    assert {"SOURCE-3", "FLAT_MAP-4", "UNION-5", "KEY_BY-6", "COUNT-7"} <= set(trace.operators)
-    assert not {"SOURCE-1", "FLAT_MAP-2"} & set(trace.operators)  # the other input's branch is not on its path
+    assert {"SOURCE-3", "FLAT_MAP-4", "UNION-5@b", "KEY_BY-6@b", "SHUFFLE_SINK-7@b", "COUNT-7"} <= set(trace.operators)
+    assert not {"SOURCE-1", "FLAT_MAP-2", "UNION-5@a", "KEY_BY-6@a"} & set(trace.operators)  # the other input's branch is not on its path
     sinks = trace.to_pandas()
     sinks = sinks[sinks["kind"] == "sink"]
     y, z = sorted(sinks["value"])  # y's count then depends on the order of its shuffle queue
