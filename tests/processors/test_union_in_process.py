@@ -143,3 +143,28 @@ def test_a_union_of_an_aggregation_s_results_and_a_source(tmp_path: Path) -> Non
         running.update(range(1, n + 1))
     running.update(o["amount"] for o in us_orders)
     assert got == running
+
+
+@FAST
+@given(n=st.integers(1, 40), seed=st.integers(0, 10_000), per_range=st.sampled_from([3, 1000]))
+def test_one_topic_read_twice_and_merged_gives_each_record_twice(tmp_path: Path, n: int, seed: int, per_range: int) -> None:
+    """Two sources of one topic are two roots of its pipeline, both feeding one union node: what comes
+    after it runs (and flushes, and keeps its watermark) once per batch, with every record twice."""
+    broker, root = fresh(tmp_path)
+    per_queue = produce(broker, "eu", orders(n, seed, "eu"), 2)
+    b = StreamBuilder("union-twice", shuffle_queues=2)
+    first = b.source("eu", JsonDeserializer()).select_timestamp(lambda o: o["ts"])
+    second = b.source("eu", JsonDeserializer()).select_timestamp(lambda o: o["ts"])
+    merged = first.union(second)
+    merged.key_by(lambda o: o["sku"]).count().to_rstream().sink("counts", JsonSerializer(with_key=True))
+    (merged.key_by(lambda o: o["sku"]).window(TumblingWindow(5000)).sum(lambda o: o["amount"]).to_rstream()
+     .sink("results", JsonSerializer(with_key=True)))
+    job = run(b, broker, root, max_records_per_queue=per_range, **EXACT)
+    everything = [o for records in per_queue.values() for o in records]
+    totals = Counter(o["sku"] for o in everything + everything)
+    assert emitted(broker, "counts") == {sku: list(range(1, n + 1)) for sku, n in totals.items()}
+    twice = {q: [o for o in records for _ in range(2)] for q, records in per_queue.items()}
+    on_time, late = split_late(twice, lambda o: o["ts"], LATENESS)
+    frame = window_frame(on_time, lambda o: o["sku"], lambda o: o["ts"], lambda o: o["amount"], 5000)
+    assert results(broker) == {(k, s, e): v for (k, s, e), v in frame.groupby(["key", "start", "end"])["value"].sum().items()}
+    assert sum(info.get("late", 0) for info in job.infos) == len(late)
