@@ -132,3 +132,23 @@ def test_count_with_a_selector_counts_every_record_as_rocketmq_streams_1_1(tmp_p
     expected = {age: list(range(1, n + 1)) for age, n in Counter(u["age"] for u in users).items()}
     assert emitted(broker, "with") == emitted(broker, "without") == expected
     assert json.loads(next(iter(broker.read("with"))).body)["value"] == 1
+
+
+@FAST
+@given(n=st.integers(1, 80), seed=st.integers(0, 10_000), combine=st.booleans(), per_range=st.sampled_from([6, 1000]))
+def test_a_window_count_after_filter_equals_the_reference_with_and_without_the_combine_rewrite(
+        tmp_path: Path, n: int, seed: int, combine: bool, per_range: int) -> None:
+    """The combine node (partial counts per key and window) comes after the filter, in the source's pipeline."""
+    broker, root = fresh(tmp_path)
+    per_queue = produce(broker, "clicks", clicks(n, seed), 2)
+    b = StreamBuilder("parity-count-win", shuffle_queues=3)
+    (b.source("clicks", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["user"])
+     .window(SlidingWindow(4000, 2000)).filter(lambda e: e["amount"] % 3 != 0).count()
+     .to_rstream().sink("results", JsonSerializer(with_key=True)))
+    assert any(node.kind == "combine" for node in b.build().nodes)
+    job = run(b, broker, root, combine=combine, max_records_per_queue=per_range, **EXACT)
+    kept = {q: [e for e in records if e["amount"] % 3 != 0] for q, records in per_queue.items()}
+    on_time, late = split_late(kept, lambda e: e["ts"], LATENESS)
+    frame = window_frame(on_time, lambda e: e["user"], lambda e: e["ts"], lambda e: 1, 4000, 2000)
+    assert results(broker) == frame.groupby(["key", "start", "end"]).size().to_dict()
+    assert sum(info.get("late", 0) for info in job.infos) == len(late)
