@@ -4,6 +4,7 @@ after a union closes only when every input's watermark has passed its end (the m
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import random
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder, TumblingWindow
 from rstream.runtime.inprocess import InProcessJob
-from tests.support.inprocess import emitted, produce, results, run
+from tests.support.inprocess import emitted, produce, record_by_record, results, run
 from tests.support.reference import split_late, window_frame
 
 LATENESS = 2000
@@ -92,9 +93,10 @@ def test_a_window_after_a_union_waits_for_the_slowest_input(tmp_path: Path) -> N
 
 
 @FAST
-@given(n=st.integers(1, 50), m=st.integers(0, 50), seed=st.integers(0, 10_000), per_range=st.sampled_from([3, 1000]))
+@given(n=st.integers(1, 50), m=st.integers(0, 50), seed=st.integers(0, 10_000), per_range=st.sampled_from([3, 1000]),
+       chunked=st.booleans())
 def test_a_keyed_count_over_branches_of_one_stream_and_another_topic_is_exact(
-        tmp_path: Path, n: int, m: int, seed: int, per_range: int) -> None:
+        tmp_path: Path, n: int, m: int, seed: int, per_range: int, chunked: bool) -> None:
     """Big EU orders, EU orders again (the same stream given twice: each record comes twice) and US
     orders, counted per sku: every sku's running counts are 1, 2, ..., its total, each once."""
     broker, root = fresh(tmp_path)
@@ -106,7 +108,8 @@ def test_a_keyed_count_over_branches_of_one_stream_and_another_topic_is_exact(
     big = eu.filter(lambda o: o["amount"] > 25)
     (big.union(eu, us, eu).key_by(lambda o: o["sku"]).count().to_rstream()
      .sink("counts", JsonSerializer(with_key=True)))
-    run(b, broker, root, max_records_per_queue=per_range)
+    with contextlib.nullcontext() if chunked else record_by_record():
+        run(b, broker, root, max_records_per_queue=per_range)
     expected = Counter(o["sku"] for o in eu_orders if o["amount"] > 25)
     expected.update(o["sku"] for o in eu_orders + eu_orders + us_orders)
     assert emitted(broker, "counts") == {sku: list(range(1, total + 1)) for sku, total in expected.items()}
