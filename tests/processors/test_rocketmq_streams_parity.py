@@ -25,10 +25,8 @@ from rstream.processors.base import dead_letter_row
 from rstream.runtime.topics import dlq_topic_name
 from tests.support.inprocess import emitted, produce, record_by_record, results, run
 from tests.support.reference import split_late, window_frame
-from tests.support.windows import clicks
+from tests.support.windows import EXACT, LATENESS, clicks
 
-LATENESS = 2000
-EXACT = {"allowed_lateness_ms": LATENESS, "idle_timeout_ms": 600_000}
 _RUNS = itertools.count()
 FAST = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
