@@ -278,7 +278,8 @@ def _counter_line(counters: Mapping[str, Any] | None) -> str:
     if not counters:
         return ""
     parts = [f"{int(counters.get('records_in', 0)):,} in"]
-    for key, word in (("windows_open", "open"), ("windows_fired", "fired"), ("late", "late")):
+    for key, word in (("windows_open", "open"), ("windows_fired", "fired"), ("late", "late"),
+                      ("timers_pending", "timers"), ("timers_fired", "timers fired")):
         if counters.get(key):
             parts.append(f"{int(counters[key]):,} {word}")
     return "\n" + " · ".join(parts)
@@ -373,7 +374,7 @@ class TopologyBuilder:
                 window = windows.get(lnode.parents[0].number)
                 params["window"] = window
                 combine = _combinable(spec, params, window)
-                parent = shuffle_into(lnode, [(parent, "", None)], framed=window is not None, combine=combine,
+                parent = shuffle_into(lnode, [(parent, "", None)], framed=window is not None or spec.timed, combine=combine,
                                       window=window)
             elif spec.shuffle is Shuffle.JOIN:
                 right = out[lnode.parents[1].number]

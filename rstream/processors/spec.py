@@ -75,6 +75,8 @@ class OperatorSpec:
       shuffle (``aggregate_emit="batch"``): only folds whose merge is associative and commutative.
     - ``stateful``: keeps state in the state store (so its topic gets a state topic).
     - ``writes``: the kind of topic it writes to (drawn as an edge to it), if any.
+    - ``timed``: keeps event-time timers, so it needs the operator watermark: its shuffle topic
+      carries frames (each record's source watermark, watermark markers, idle ticks), as a window's.
     """
 
     kind: str
@@ -86,6 +88,7 @@ class OperatorSpec:
     combines: bool = False
     stateful: bool = False
     writes: str | None = None
+    timed: bool = False
 
     def __repr__(self) -> str:
         return f"<operator {self.kind}>"
