@@ -197,6 +197,7 @@ class ProcessProcessor(Processor):
     """A keyed process function on one shuffle queue (``rstream.processors.process`` says how)."""
 
     emits_results = True
+    results_later = True
 
     def __init__(self, name: str, fn: KeyedProcessFunction[Any, Any]) -> None:
         super().__init__(name)
