@@ -5,12 +5,18 @@ in ``job.state()``, in the progress counters and in ``job.trace``."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from rstream import EmbeddedBroker
 from tests.support.inprocess import emitted
-from tests.support.jobs import job_id
-from tests.support.process import MINUTE, Unpaid, orders, process_job
+from tests.support.jobs import broker_arg, job_id
+from tests.support.process import MINUTE, UNPAID_TO_KILL, Unpaid, orders, process_job
 from tests.support.reference import keyed_process
 
 LATENESS = 1000
@@ -67,3 +73,39 @@ def test_unpaid_orders_through_a_restart_with_local_state_deleted(broker: Embedd
     [alert] = hops[hops["kind"] == "emitted"].itertuples()
     assert alert.topic == "out" and alert.operator == "SINK-6" and alert.key == alerted
     assert "PROCESS-4 emitted in batch" in alert.note
+
+
+def test_kill_9_mid_batch_then_restart_fires_each_timer_once(broker: EmbeddedBroker, make_job: Any, tmp_path: Path) -> None:
+    """The whole job process (driver, JVM, Python workers) killed with SIGKILL while it works through
+    the orders; a new job resumes from the checkpoint: every alert once, as the reference says."""
+    every = orders(120, seed=5)
+    broker.create_topic("orders", queues=1)
+    broker.send_batch("orders", [json.dumps(e) for e in every])
+    name = job_id("unpaid-kill")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", UNPAID_TO_KILL, broker_arg(broker), str(tmp_path / "data"), str(tmp_path / "tmp"),
+         name, str(CHUNK)],
+        env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    shuffle = f"{name}-ROCKETMQ-PROCESS-4-shuffleTopic"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            tag = broker.last_commit(name, "orders", 0)
+            if tag is not None and tag.end_offset >= 8 * CHUNK and broker.has_topic("out") and sum(broker.end_offsets("out")):
+                break
+            assert proc.poll() is None, "the job process died on its own"
+            time.sleep(0.02)
+        else:
+            raise AssertionError("the job made no progress")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # mid-batch, timers pending
+        proc.wait()
+    assert broker.last_commit(name, "orders", 0).end_offset < len(every)
+    assert broker.has_topic(shuffle)
+    resumed = make_job(process_job(name, Unpaid(), key="order", source="orders"), max_records_per_queue=CHUNK, **EXACT)
+    resumed.run_until_idle()
+    got = emitted(broker, "out")
+    assert all(len(alerts) == 1 for alerts in got.values()), "an alert emitted twice"
+    assert got == keyed_process(every, Unpaid(), order_of, ts, LATENESS, CHUNK)

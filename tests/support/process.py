@@ -5,6 +5,7 @@ generated input and the job that runs one; compare with ``tests.support.referenc
 from __future__ import annotations
 
 import random
+import textwrap
 from typing import Any
 
 from rstream import JsonDeserializer, JsonSerializer, KeyedProcessFunction, StreamBuilder
@@ -103,3 +104,21 @@ def process_job(job: str, fn: Any, key: str = "user", source: str = "events", si
     (b.source(source, JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e[key])
      .process(fn).to_rstream().sink(sink, JsonSerializer(with_key=True)))
     return b
+
+
+#: The unpaid-orders job started in a process of its own, to be killed with SIGKILL mid-batch: ``python -c
+#: UNPAID_TO_KILL <broker> <data_dir> <spark tmp dir> <job id> <records per batch>``, the broker as
+#: ``tests.support.jobs.broker_arg`` gives it.
+UNPAID_TO_KILL = textwrap.dedent("""
+    import pickle, sys, time
+    from rstream import RocketMQStream, get_spark
+    from tests.support.process import Unpaid, process_job
+    broker = pickle.loads(bytes.fromhex(sys.argv[1]))
+    spark = get_spark("local[2]", tmp_dir=sys.argv[3])
+    job = RocketMQStream(process_job(sys.argv[4], Unpaid(), key="order", source="orders").build(),
+                         {"data_dir": sys.argv[2], "max_records_per_queue": int(sys.argv[5]), "trigger_interval_ms": 20,
+                          "allowed_lateness_ms": 1000, "idle_timeout_ms": 600_000}, broker=broker, spark=spark)
+    job.start()
+    print("started", flush=True)
+    time.sleep(600)
+""")
