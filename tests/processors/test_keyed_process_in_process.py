@@ -30,7 +30,7 @@ from rstream import (
 from rstream.runtime.inprocess import InProcessJob
 from rstream.state.store import StateStore
 from tests.support.inprocess import emitted, produce
-from tests.support.process import MINUTE, Dedup, Sessions, Unpaid, events, orders, process_job
+from tests.support.process import MINUTE, Dedup, Pings, Sessions, Unpaid, events, orders, process_job
 from tests.support.reference import keyed_process
 
 LATENESS = 1000
@@ -136,24 +136,6 @@ def test_timers_set_before_a_restart_with_the_local_state_deleted_fire_after_it_
     recs = [json.loads(m.body) for m in broker.read("orders", 0)]
     assert got == keyed_process(recs, Unpaid(), lambda e: e["order"], ts, LATENESS, 5)
     assert set(before) <= set(got)
-
-
-class Pings(KeyedProcessFunction[Any, Any]):
-    """A processing-time timer ``delay`` ms after each key's first record; it forwards how many came."""
-
-    def __init__(self, delay: int) -> None:
-        self.delay = delay
-
-    def process(self, key: Any, value: Any, ctx: Any) -> None:
-        n = ctx.state.get(0)
-        if n == 0:
-            ctx.register_processing_time_timer(ctx.current_processing_time() + self.delay)
-        ctx.state.set(n + 1)
-
-    def on_timer(self, key: Any, timestamp: int, ctx: Any) -> None:
-        assert ctx.time_domain == "processing_time"
-        ctx.forward(key, ctx.state.get())
-        ctx.state.clear()
 
 
 def test_processing_time_timers_fire_once_the_wall_clock_reaches_them(tmp_path: Path) -> None:

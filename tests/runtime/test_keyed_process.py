@@ -1,6 +1,7 @@
 """``grouped.process(fn)`` on Spark: unpaid-order alerts equal the plain reference, timers set before a
-restart with the local state deleted fire after it exactly once, and the operator is in both graphs,
-in ``job.state()``, in the progress counters and in ``job.trace``."""
+restart with the local state deleted (or a kill -9) fire after it exactly once, and the operator is in
+both graphs, in ``job.state()``, in the progress counters and in ``job.trace``; a running job's idle
+ticks fire processing-time timers."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 from rstream import EmbeddedBroker
 from tests.support.inprocess import emitted
 from tests.support.jobs import broker_arg, job_id
-from tests.support.process import MINUTE, UNPAID_TO_KILL, Unpaid, orders, process_job
+from tests.support.process import MINUTE, UNPAID_TO_KILL, Pings, Unpaid, events, orders, process_job
 from tests.support.reference import keyed_process
 
 LATENESS = 1000
@@ -109,3 +110,20 @@ def test_kill_9_mid_batch_then_restart_fires_each_timer_once(broker: EmbeddedBro
     got = emitted(broker, "out")
     assert all(len(alerts) == 1 for alerts in got.values()), "an alert emitted twice"
     assert got == keyed_process(every, Unpaid(), order_of, ts, LATENESS, CHUNK)
+
+
+def test_a_running_job_fires_processing_time_timers_while_no_input_comes(broker: EmbeddedBroker, make_job: Any) -> None:
+    clicks = events(30, seed=2, keys=3)
+    broker.create_topic("events", queues=2)
+    job = make_job(process_job(job_id("pings"), Pings(1500)), idle_timeout_ms=600, trigger_interval_ms=100)
+    job.start()
+    try:
+        broker.send_batch("events", [json.dumps(e) for e in clicks])
+        users = {e["user"] for e in clicks}
+        job.wait_for(lambda j: set(emitted(broker, "out")) == users, timeout=120, what="every key's ping")
+        time.sleep(2)  # more ticks: nothing fires twice
+    finally:
+        job.stop()
+    expected = {u: [sum(1 for e in clicks if e["user"] == u)] for u in users}
+    assert emitted(broker, "out") == expected
+    assert job.operator_totals()["PROCESS-4"]["timers_pending"] == 0

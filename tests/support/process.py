@@ -1,5 +1,6 @@
 """Keyed process functions the tests run in this process and on Spark (the README's examples: de-
-duplication with a time to live, an alert for an order not paid in time, sessions by hand), their
+duplication with a time to live, an alert for an order not paid in time, sessions by hand; and a
+processing-time timer), their
 generated input and the job that runs one; compare with ``tests.support.reference.keyed_process``."""
 
 from __future__ import annotations
@@ -73,6 +74,25 @@ class Sessions(KeyedProcessFunction[Any, Any]):
 
     def on_timer(self, user: Any, timestamp: int, ctx: Any) -> None:
         ctx.forward(user, ctx.state.get())
+        ctx.state.clear()
+
+
+class Pings(KeyedProcessFunction[Any, Any]):
+    """A processing-time timer ``delay`` ms (of wall clock) after each key's first record; it then
+    forwards how many records the key had."""
+
+    def __init__(self, delay: int) -> None:
+        self.delay = delay
+
+    def process(self, key: Any, value: Any, ctx: Any) -> None:
+        n = ctx.state.get(0)
+        if n == 0:
+            ctx.register_processing_time_timer(ctx.current_processing_time() + self.delay)
+        ctx.state.set(n + 1)
+
+    def on_timer(self, key: Any, timestamp: int, ctx: Any) -> None:
+        assert ctx.time_domain == "processing_time"
+        ctx.forward(key, ctx.state.get())
         ctx.state.clear()
 
 
