@@ -252,16 +252,21 @@ class ProcessProcessor(Processor):
         """Fire the event-time timers the watermark reached, then the processing-time timers due now."""
         if watermark < FIRE_ALL:
             self.context._watermark = max(self.context._watermark, watermark)
-        self._fire(EVENT_TIME, watermark)
-        self._fire(PROCESSING_TIME, self.context.current_processing_time())
+        store, (event, processing) = self.store, self.timer_names
+        # both lists first: a timer an on_timer sets fires at the next advance, whatever its domain
+        due = (store.timers_due(event, watermark), store.timers_due(processing, self.context.current_processing_time()))
+        self._fire(EVENT_TIME, due[0])
+        self._fire(PROCESSING_TIME, due[1])
 
-    def _fire(self, domain: int, up_to: int) -> None:
+    def _fire(self, domain: int, due: list[tuple[int, Any]]) -> None:
+        """Fire the timers ``due`` of ``domain``, earliest first (those still set: an earlier one's
+        ``on_timer`` may have deleted a later one of its key)."""
         where = self.timer_names[domain]
         store, c, fn = self.store, self.context, self.fn
         label = "event_time" if domain == EVENT_TIME else "processing_time"
-        for at, key in store.timers_due(where, up_to):
+        for at, key in due:
             if not store.has_timer(where, at, key):
-                continue  # deleted by the on_timer of an earlier timer of its key in this round
+                continue
             self._cancel(where, at, key)
             self.fired += 1
             c._begin(key, at, label)

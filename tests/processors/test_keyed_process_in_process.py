@@ -77,12 +77,13 @@ def test_unpaid_order_alerts_equal_the_reference(tmp_path: Path, n: int, seed: i
     run(process_job("unpaid", Unpaid(), key="order", source="orders"), broker, root, max_records_per_queue=chunk)
     expected = keyed_process(recs, Unpaid(), lambda e: e["order"], ts, LATENESS, chunk)
     assert emitted(broker, "out") == expected
-    # with the input in order of time, an alert is exactly an order not paid within 15 minutes
+    # with the input in order of time: no alert for an order paid within 15 minutes, one for each order
+    # never paid; one paid later is alerted if the watermark passed its 15 minutes before the payment came
     if all(ts(a) <= ts(b) for a, b in itertools.pairwise(recs)):
         paid = {e["order"]: ts(e) for e in recs if e["type"] == "paid"}
         created = {e["order"]: ts(e) for e in recs if e["type"] == "created"}
         late = {o for o, c in created.items() if o not in paid or paid[o] > c + 15 * MINUTE}
-        assert set(expected) == late
+        assert set(created) - set(paid) <= set(expected) <= late
 
 
 @FAST
