@@ -270,10 +270,10 @@ class ProcessProcessor(Processor):
             self._cancel(where, at, key)
             self.fired += 1
             c._begin(key, at, label)
-            what = f"{label} timer {at} of key {_short_repr(key)}"
             try:
                 fn.on_timer(key, at, c)
             except Exception as exc:
+                what = f"{label} timer {at} of key {_short_repr(key)}"
                 self._timer_failed(self.ctx.record_error(self.name, exc, what), at)
                 continue
             try:
@@ -282,9 +282,9 @@ class ProcessProcessor(Processor):
                 self._timer_failed(err, at)
 
     def _timer_failed(self, err: RecordError, at: int) -> None:
-        """A timer's ``on_timer`` (or what it forwarded) raised: the timer is gone, what the call did
-        is not applied, and the error goes to the dead-letter topic (``skip_data_error``, the default)
-        with the timer in its value; the other timers fire on."""
+        """A timer's ``on_timer`` raised (then nothing it did is applied), or an operator after it raised
+        on what it forwarded: the timer is gone, and the error goes to the dead-letter topic
+        (``skip_data_error``, the default) with the timer in its value; the other timers fire on."""
         if not self.ctx.settings.skip_data_error:
             raise err
         self.ctx.dead_letter(err, None, b"", at)

@@ -186,6 +186,38 @@ def test_a_call_that_raises_changes_nothing_and_becomes_a_dead_letter(tmp_path: 
         run(process_job("fussy-strict", Fussy(), shuffle_queues=1), broker, root, skip_data_error=False)
 
 
+class FailsOnTimer(KeyedProcessFunction[Any, Any]):
+    """A timer per key; ``on_timer`` raises for key ``u1`` after clearing its value."""
+
+    def process(self, key: Any, value: Any, ctx: Any) -> None:
+        ctx.state.set(value["n"])
+        ctx.register_event_time_timer(ctx.timestamp + 10_000)
+
+    def on_timer(self, key: Any, timestamp: int, ctx: Any) -> None:
+        ctx.forward(key, ctx.state.get())
+        ctx.state.clear()
+        if key == "u1":
+            raise KeyError("no such thing")
+
+
+def test_an_on_timer_that_raises_is_a_dead_letter_and_the_other_timers_fire(tmp_path: Path) -> None:
+    broker, root = fresh(tmp_path)
+    recs = [{"user": f"u{i}", "ts": 1_700_000_000_000 + i, "n": i} for i in range(3)]
+    produce(broker, "events", recs, queues=1)
+    job = run(process_job("timer-fails", FailsOnTimer(), shuffle_queues=1), broker, root)
+    assert emitted(broker, "out") == {"u0": [0], "u2": [2]}
+    [dead] = broker.read(f"{job.topology.job_id}-dlq")
+    assert "KeyError" in dead.headers["rstream-dlq-error"]
+    assert "event_time timer 1700000010001 of key 'u1'" in dead.headers["rstream-dlq-value"]
+    folder = next((job.job_dir / "state").glob("*/*-shuffleTopic/0"))
+    store = StateStore(folder, job.topology.state_topics[job.topology.framed_topics[0]], 0).open(read_only=True)
+    try:  # its value is still there (nothing its on_timer did was applied), its timer is gone
+        assert {key: value for _op, key, value in store.items("PROCESS-4")} == {"u1": 1}
+        assert store.timers("PROCESS-4") == []
+    finally:
+        store.close()
+
+
 class KeepsALambda(KeyedProcessFunction[Any, Any]):
     def process(self, key: Any, value: Any, ctx: Any) -> None:
         ctx.state.set(lambda: value)
