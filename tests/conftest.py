@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rstream import EmbeddedBroker, StreamBuilder
+# The shared checks (``tests.support``'s ``assert_exact_counts`` and the like) report a failing assert
+# with its values, as a test module's own asserts do: registered before anything imports them.
+pytest.register_assert_rewrite("tests.support")
+
+from rstream import EmbeddedBroker, StreamBuilder  # noqa: E402
 
 if TYPE_CHECKING:  # loaded by the fixtures that need Spark: the pure-Python tests never load pyspark
     from rstream import RocketMQStream

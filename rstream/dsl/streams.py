@@ -24,6 +24,7 @@ from rstream.processors.stateless import (
     SELECT_TIMESTAMP,
     TO_RSTREAM,
 )
+from rstream.processors.union import UNION
 from rstream.processors.window import WINDOW
 from rstream.serde import as_serializer
 from rstream.time.windows import SessionWindow, Window, WindowKey
@@ -128,6 +129,32 @@ class RStream(_Stream[K, V]):
         """Left join with ``right``: every left record is emitted, with ``None`` for a missing right."""
         return JoinedStream(self, right, LEFT_JOIN)
 
+    def union(self, other: RStream[Any, Any], *more: RStream[Any, Any]) -> RStream[Any, Any]:
+        """One stream of the records of this stream and of ``other`` (and of ``more``): streams of
+        the same or different source topics, branches of one stream, streams after an aggregation's
+        ``to_rstream()``. Records keep their key, value and data time; nothing is shuffled. The
+        watermark of what follows is the minimum over the inputs' watermarks (a window after a union
+        closes only once every input has passed its end), as with Flink's ``DataStream.union`` and
+        Kafka Streams' ``merge``; RocketMQ Streams 1.1 has no union. A stream given twice gives each
+        of its records twice.
+
+        ``orders_eu.union(orders_us).key_by(lambda o: o["sku"]).count()``"""
+        others = (other, *more)
+        for i, stream in enumerate(others, start=1):
+            if not isinstance(stream, RStream):
+                hint = (" call .to_rstream() on it first" if isinstance(stream, (GroupedStream, WindowStream))
+                        else " pass streams made by builder.source(...) and their operators")
+                raise DslError(f"union merges RStreams; argument {i} is a {type(stream).__name__}:{hint}")
+            if stream._builder is not self._builder:
+                raise DslError(
+                    f"union merges streams of one job; argument {i} comes from StreamBuilder "
+                    f"{stream._builder.job_id!r}, this stream from {self._builder.job_id!r}: read both "
+                    "topics with one builder (builder.source(topic) for each)"
+                )
+        parents = [self._node, *(s._node for s in others)]
+        detail = f"{len(parents)} streams"
+        return RStream(self._builder, self._builder.graph.add(UNION, parents, detail=detail))
+
     def process(self, fn: Any) -> Any:
         """Not on an ungrouped stream: a keyed process function keeps state and timers per key, so
         key the stream first (``.key_by(fn).process(...)``). Raises ``DslError``."""
@@ -139,8 +166,15 @@ class GroupedStream(_Stream[K, V]):
     """A keyed stream. Aggregations keep one state per key and emit the updated result for every
     input record, as RocketMQ Streams does."""
 
-    def count(self) -> GroupedStream[K, int]:
-        """The number of records per key."""
+    def count(self, selector: Callable[[V], Any] | None = None) -> GroupedStream[K, int]:
+        """The number of records per key: every record counts.
+
+        ``selector`` is accepted for RocketMQ Streams 1.1's ``count(SelectAction)`` and, as there,
+        changes nothing: 1.1's ``GroupedStreamImpl.count(selectAction)`` builds the same counter as
+        ``count()`` and never calls the function, so ``count(lambda u: u.name)`` counts every record
+        of a key. To count only some records, filter first: ``grouped.filter(pred).count()``."""
+        if selector is not None:
+            _check_callable(selector, "count")
         return GroupedStream(self._builder, self._add(COUNT))
 
     def sum(self, fn: Callable[[V], N]) -> GroupedStream[K, N]:
@@ -176,6 +210,14 @@ class GroupedStream(_Stream[K, V]):
         """Replace each value by ``fn(value)``; the key stays."""
         _check_callable(fn, "map")
         return GroupedStream(self._builder, self._add(MAP, fn=fn, detail=describe_callable(fn)))
+
+    def flat_map(self, fn: Callable[[V], Iterable[V2]]) -> GroupedStream[K, V2]:
+        """Replace each value by every item of ``fn(value)`` (none, one or many), each with the
+        record's key and data time: ``grouped.flat_map(lambda line: line.split()).count()``.
+        (RocketMQ Streams has ``GroupedStream.flatMap`` after 1.1.1, returning an ``RStream``; here
+        the key stays and so does the grouping: ``.to_rstream()`` continues as a plain stream.)"""
+        _check_callable(fn, "flat_map")
+        return GroupedStream(self._builder, self._add(FLAT_MAP, fn=fn, detail=describe_callable(fn)))
 
     def filter(self, fn: Callable[[V], bool]) -> GroupedStream[K, V]:
         """Keep the records for which ``fn(value)`` is true."""
@@ -232,6 +274,21 @@ class GroupedStream(_Stream[K, V]):
 class WindowStream(_Stream[K, V]):
     """A keyed stream cut into windows. Each aggregation fires once per window and key."""
 
+    def filter(self, fn: Callable[[V], bool]) -> WindowStream[K, V]:
+        """Keep the records for which ``fn(value)`` is true, before the window aggregates them
+        (as RocketMQ Streams 1.1's ``WindowStream.filter``): a record filtered out opens no window
+        and is never late. It runs before the shuffle, so dropped records cost no shuffle.
+        ``window(w).filter(lambda o: o["paid"]).count()``"""
+        _check_callable(fn, "filter")
+        return WindowStream(self._builder, self._add(FILTER, fn=fn, detail=describe_callable(fn)))
+
+    def map(self, fn: Callable[[V], V2]) -> WindowStream[K, V2]:
+        """Replace each value by ``fn(value)`` before the window aggregates it (as RocketMQ Streams
+        1.1's ``WindowStream.map``); the key and the data time stay.
+        ``window(w).map(lambda o: o["amount"]).avg()``"""
+        _check_callable(fn, "map")
+        return WindowStream(self._builder, self._add(MAP, fn=fn, detail=describe_callable(fn)))
+
     def process(self, fn: Any) -> Any:
         """Not after ``window(...)``: a keyed process function sets its own timers. Raises ``DslError``."""
         raise DslError("process(fn) runs on a keyed stream, not on windows: drop .window(...) and set timers "
@@ -253,8 +310,13 @@ class WindowStream(_Stream[K, V]):
         _check_callable(fn, "max")
         return GroupedStream(self._builder, self._add(MAX, fn=fn, detail=describe_callable(fn)))
 
-    def avg(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, float]:
-        """The mean of ``fn(value)`` per key and window."""
+    def avg(self, fn: Callable[[V], N] | None = None) -> GroupedStream[WindowKey, float]:
+        """The mean of ``fn(value)`` per key and window; without ``fn`` (as RocketMQ Streams 1.1's
+        ``avg()``) the mean of the values themselves, which must be numbers (``int`` or ``float``,
+        not ``bool``): a record whose value is none is a record error (a dead letter), as 1.1 throws.
+        ``window(w).map(lambda o: o["amount"]).avg()`` equals ``window(w).avg(lambda o: o["amount"])``."""
+        if fn is None:
+            return GroupedStream(self._builder, self._add(AVG, fn=None))
         _check_callable(fn, "avg")
         return GroupedStream(self._builder, self._add(AVG, fn=fn, detail=describe_callable(fn)))
 

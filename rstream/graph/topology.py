@@ -9,6 +9,7 @@ processors themselves are made per queue (third build) by ``Topology.build_proce
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -270,6 +271,18 @@ class Topology:
         return {"text/html": self.real_svg(), "text/plain": self.describe()}
 
 
+def copy_name(name: str, pipeline: str, job_id: str, many: bool) -> str:
+    """The name of one of several real nodes standing for one logical node (after a union of streams
+    of different pipelines, one copy per pipeline up to the next shuffle): ``UNION-5@orders`` in the
+    pipeline of source topic ``orders``, ``MAP-8@COUNT-4`` in that of COUNT-4's shuffle topic, so each
+    copy has its own counters, dead letters and place on a trace. A single node keeps its name."""
+    if not many:
+        return name
+    prefix = f"{job_id}-ROCKETMQ-"
+    where = pipeline[len(prefix):].removesuffix("-shuffleTopic") if pipeline.startswith(prefix) else pipeline
+    return f"{name}@{where}"
+
+
 def _lit(on: bool) -> tuple[tuple[str, str], ...]:
     return (("color", HIGHLIGHT), ("penwidth", "3")) if on else ()
 
@@ -318,44 +331,51 @@ class TopologyBuilder:
 
     def build(self) -> Topology:
         topo = Topology(self.graph, self.shuffle_queues, self.combine)
-        out: dict[int, RealNode] = {}  # logical node number -> the real node its children attach to
+        # logical node number -> the real nodes its children attach to: one per pipeline it runs in
+        # (more than one after a union of streams from different pipelines, up to the next shuffle)
+        out: dict[int, list[RealNode]] = {}
 
-        def add(node: RealNode, parent: RealNode | None) -> RealNode:
+        def add(node: RealNode, parents: list[RealNode]) -> RealNode:
             topo.nodes.append(node)
-            if parent is None:
+            if not parents:
                 topo.pipelines.setdefault(node.pipeline, []).append(node)
-            else:
+            for parent in parents:
                 parent.children.append(node)
             return node
 
-        windows: dict[int, Any] = {}  # logical number of a window node -> its window
+        windows: dict[int, Any] = {}  # logical number of a window node (or of a map/filter after it) -> its window
 
-        def shuffle_into(lnode: LogicalNode, sides: list[tuple[RealNode, str, Any]], framed: bool,
+        def shuffle_into(lnode: LogicalNode, sides: list[tuple[RealNode, str, Any, int]], framed: bool,
                          combine: Any = None, window: Any = None) -> RealNode:
-            """Shuffle sink(s) in the parents' pipelines -> shuffle topic -> shuffle source. ``combine``:
-            the fold of the aggregation after the shuffle where it may combine before it (and ``window``
-            its window, if any)."""
+            """Shuffle sink(s) in the parents' pipelines -> shuffle topic -> shuffle source. Each side is
+            (parent, name suffix, key function or None, join side). ``combine``: the fold of the
+            aggregation after the shuffle where it may combine before it (and ``window`` its window)."""
             shuffle = shuffle_topic_name(self.graph.job_id, lnode)
-            for side, (parent, suffix, key_fn) in enumerate(sides):
+            copies = Counter(suffix for _, suffix, _, _ in sides)
+            for parent, suffix, key_fn, side in sides:
+                def name(kind: str, parent: RealNode = parent, suffix: str = suffix) -> str:
+                    return copy_name(f"{kind}{suffix}-{lnode.number}", parent.pipeline, self.graph.job_id,
+                                     copies[suffix] > 1)
+
                 if key_fn is not None:
-                    parent = add(RealNode(KEY_BY, f"KEY_BY{suffix}-{lnode.number}", parent.pipeline,
+                    parent = add(RealNode(KEY_BY, name("KEY_BY"), parent.pipeline,
                                           {"fn": key_fn, "detail": describe_callable(key_fn)},
-                                          logical=lnode.number), parent)
+                                          logical=lnode.number), [parent])
                 if combine is not None and self.combine:  # the rewrite: partials instead of records
-                    parent = add(RealNode(COMBINE, f"COMBINE{suffix}-{lnode.number}", parent.pipeline,
+                    parent = add(RealNode(COMBINE, name("COMBINE"), parent.pipeline,
                                           {"fold": combine, "combine_window": window,
                                            "detail": _combine_detail(lnode, combine, window)},
-                                          logical=lnode.number), parent)
-                add(RealNode(SHUFFLE_SINK, f"SHUFFLE_SINK{suffix}-{lnode.number}", parent.pipeline,
+                                          logical=lnode.number), [parent])
+                add(RealNode(SHUFFLE_SINK, name("SHUFFLE_SINK"), parent.pipeline,
                              {"topic": shuffle, "queues": self.shuffle_queues, "detail": shuffle,
                               "framed": framed, "side": side},
-                             logical=lnode.number), parent)
+                             logical=lnode.number), [parent])
             topo.shuffle_topics[shuffle] = self.shuffle_queues
             topo.state_topics[shuffle] = state_topic_name(shuffle)
             if framed:
                 topo.framed_topics.append(shuffle)
             return add(RealNode(SHUFFLE_SOURCE, f"SHUFFLE_SOURCE-{lnode.number}", shuffle,
-                                {"detail": shuffle, "framed": framed}, logical=lnode.number), None)
+                                {"detail": shuffle, "framed": framed}, logical=lnode.number), [])
 
         for lnode in self.graph:
             spec, params = lnode.spec, dict(lnode.params)
@@ -363,25 +383,34 @@ class TopologyBuilder:
                 topic = params["topic"]
                 if topic not in topo.source_topics:
                     topo.source_topics.append(topic)
-                out[lnode.number] = add(RealNode(spec, lnode.name, topic, params, logical=lnode.number), None)
+                out[lnode.number] = [add(RealNode(spec, lnode.name, topic, params, logical=lnode.number), [])]
                 continue
-            parent = out[lnode.parents[0].number]
+            first = lnode.parents[0].number
             if spec.role is Role.WINDOW:
                 windows[lnode.number] = params["window"]
-                out[lnode.number] = parent  # no real node: the windowed aggregate after it carries the window
+                out[lnode.number] = out[first]  # no real node: the windowed aggregate after it carries the window
                 continue
             if spec.shuffle is Shuffle.BY_KEY:
-                window = windows.get(lnode.parents[0].number)
+                window = windows.get(first)
                 params["window"] = window
                 combine = _combinable(spec, params, window)
-                parent = shuffle_into(lnode, [(parent, "", None)], framed=window is not None or spec.timed, combine=combine,
-                                      window=window)
+                parents = [shuffle_into(lnode, [(p, "", None, 0) for p in out[first]],
+                                        framed=window is not None or spec.timed, combine=combine, window=window)]
             elif spec.shuffle is Shuffle.JOIN:
-                right = out[lnode.parents[1].number]
-                parent = shuffle_into(lnode, [(parent, "_LEFT", params["left_key"]),
-                                              (right, "_RIGHT", params["right_key"])], framed=True)
+                left, right = out[first], out[lnode.parents[1].number]
+                parents = [shuffle_into(lnode, [(p, "_LEFT", params["left_key"], 0) for p in left]
+                                        + [(p, "_RIGHT", params["right_key"], 1) for p in right], framed=True)]
+            else:
+                if first in windows:  # a map or filter between a window and its aggregation
+                    windows[lnode.number] = windows[first]
+                parents = [p for parent in lnode.parents for p in out[parent.number]]
             if spec.role is Role.SINK and params["topic"] not in topo.sink_topics:
                 topo.sink_topics.append(params["topic"])
-            out[lnode.number] = add(RealNode(spec, lnode.name, parent.pipeline, params, logical=lnode.number),
-                                    parent)
+            by_pipeline: dict[str, list[RealNode]] = {}
+            for p in parents:
+                by_pipeline.setdefault(p.pipeline, []).append(p)
+            many = len(by_pipeline) > 1
+            out[lnode.number] = [add(RealNode(spec, copy_name(lnode.name, pipeline, self.graph.job_id, many), pipeline,
+                                              dict(params), logical=lnode.number), ps)
+                                 for pipeline, ps in by_pipeline.items()]
         return topo

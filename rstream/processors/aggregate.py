@@ -23,6 +23,7 @@ from rstream.processors.fold import (
     Fold,
     MaxFold,
     MinFold,
+    NumberAvgFold,
     SumFold,
 )
 from rstream.processors.metrics import OperatorMetrics
@@ -153,7 +154,8 @@ def _max(params: Mapping[str, Any]) -> Fold:
 
 
 def _avg(params: Mapping[str, Any]) -> Fold:
-    return AvgFold(params["fn"])
+    fn = params.get("fn")
+    return NumberAvgFold() if fn is None else AvgFold(fn)
 
 
 def _accumulate(params: Mapping[str, Any]) -> Fold:

@@ -127,6 +127,22 @@ class AvgFold(Fold):
         return acc[0] / acc[1] if acc[1] else None
 
 
+class NumberAvgFold(AvgFold):
+    """The mean of the values themselves (``avg()`` without a function), which must be numbers: a
+    value that is none (a str, None, a bool) raises, so the record goes to the dead letters, as
+    RocketMQ Streams 1.1's ``AvgAccumulator`` throws on a value that is no ``Number``."""
+
+    def extract(self, value: Any) -> Any:
+        if type(value) is int or type(value) is float or (
+                isinstance(value, (int, float)) and not isinstance(value, bool)):
+            return value
+        raise TypeError(
+            f"avg() without a function averages the values themselves, which must be numbers; got "
+            f"{type(value).__name__} {value!r:.80}: pass the function that picks the number, "
+            "e.g. avg(lambda v: v['amount'])"
+        )
+
+
 class AccumulatorFold(Fold):
     """A user ``Accumulator``: its ``initial``, ``add``, ``result`` and (sessions) ``merge``."""
 

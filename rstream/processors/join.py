@@ -135,6 +135,8 @@ def _join(how: str) -> Any:
 
 
 #: ``left.join(right).where(lk).equal_to(rk)[.window(w)].apply(fn)``: both sides keyed and shuffled into one topic.
-JOIN = register(OperatorSpec("join", STATEFUL_STYLE, _join("inner"), shuffle=Shuffle.JOIN, stateful=True))
+JOIN = register(OperatorSpec("join", STATEFUL_STYLE, _join("inner"), shuffle=Shuffle.JOIN, stateful=True,
+                            keyed_state=False))
 #: ``left.left_join(right)...``: every left record is emitted, with None for a missing right.
-LEFT_JOIN = register(OperatorSpec("left_join", STATEFUL_STYLE, _join("left"), shuffle=Shuffle.JOIN, stateful=True))
+LEFT_JOIN = register(OperatorSpec("left_join", STATEFUL_STYLE, _join("left"), shuffle=Shuffle.JOIN,
+                                 stateful=True, keyed_state=False))

@@ -75,6 +75,9 @@ class OperatorSpec:
       shuffle (``aggregate_emit="batch"``): only folds whose merge is associative and commutative.
     - ``stateful``: keeps state in the state store (so its topic gets a state topic).
     - ``writes``: the kind of topic it writes to (drawn as an edge to it), if any.
+    - ``keyed_state``: a stateful operator whose state is one value per key (per key and window when
+      windowed), which ``job.query(operator, key)`` answers with; a join's is the records of each side
+      waiting for a partner.
     - ``timed``: keeps event-time timers, so it needs the operator watermark: its shuffle topic
       carries frames (each record's source watermark, watermark markers, idle ticks), as a window's.
     """
@@ -88,6 +91,7 @@ class OperatorSpec:
     combines: bool = False
     stateful: bool = False
     writes: str | None = None
+    keyed_state: bool = True
     timed: bool = False
 
     def __repr__(self) -> str:

@@ -34,6 +34,15 @@ refuse records without a key, so rstream reads a compact topic as the latest rec
 The decision log and every topic rstream creates live on one broker (the cluster's first master
 by name), so the log's order and the data's agree: RocketMQ makes a message readable in the order
 of its commit log.
+
+A deleted topic's messages come back after a crash. RocketMQ deletes a topic's queue index, never
+its messages in the commit log; a broker restarted after a crash rebuilds its queue indexes from
+the commit log, and in 5.3.3 it puts a deleted topic's messages back into every queue of that name
+that is empty then, or created later (``CommitLog.recoverAbnormally`` dispatches all it reads;
+tests/rocketmq/test_topic_incarnations.py shows it). So ``delete_topic`` notes the deletion in the
+decision log, and readers skip the messages of a topic stored before its last deletion (the
+broker's store times: every rstream topic lives on the log's broker). A topic deleted by another
+tool (``mqadmin deleteTopic``) has no such note: give a new topic a new name.
 """
 
 from __future__ import annotations
@@ -115,6 +124,7 @@ class _Log:
     winners: dict[tuple[Any, ...], CommitTag] = field(default_factory=dict)  # (job, topic, queue, start) -> tag
     by_job: dict[str, list[CommitTag]] = field(default_factory=dict)  # commit order
     compact: set[str] = field(default_factory=set)  # the topics created compact
+    deleted_ms: dict[str, int] = field(default_factory=dict)  # topic -> the broker's time of its last deletion
 
 
 class RocketMQBroker:
@@ -257,7 +267,8 @@ class RocketMQBroker:
         self._client.delete_topic_in_broker(topic.broker, name)
         self._client.delete_topic_in_namesrv(name)
         self._topics.pop(name, None)
-        self._log_append({"t": "forget", "topic": name})  # its commit tags go with it
+        self._log_append({"t": "forget", "topic": name})  # its commit tags, and its messages, go with it
+        time.sleep(0.002)  # a topic made anew after this returns is stamped a later millisecond than its deletion
 
     # -- the decision log -----------------------------------------------------------------------
     def _txn_topic(self) -> _Topic:
@@ -337,6 +348,7 @@ class RocketMQBroker:
             job, topic = entry.get("job"), entry.get("topic")
             if job is None:  # a deleted topic: its setting, and what attempts were writing to it, go with it
                 log.compact.discard(topic)
+                log.deleted_ms[topic] = max(log.deleted_ms.get(topic, 0), m.store_timestamp)
                 for where in [w for w in log.pending if w.rpartition("/")[0] == topic]:
                     del log.pending[where]
             gone = [rng for rng in log.winners if (job is None or rng[0] == job) and (topic is None or rng[1] == topic)]
@@ -552,6 +564,8 @@ class RocketMQBroker:
         """The committed messages of ``[start, end)`` (end clipped at the stable end)."""
         end = min(end, self._stable_ends(topic, [queue])[0])
         decided = self._log.decided
+        # what a crash recovery put back from the topic's life before its last deletion (module docstring)
+        before = self._log.deleted_ms.get(topic.info.name, -1)
         offset = max(start, 0)
         while offset < end:
             messages, nxt = self._client.pull(topic.broker, topic.info.name, queue, offset,
@@ -559,6 +573,8 @@ class RocketMQBroker:
             for m in messages:
                 if m.offset >= end:
                     return
+                if m.store_timestamp <= before:
+                    continue
                 attempt = _parsed(m.properties_text)[4]
                 if attempt is None or decided.get(attempt, True):
                     yield m

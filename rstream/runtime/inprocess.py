@@ -84,6 +84,12 @@ class InProcessJob:
             flushed = True
         raise RuntimeError(f"job {self.topology.job_id!r} still had input after {max_batches} batches")
 
+    def query(self, operator: str, key: Any) -> Any:
+        """``RocketMQStream.query``: ``key``'s value in ``operator``'s state (open windows, if windowed)."""
+        from rstream.runtime.job_state import query_state
+
+        return query_state(self.topology, self.broker, self.job_dir / "state", operator, key)
+
     @property
     def printed(self) -> list[str]:
         """The lines ``print()`` operators printed, in the order their ranges ran."""

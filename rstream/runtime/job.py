@@ -179,6 +179,21 @@ class RocketMQStream:
         or with the local state deleted. Raises ``StateError`` when compaction removed that past."""
         return self._state.state(operator, batch)
 
+    def query(self, operator: str, key: Any) -> Any:
+        """The current value of ``key`` in ``operator``'s state, while the job runs or after it.
+
+        ``operator`` is a stateful operator's name as ``job.state()`` and the topology show it
+        (``"COUNT-4"``). Read from the local state stores (RocksDB, read-only) as the last committed
+        batch left them, without stopping the job: Kafka Streams' interactive queries
+        (``store.get(key)``) and Flink's queryable state are the precedents; RocketMQ Streams has none.
+        A windowed operator answers ``{WindowKey(key, start, end): value}`` for the windows of ``key``
+        still open, by start (a fired window's value is in the sink). None when the key has no state.
+
+        >>> job.query("COUNT-4", "rose")
+        2
+        """
+        return self._state.query(operator, key)
+
     def local_state_folders(self) -> Any:
         """Every local copy of a queue's state, on every executor that processed it: executor, topic,
         queue, the input offset it reflects (``applied_offset``), its keys, and whether it is the copy

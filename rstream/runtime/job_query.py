@@ -287,6 +287,10 @@ class QueryDriver:
             step = 0.25 if deadline is None else min(0.25, max(deadline - time.monotonic(), 0.0))
             try:
                 if query.awaitTermination(max(step, 0.01)):
+                    # True as soon as the query's state says terminated, which Spark sets before it takes the
+                    # query off ``spark.streams.active``: wait for that too (no timeout: it follows at once),
+                    # so a query started next with the same checkpoint never finds this one still active
+                    query.awaitTermination()
                     break
             except Exception:
                 break

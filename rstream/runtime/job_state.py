@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
+from rstream.broker.base import Broker
+from rstream.graph.topology import Topology
 from rstream.progressbar import progress_bar
 from rstream.runtime.config import state_folder
 from rstream.runtime.job_core import JobCore
 from rstream.runtime.job_progress import ProgressLog
 from rstream.settings import JobError
-from rstream.state.store import StateError, StateStore, decode_state_message, is_bookkeeping
+from rstream.state.store import MISSING, StateError, StateStore, decode_state_message, is_bookkeeping
+from rstream.time.windows import WindowKey
 
 
 class StateHistory:
@@ -80,23 +84,20 @@ class StateHistory:
         return pd.DataFrame(rows, columns=["executor", "topic", "queue", "applied_offset", "state_keys", "fresh"])
 
     def _local_store(self, topic: str, queue: int) -> StateStore | None:
-        """The local copy of a queue's state to read (opened read-only): the one that reflects the last
-        committed batch, else the most advanced one; None when no executor has one."""
+        return local_store(self.core.topology, self.core.broker, self.core.state_dir, topic, queue)
+
+    def query(self, operator: str, key: Any) -> Any:
+        """``RocketMQStream.query`` (its docstring says what a user gets)."""
+        return query_state(self.core.topology, self.core.broker, self.core.state_dir, operator, key, self._committed)
+
+    def _committed(self, topic: str, queue: int) -> list[tuple[str, Any, Any]]:
+        """The ``(operator, key, value)`` entries of a queue's state topic as its last commit left them."""
         last = self.core.broker.last_commit(self.core.job_id, topic, queue)
-        best: tuple[int, StateStore] | None = None
-        for folder in sorted(self.core.state_dir.glob(f"*/{topic}/{queue}")):
-            if not (folder / "CURRENT").exists():
-                continue
-            store = StateStore(folder, self.core.topology.state_topics[topic], queue).open(read_only=True)
-            applied = store.applied_offset if store.applied_offset is not None else -1
-            rank = 2**62 if last is not None and applied == last.end_offset else applied
-            if best is None or rank > best[0]:
-                if best is not None:
-                    best[1].close()
-                best = (rank, store)
-            else:
-                store.close()
-        return None if best is None else best[1]
+        if last is None or last.batch_id is None:
+            return []
+        state_topic = self.core.topology.state_topics[topic]
+        end = self.state_end(topic, queue, last.batch_id)
+        return list(self._state_topic_at(topic, state_topic, queue, end, last.batch_id).values())
 
     def state_diff(self, from_batch: int, to_batch: int | None = None) -> Any:
         """What changed in the state between right after batch ``from_batch`` and right after batch
@@ -248,3 +249,72 @@ class StateHistory:
         self.progress_log.forget()
         with self._lock:
             self._state_cache.clear()
+
+
+def local_store(topology: Topology, broker: Broker, state_dir: Path, topic: str, queue: int) -> StateStore | None:
+    """The local copy of a queue's state to read (opened read-only, so the job may run meanwhile): the
+    one that reflects the last committed batch, else the most advanced one; None when no executor has one."""
+    last = broker.last_commit(topology.job_id, topic, queue)
+    best: tuple[int, StateStore] | None = None
+    for folder in sorted(state_dir.glob(f"*/{topic}/{queue}")):
+        if not (folder / "CURRENT").exists():
+            continue
+        store = StateStore(folder, topology.state_topics[topic], queue).open(read_only=True)
+        applied = store.applied_offset if store.applied_offset is not None else -1
+        rank = 2**62 if last is not None and applied == last.end_offset else applied
+        if best is None or rank > best[0]:
+            if best is not None:
+                best[1].close()
+            best = (rank, store)
+        else:
+            store.close()
+    return None if best is None else best[1]
+
+
+def query_state(topology: Topology, broker: Broker, state_dir: Path, operator: str, key: Any,
+                committed: Callable[[str, int], Iterable[tuple[str, Any, Any]]] | None = None) -> Any:
+    """``key``'s value in the state of ``operator`` (a stateful real node's name, as ``job.state()``
+    shows it) after the last committed batch; for a windowed operator ``{WindowKey: value}`` of the
+    windows of ``key`` still open (fired windows leave the state), by start. None when the key has no
+    state. Read from the local stores; a queue whose local copy is missing or behind its last commit
+    (its state deleted, or processed elsewhere) is read through ``committed(topic, queue)``, the
+    ``(operator, key, value)`` entries its state topic holds as of that commit, when given."""
+    node = next((n for n in topology.nodes if n.name == operator), None)
+    if node is None or not node.stateful:
+        known = sorted(n.name for n in topology.nodes if n.stateful)
+        raise JobError(f"job {topology.job_id!r} has no stateful operator {operator!r}; "
+                       f"its stateful operators are {', '.join(known) or 'none'}")
+    if not node.spec.keyed_state:
+        raise JobError(f"{operator} is a {node.kind}: its state is the records of each side waiting for a partner, "
+                       f"not a value per key. job.state({operator!r}) shows them")
+    topic = node.pipeline
+    windows: dict[WindowKey, Any] = {}
+    for q in range(broker.topic(topic).queues):
+        store = local_store(topology, broker, state_dir, topic, q)
+        try:
+            last = broker.last_commit(topology.job_id, topic, q)
+            if committed is not None and last is not None and (store is None or store.applied_offset != last.end_offset):
+                entries: Iterable[tuple[str, Any, Any]] = committed(topic, q)
+            elif store is None:
+                continue
+            elif not node.windowed:  # one key: a point read
+                value = store.get(operator, key)
+                if value is not MISSING:
+                    return value
+                continue
+            else:
+                entries = store.items(operator)
+            for op, state_key, value in entries:
+                if op != operator:
+                    continue
+                if not node.windowed:
+                    if state_key == key:
+                        return value
+                elif type(state_key) is tuple and len(state_key) == 3 and state_key[0] == key:  # (key, start, end)
+                    windows[WindowKey(*state_key)] = value
+        finally:
+            if store is not None:
+                store.close()
+    if not node.windowed:
+        return None
+    return dict(sorted(windows.items(), key=lambda kv: (kv[0].start, kv[0].end))) or None

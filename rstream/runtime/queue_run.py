@@ -7,6 +7,7 @@ a run made under the range's tag; ``rstream.runtime.trace`` re-executes a commit
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from itertools import compress
@@ -63,7 +64,9 @@ class QueueRun:
         self.roots = cfg.topology.build_processors(topic, cfg.sink_queues, cfg.settings)
         if only is not None:  # the pipeline of processor ``only`` alone
             self.roots = [root for root in self.roots if any(p.name == only for p in root.walk())]
-        self.procs = [p for root in self.roots for p in root.walk()]
+        # each once: a union's node (and what follows it) may be reached from several roots (one topic
+        # read by two sources)
+        self.procs = list({id(p): p for root in self.roots for p in root.walk()}.values())
         for proc in _alone(self.roots):
             proc.alone()
         for proc in self.procs:
@@ -252,6 +255,8 @@ def _alone(roots: list[Processor]) -> list[Processor]:
     above them is pure and has only them as its child. A fan-out hands one value to several branches,
     where one could change it; a stateful operator may hand on a value it goes on changing (an
     accumulator)."""
+    procs = {id(p): p for root in roots for p in root.walk()}.values()
+    fed = Counter(id(child) for proc in procs for child in proc.children)  # parent edges per processor
     alone = []
     for root in roots:
         proc = root
@@ -260,6 +265,8 @@ def _alone(roots: list[Processor]) -> list[Processor]:
             if len(proc.children) != 1 or (proc is not root and not proc.pure):
                 break
             proc = proc.children[0]
+            if fed[id(proc)] > 1:  # a union's node: it also holds what its other parents hand it
+                break
     return alone
 
 

@@ -3,7 +3,10 @@ session (registered in tests/conftest.py, so any test may ask for it; it starts 
 10 to 25 s on 2 shared cores, and stops at the session's end), and a few remoting requests to look into a
 broker below RocketMQBroker (``rstream.rocketmq.remoting``).
 
-Tests that kill the broker or stop RocketMQ start their own LocalRocketMQ: the shared one must stay up.
+Tests that stop RocketMQ start their own LocalRocketMQ: the shared one must stay up. One test kills the
+shared broker's JVM and starts it again at once (tests/rocketmq/test_jobs_on_rocketmq.py): a broker with
+the history of the tests before it, whose deleted topics a crash recovery brings back
+(tests/rocketmq/test_topic_incarnations.py).
 """
 
 from __future__ import annotations
