@@ -304,3 +304,26 @@ def test_forward_may_change_the_key_and_results_continue_keyed(tmp_path: Path) -
      .sink("out", JsonSerializer(with_key=True)))
     run(b, broker, root)
     assert {k: v[-1] for k, v in emitted(broker, "out").items()} == {1: 1, 2: 2, 3: 1}
+
+
+def test_query_answers_a_keys_value_and_a_union_feeds_one_process(tmp_path: Path) -> None:
+    """Two topics merged (``union``) into one keyed process function: every click ends in one session;
+    while sessions are open, ``job.query`` answers a user's value (its open session)."""
+    broker, root = fresh(tmp_path)
+    a = produce(broker, "events", events(40, 1, step=2500), queues=2)
+    b = produce(broker, "more-events", events(30, 2, step=2500), queues=1)
+    builder = StreamBuilder("merged", shuffle_queues=2)
+    merged = builder.source("events", JsonDeserializer()).union(builder.source("more-events", JsonDeserializer()))
+    (merged.select_timestamp(ts).key_by(user).process(Sessions(6000)).to_rstream()
+     .sink("out", JsonSerializer(with_key=True)))
+    job = InProcessJob(builder.build(), broker, root / "job", EXACT)
+    job.run_until_idle(fire_idle=False)
+    name = next(n.name for n in job.topology.nodes if n.kind == "process")
+    open_sessions = {u: job.query(name, u) for u in ("u0", "u1", "u2", "u3")}
+    assert all(s is None or (len(s) == 3 and s[0] <= s[1]) for s in open_sessions.values())
+    assert any(s is not None for s in open_sessions.values())
+    job.run_until_idle()
+    got = emitted(broker, "out")
+    assert sum(s[2] for sessions in got.values() for s in sessions) == 70
+    assert all(job.query(name, u) is None for u in open_sessions)
+    assert sum(len(q) for q in [*a.values(), *b.values()]) == 70
