@@ -39,7 +39,8 @@ _LAZY = {
     **dict.fromkeys(["DslError", "GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowStream"],
                     "rstream.dsl"),
     "Topology": "rstream.graph",
-    **dict.fromkeys(["Accumulator", "ProcessingError", "RecordError", "UnhashableKeyError"], "rstream.processors"),
+    **dict.fromkeys(["Accumulator", "KeyedProcessFunction", "ProcessingError", "RecordError", "StateValueError",
+                     "UnhashableKeyError"], "rstream.processors"),
     **dict.fromkeys(["StateError", "StateStore"], "rstream.state"),
 }
 __getattr__ = lazy_getattr("rstream", _LAZY, globals())
@@ -47,7 +48,14 @@ __getattr__ = lazy_getattr("rstream", _LAZY, globals())
 if TYPE_CHECKING:
     from rstream.dsl import DslError, GroupedStream, JoinedStream, RStream, StreamBuilder, WindowStream
     from rstream.graph import Topology
-    from rstream.processors import Accumulator, ProcessingError, RecordError, UnhashableKeyError
+    from rstream.processors import (
+        Accumulator,
+        KeyedProcessFunction,
+        ProcessingError,
+        RecordError,
+        StateValueError,
+        UnhashableKeyError,
+    )
     from rstream.runtime import (
         BatchProgress,
         CheckpointMismatchError,
@@ -80,6 +88,7 @@ __all__ = [
     "JobTimeoutError",
     "JsonDeserializer",
     "JsonSerializer",
+    "KeyedProcessFunction",
     "Message",
     "ProcessingError",
     "QueueProgress",
@@ -94,6 +103,7 @@ __all__ = [
     "SerdeError",
     "StateError",
     "StateStore",
+    "StateValueError",
     "StreamBuilder",
     "TextDeserializer",
     "TextSerializer",

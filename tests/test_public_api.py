@@ -10,7 +10,8 @@ PUBLIC = {
     "SerdeError", "StateError", "StateStore", "StreamBuilder", "TextDeserializer", "TextSerializer",
     "Topology", "UnhashableKeyError", "UnknownTopicError", "get_spark", "__version__",
     "SessionWindow", "SlidingWindow", "Time", "TimeType", "TumblingWindow", "WindowError", "WindowKey",
-    "WindowStream", "JoinedStream", "stop_spark", "RecordTrace", "TraceError",
+    "WindowStream", "JoinedStream", "stop_spark", "RecordTrace", "TraceError", "KeyedProcessFunction",
+    "StateValueError",
 }
 
 

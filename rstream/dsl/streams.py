@@ -10,6 +10,7 @@ from rstream.errors import RStreamError
 from rstream.graph.logical import LogicalNode, describe_callable
 from rstream.processors.aggregate import AGGREGATE, AVG, COUNT, MAX, MIN, SUM
 from rstream.processors.join import JOIN, LEFT_JOIN
+from rstream.processors.process import PROCESS, KeyedProcessFunction
 from rstream.processors.reduce import REDUCE
 from rstream.processors.sink import SINK
 from rstream.processors.spec import OperatorSpec
@@ -154,6 +155,12 @@ class RStream(_Stream[K, V]):
         detail = f"{len(parents)} streams"
         return RStream(self._builder, self._builder.graph.add(UNION, parents, detail=detail))
 
+    def process(self, fn: Any) -> Any:
+        """Not on an ungrouped stream: a keyed process function keeps state and timers per key, so
+        key the stream first (``.key_by(fn).process(...)``). Raises ``DslError``."""
+        raise DslError("process(fn) needs a keyed stream: key it first, e.g. stream.key_by(lambda v: v['id'])"
+                       f".process({type(fn).__name__}())")
+
 
 class GroupedStream(_Stream[K, V]):
     """A keyed stream. Aggregations keep one state per key and emit the updated result for every
@@ -217,6 +224,40 @@ class GroupedStream(_Stream[K, V]):
         _check_callable(fn, "filter")
         return GroupedStream(self._builder, self._add(FILTER, fn=fn, detail=describe_callable(fn)))
 
+    def process(self, fn: KeyedProcessFunction[K, V]) -> GroupedStream[Any, Any]:
+        """Run a keyed process function: ``fn``, an instance of a subclass of ``KeyedProcessFunction``,
+        gets every record as ``fn.process(key, value, ctx)`` and each timer it set as
+        ``fn.on_timer(key, timestamp, ctx)``; ``ctx`` holds the key's value (``ctx.state``), its timers
+        (event time: fire when the watermark reaches them; processing time: the wall clock) and
+        ``ctx.forward(key, value)``. The records it forwards continue as a keyed stream. Flink's
+        ``KeyedProcessFunction``; see ``rstream.processors.process``. Example, an alert for an order
+        not paid within 15 minutes of data time::
+
+            class Unpaid(KeyedProcessFunction):
+                def process(self, order_id, event, ctx):
+                    if event["type"] == "created":
+                        ctx.state.set(event)
+                        ctx.register_event_time_timer(ctx.timestamp + 15 * 60_000)
+                    else:  # paid
+                        ctx.state.clear()
+
+                def on_timer(self, order_id, timestamp, ctx):
+                    if ctx.state.get() is not None:
+                        ctx.forward(order_id, "not paid within 15 minutes")
+                        ctx.state.clear()
+
+            orders.key_by(lambda e: e["order"]).process(Unpaid()).to_rstream().sink("alerts")
+
+        Raises ``DslError`` when ``fn`` is not a ``KeyedProcessFunction`` or does not define ``process``."""
+        if isinstance(fn, type) and issubclass(fn, KeyedProcessFunction):
+            raise DslError(f"process needs an instance of {fn.__name__}, not the class: process({fn.__name__}())")
+        if not isinstance(fn, KeyedProcessFunction):
+            raise DslError("process needs an instance of a subclass of rstream.KeyedProcessFunction (with "
+                           f"process(self, key, value, ctx)), got {type(fn).__name__}: {fn!r:.80}")
+        if type(fn).process is KeyedProcessFunction.process:
+            raise DslError(f"{type(fn).__name__} must define process(self, key, value, ctx)")
+        return GroupedStream(self._builder, self._add(PROCESS, fn=fn, detail=type(fn).__name__))
+
     def to_rstream(self) -> RStream[K, V]:
         """Continue as a plain stream; the key stays."""
         return RStream(self._builder, self._add(TO_RSTREAM))
@@ -247,6 +288,11 @@ class WindowStream(_Stream[K, V]):
         ``window(w).map(lambda o: o["amount"]).avg()``"""
         _check_callable(fn, "map")
         return WindowStream(self._builder, self._add(MAP, fn=fn, detail=describe_callable(fn)))
+
+    def process(self, fn: Any) -> Any:
+        """Not after ``window(...)``: a keyed process function sets its own timers. Raises ``DslError``."""
+        raise DslError("process(fn) runs on a keyed stream, not on windows: drop .window(...) and set timers "
+                       "in fn (ctx.register_event_time_timer)")
 
     def count(self) -> GroupedStream[WindowKey, int]:
         """Records per key and window."""

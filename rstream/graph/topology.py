@@ -291,7 +291,8 @@ def _counter_line(counters: Mapping[str, Any] | None) -> str:
     if not counters:
         return ""
     parts = [f"{int(counters.get('records_in', 0)):,} in"]
-    for key, word in (("windows_open", "open"), ("windows_fired", "fired"), ("late", "late")):
+    for key, word in (("windows_open", "open"), ("windows_fired", "fired"), ("late", "late"),
+                      ("timers_pending", "timers"), ("timers_fired", "timers fired")):
         if counters.get(key):
             parts.append(f"{int(counters[key]):,} {word}")
     return "\n" + " · ".join(parts)
@@ -393,8 +394,8 @@ class TopologyBuilder:
                 window = windows.get(first)
                 params["window"] = window
                 combine = _combinable(spec, params, window)
-                parents = [shuffle_into(lnode, [(p, "", None, 0) for p in out[first]], framed=window is not None,
-                                        combine=combine, window=window)]
+                parents = [shuffle_into(lnode, [(p, "", None, 0) for p in out[first]],
+                                        framed=window is not None or spec.timed, combine=combine, window=window)]
             elif spec.shuffle is Shuffle.JOIN:
                 left, right = out[first], out[lnode.parents[1].number]
                 parents = [shuffle_into(lnode, [(p, "_LEFT", params["left_key"], 0) for p in left]

@@ -2,5 +2,7 @@
 
 from rstream.processors.base import ProcessingError, Processor, RecordError, StreamContext, UnhashableKeyError
 from rstream.processors.fold import Accumulator
+from rstream.processors.process import KeyedProcessFunction, ProcessContext, StateValueError
 
-__all__ = ["Accumulator", "ProcessingError", "Processor", "RecordError", "StreamContext", "UnhashableKeyError"]
+__all__ = ["Accumulator", "KeyedProcessFunction", "ProcessContext", "ProcessingError", "Processor", "RecordError",
+           "StateValueError", "StreamContext", "UnhashableKeyError"]

@@ -371,6 +371,9 @@ class Processor:
     emits_results = False
     #: Whether its results are windows that fire (a trace says "fired", not "emitted").
     fires_windows = False
+    #: Whether results of a state entry may come in a later batch, when the entry is deleted (a window
+    #: that fires, a timer whose ``on_timer`` clears its key): a trace follows an entry to that batch.
+    results_later = False
     #: The context of the queue range being processed (set by ``open``).
     ctx: StreamContext
 

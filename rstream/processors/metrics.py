@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 #: Counters summed over queues and batches (the rest are watermarks and lists).
-COUNTERS = ("records_in", "keys_changed", "late", "windows_fired", "windows_open", "emitted", "markers")
+COUNTERS = ("records_in", "keys_changed", "late", "windows_fired", "windows_open", "emitted", "markers",
+            "timers_fired", "timers_pending")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class OperatorMetrics(Mapping[str, Any]):
     emitted: int = 0
     #: shuffle sources: control records (watermark markers, ticks) read
     markers: int = 0
+    #: keyed process functions: timers fired in this batch, timers still pending (event and processing time)
+    timers_fired: int = 0
+    timers_pending: int = 0
     #: windows and joins: the first open windows, ``(key text, start, end)``
     pending: tuple[tuple[str, int, int], ...] = ()
     #: which counters the operator reports (the mapping's keys)

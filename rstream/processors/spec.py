@@ -78,6 +78,8 @@ class OperatorSpec:
     - ``keyed_state``: a stateful operator whose state is one value per key (per key and window when
       windowed), which ``job.query(operator, key)`` answers with; a join's is the records of each side
       waiting for a partner.
+    - ``timed``: keeps event-time timers, so it needs the operator watermark: its shuffle topic
+      carries frames (each record's source watermark, watermark markers, idle ticks), as a window's.
     """
 
     kind: str
@@ -90,6 +92,7 @@ class OperatorSpec:
     stateful: bool = False
     writes: str | None = None
     keyed_state: bool = True
+    timed: bool = False
 
     def __repr__(self) -> str:
         return f"<operator {self.kind}>"

@@ -48,6 +48,10 @@ class WindowedOperator(Processor):
         self.late = 0
         self.fired = 0
 
+    @property
+    def results_later(self) -> bool:  # type: ignore[override]
+        return self.window is not None
+
     def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
         assert ctx.store is not None

@@ -139,7 +139,7 @@ class RocketMQStream:
         self._progress.on_progress(listener)
 
     def operator_totals(self) -> dict[str, dict[str, int]]:
-        """Per operator, its counters summed over every batch so far (``windows_open``: as the latest
+        """Per operator, its counters summed over every batch so far (``windows_open``, ``timers_pending``: as the latest
         batch of each queue left it). Feed it to ``topology.real_graph(counters=...)``."""
         return self._progress.operator_totals()
 

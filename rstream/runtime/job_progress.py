@@ -87,21 +87,21 @@ class ProgressLog:
         self._listeners.append(listener)
 
     def operator_totals(self) -> dict[str, dict[str, int]]:
-        """Per operator, its counters summed over every batch so far (``windows_open``: as the latest
-        batch of each queue left it). Feed it to ``topology.real_graph(counters=...)``."""
+        """Per operator, its counters summed over every batch so far (``windows_open`` and ``timers_pending``:
+        as the latest batch of each queue left them). Feed it to ``topology.real_graph(counters=...)``."""
         totals: dict[str, dict[str, int]] = {}
-        open_now: dict[tuple[str, str, int], int] = {}
+        open_now: dict[tuple[str, str, str, int], int] = {}
         for batch in self.progress:
             for q in batch.queues:
                 for name, counters in q.operators.items():
                     acc = totals.setdefault(name, {})
                     for key, value in counters.items():
-                        if key == "windows_open":
-                            open_now[(name, q.topic, q.queue)] = int(value)
+                        if key in ("windows_open", "timers_pending"):
+                            open_now[(name, key, q.topic, q.queue)] = int(value)
                         elif isinstance(value, int) and not isinstance(value, bool) and key != "watermark" and key != "horizon":
                             acc[key] = acc.get(key, 0) + value
-        for (name, _topic, _queue), n in open_now.items():
-            totals[name]["windows_open"] = totals[name].get("windows_open", 0) + n
+        for (name, key, _topic, _queue), n in open_now.items():
+            totals[name][key] = totals[name].get(key, 0) + n
         return totals
 
     def progress_df(self) -> Any:

@@ -567,11 +567,13 @@ def _state_hop(replay: _Replay, kb: bytes, old: bytes | None, new: bytes | None)
 def _followed(job: Tracer, cfg: TaskConfig, replay: _Replay, kb: bytes, new: bytes | None, work: Path,
               operators: list[str]) -> list[Hop]:
     """The results a state change led to outside its record: a per-batch result at the end of the
-    same batch, or a window's result when it fired (in this batch or a later one)."""
+    same batch, or a window's result when it fired, or what a timer emitted when it cleared the entry
+    (in this batch or a later one)."""
     operator, key = split_state_key(kb)
     emits = replay.deferred(operator, key)
     fire_replay = replay
-    if not emits and new is not None and getattr(replay.kinds.get(operator), "window", None) is not None:
+    proc = replay.kinds.get(operator)
+    if not emits and new is not None and proc is not None and proc.results_later:
         fired_at = _deleted_in(job, replay, kb)
         if fired_at is not None:
             fire_replay = _Replay(job, cfg, fired_at, [], work)

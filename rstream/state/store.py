@@ -208,6 +208,13 @@ class StateStore:
         self._changes[kb] = b""
         self._stage_timer(kb)
 
+    def has_timer(self, operator: str, end: int, payload: Any) -> bool:
+        """Whether the timer of ``operator`` at ``end`` for ``payload`` is set (staged changes first)."""
+        kb = timer_key(operator, end, payload)
+        if kb in self._changes:
+            return self._changes[kb] is not None
+        return self._require().get(kb) is not None
+
     def has_timers(self, operator: str) -> bool:
         """Whether the store holds a committed timer of ``operator`` (staged changes not counted)."""
         prefix = operator.encode() + b"\x01"
