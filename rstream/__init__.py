@@ -27,7 +27,16 @@ from rstream.serde import (
     TextSerializer,
 )
 from rstream.settings import JobError, JobProperties
-from rstream.time import SessionWindow, SlidingWindow, Time, TimeType, TumblingWindow, WindowError, WindowKey
+from rstream.time import (
+    SessionWindow,
+    SlidingWindow,
+    Time,
+    TimeType,
+    TumblingWindow,
+    WindowError,
+    WindowKey,
+    WindowResult,
+)
 
 __version__ = "0.1.0"
 
@@ -36,18 +45,19 @@ __version__ = "0.1.0"
 #: Spark source (the planner process Spark starts for every streaming query) does not load them.
 _LAZY = {
     **RUNTIME_NAMES, "RecordTrace": "rstream.runtime.trace", "TraceError": "rstream.runtime.trace",
-    **dict.fromkeys(["DslError", "GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowStream"],
-                    "rstream.dsl"),
+    **dict.fromkeys(["DslError", "GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowResultStream",
+                     "WindowStream"], "rstream.dsl"),
     "Topology": "rstream.graph",
-    **dict.fromkeys(["Accumulator", "ProcessingError", "RecordError", "UnhashableKeyError"], "rstream.processors"),
+    **dict.fromkeys(["Accumulator", "LateRecord", "ProcessingError", "RecordError", "UnhashableKeyError"],
+                    "rstream.processors"),
     **dict.fromkeys(["StateError", "StateStore"], "rstream.state"),
 }
 __getattr__ = lazy_getattr("rstream", _LAZY, globals())
 
 if TYPE_CHECKING:
-    from rstream.dsl import DslError, GroupedStream, JoinedStream, RStream, StreamBuilder, WindowStream
+    from rstream.dsl import DslError, GroupedStream, JoinedStream, RStream, StreamBuilder, WindowResultStream, WindowStream
     from rstream.graph import Topology
-    from rstream.processors import Accumulator, ProcessingError, RecordError, UnhashableKeyError
+    from rstream.processors import Accumulator, LateRecord, ProcessingError, RecordError, UnhashableKeyError
     from rstream.runtime import (
         BatchProgress,
         CheckpointMismatchError,
@@ -80,6 +90,7 @@ __all__ = [
     "JobTimeoutError",
     "JsonDeserializer",
     "JsonSerializer",
+    "LateRecord",
     "Message",
     "ProcessingError",
     "QueueProgress",
@@ -105,6 +116,8 @@ __all__ = [
     "UnknownTopicError",
     "WindowError",
     "WindowKey",
+    "WindowResult",
+    "WindowResultStream",
     "WindowStream",
     "JoinedStream",
     "get_spark",

@@ -11,6 +11,7 @@ PUBLIC = {
     "Topology", "UnhashableKeyError", "UnknownTopicError", "get_spark", "__version__",
     "SessionWindow", "SlidingWindow", "Time", "TimeType", "TumblingWindow", "WindowError", "WindowKey",
     "WindowStream", "JoinedStream", "stop_spark", "RecordTrace", "TraceError",
+    "LateRecord", "WindowResult", "WindowResultStream",
 }
 
 

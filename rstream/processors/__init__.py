@@ -2,5 +2,6 @@
 
 from rstream.processors.base import ProcessingError, Processor, RecordError, StreamContext, UnhashableKeyError
 from rstream.processors.fold import Accumulator
+from rstream.processors.late import LateRecord
 
-__all__ = ["Accumulator", "ProcessingError", "Processor", "RecordError", "StreamContext", "UnhashableKeyError"]
+__all__ = ["Accumulator", "LateRecord", "ProcessingError", "Processor", "RecordError", "StreamContext", "UnhashableKeyError"]

@@ -78,6 +78,8 @@ class OperatorSpec:
     - ``keyed_state``: a stateful operator whose state is one value per key (per key and window when
       windowed), which ``job.query(operator, key)`` answers with; a join's is the records of each side
       waiting for a partner.
+    - ``side_output``: it takes a side output of its parent (``late``: its late records), not what
+      the parent forwards; the edge from the parent is drawn dashed with this label.
     """
 
     kind: str
@@ -90,6 +92,7 @@ class OperatorSpec:
     stateful: bool = False
     writes: str | None = None
     keyed_state: bool = True
+    side_output: str | None = None
 
     def __repr__(self) -> str:
         return f"<operator {self.kind}>"
