@@ -55,7 +55,15 @@ _LAZY = {
 __getattr__ = lazy_getattr("rstream", _LAZY, globals())
 
 if TYPE_CHECKING:
-    from rstream.dsl import DslError, GroupedStream, JoinedStream, RStream, StreamBuilder, WindowResultStream, WindowStream
+    from rstream.dsl import (
+        DslError,
+        GroupedStream,
+        JoinedStream,
+        RStream,
+        StreamBuilder,
+        WindowResultStream,
+        WindowStream,
+    )
     from rstream.graph import Topology
     from rstream.processors import Accumulator, LateRecord, ProcessingError, RecordError, UnhashableKeyError
     from rstream.runtime import (

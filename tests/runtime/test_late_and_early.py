@@ -54,8 +54,8 @@ def test_late_stream_and_early_results_on_spark_through_a_restart_with_local_sta
     assert late_before and as_rows(late_before) == late_rows(first.late_records().to_dict("records"))
 
     # a late record's trace: the late-data topic, and the late stream's sink message it became
-    source = next((m for m in broker.read("clicks") if any(json.loads(m.body)["ts"] == r[2] and json.loads(m.body)
-                                                           == json.loads(r[1]) for r in late_before)))
+    source = next(m for m in broker.read("clicks") if any(json.loads(m.body)["ts"] == r[2] and json.loads(m.body)
+                                                           == json.loads(r[1]) for r in late_before))
     hops = first.trace("clicks", source.queue_id, source.offset).to_pandas()
     assert "late" in set(hops["kind"])
     [sunk] = hops[(hops["kind"] == "sink") & (hops["topic"] == "late")].itertuples()
