@@ -8,6 +8,8 @@ import json
 from collections import defaultdict
 from typing import Any
 
+import pytest
+
 from rstream import EmbeddedBroker, TumblingWindow
 from tests.support.jobs import job_id
 from tests.support.late import (
@@ -81,3 +83,17 @@ def test_late_stream_and_early_results_on_spark_through_a_restart_with_local_sta
     assert early, "some windows stayed open across batches"
     for wk, counts in early.items():  # each early count is a count of the window so far: growing, below its final
         assert counts == sorted(set(counts)) and counts[-1] <= finals[wk], (wk, counts, finals[wk])
+
+    # an on-time record's trace: the early result of its window at the end of its batch, then the final one
+    for m in broker.read("clicks", 0)[:12]:
+        trace = second.trace("clicks", m.queue_id, m.offset)
+        hops = trace.to_pandas()
+        early_hops = hops[hops["note"].str.contains("early result")]
+        if len(early_hops):
+            assert trace.exact
+            assert all(v["value"][1] is False for v in early_hops["value"]), list(early_hops["value"])
+            [fired] = hops[hops["kind"] == "fired"].itertuples()
+            assert fired.value["value"][1] is True and fired.batch_id > early_hops.iloc[0]["batch_id"]
+            break
+    else:
+        pytest.fail("no traced record's window emitted early")
