@@ -2,13 +2,20 @@
 
 from rstream.dsl.builder import StreamBuilder
 from rstream.dsl.streams import (
-           DslError,
-           GroupedStream,
-           JoinedStream,
-           RStream,
-           WindowResultStream,
-           WindowStream,
+    DslError,
+    GroupedStream,
+    JoinedStream,
+    RStream,
+    WindowResultStream,
+    WindowStream,
 )
 
-__all__ = ["DslError", "GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowResultStream",
-           "WindowStream"]
+__all__ = [
+    "DslError",
+    "GroupedStream",
+    "JoinedStream",
+    "RStream",
+    "StreamBuilder",
+    "WindowResultStream",
+    "WindowStream",
+]
