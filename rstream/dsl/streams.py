@@ -330,8 +330,9 @@ class WindowResultStream(GroupedStream[K, V]):
         keyed by its own key, at its own data time, its value a ``LateRecord`` (key, value,
         data_time, watermark, cause, reason, operator). They are the rows of ``job.late_records()``
         of this operator, each once (written in the same commit as the window's results, so also
-        once through a restart and a rerun). RIP-58 and RocketMQ Streams drop late records; this is
-        Flink's ``sideOutputLateData`` and Bytewax's late stream::
+        once through a restart and a rerun). A function after it that raises on a late record makes
+        that record a dead letter (``job.errors()``) and the job goes on. RIP-58 and RocketMQ Streams
+        drop late records; this is Flink's ``sideOutputLateData`` and Bytewax's late stream::
 
             counts = clicks.key_by(user).window(TumblingWindow(Time.minutes(1))).count()
             counts.late().map(lambda r: f"{r.key} {r.data_time} {r.cause}").sink("late-clicks")

@@ -15,7 +15,7 @@ from itertools import compress, repeat
 from operator import le, lt, not_, or_
 from typing import TYPE_CHECKING, Any
 
-from rstream.processors.base import Frame, LateCause, Processor, StreamContext, _short_repr
+from rstream.processors.base import Frame, LateCause, Processor, RecordError, StreamContext, _short_repr
 from rstream.processors.chunk import Chunk, ChunkedPipeline, pure_path
 from rstream.processors.fold import CountFold, Fold
 from rstream.processors.late import LateRecord
@@ -188,7 +188,12 @@ class WindowAggregateProcessor(WindowedOperator):
         self.late += 1
         self.ctx.late(self.name, key, value, ts, watermark, cause, reason)
         if self.late_forward is not None:
-            self.late_forward(key, LateRecord(key, value, ts, watermark, cause, reason, self.name), ts)
+            try:
+                self.late_forward(key, LateRecord(key, value, ts, watermark, cause, reason, self.name), ts)
+            except RecordError as err:  # user code after ``.late()``: that late record is a dead letter
+                if not self.ctx.settings.skip_data_error:
+                    raise
+                self.ctx.dead_letter(err, None, b"", ts)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1

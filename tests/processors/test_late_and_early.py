@@ -23,6 +23,7 @@ from rstream import (
     DslError,
     EmbeddedBroker,
     JsonDeserializer,
+    JsonSerializer,
     LateRecord,
     SessionWindow,
     SlidingWindow,
@@ -303,3 +304,28 @@ def test_result_and_late_record_types_read_well() -> None:
     r = LateRecord("u1", {"ts": 5}, 5, 2005, LateCause.BEHIND_WATERMARK, "why", "COUNT-5")
     assert r.late_ms == LATENESS and r.cause == "behind watermark"
     assert str(r) == "{'ts': 5} at 5: behind watermark, watermark 2005 (COUNT-5)"
+
+
+@pytest.mark.parametrize("slow", [False, True], ids=["chunked", "record by record"])
+def test_a_function_after_late_that_raises_makes_a_dead_letter_of_that_late_record(tmp_path: Path, slow: bool) -> None:
+    """The window's results and the other late records go on, on either path; a dead letter each."""
+    broker, root = fresh(tmp_path, 2)
+    parts = stepped_clicks(150, 11, 3)
+    b = StreamBuilder("lraise", shuffle_queues=2)
+    counts = (b.source("clicks", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["user"])
+              .window(TumblingWindow(3000)).count())
+    counts.to_rstream().sink("results", JsonSerializer(with_key=True))
+    counts.late().map(lambda r: r.data_time if r.data_time % 2 else 1 // 0).sink("late", TextSerializer())
+    if slow:
+        with record_by_record():
+            job, _emitted = run_steps(b, broker, root, parts)
+    else:
+        job, _emitted = run_steps(b, broker, root, parts)
+    expected = reference_late(per_queue(broker))
+    odd = sorted(t for _u, _v, t, _wm, _c in expected if t % 2)
+    assert sorted(int(m.body) for m in broker.read("late")) == odd
+    dead = broker.read(job.cfg.dlq_topic)
+    assert len(dead) == len(expected) - len(odd)
+    assert all("ZeroDivisionError" in m.headers["rstream-dlq-error"] for m in dead)
+    good = on_time(per_queue(broker))
+    assert sum(json.loads(m.body)["value"] for m in broker.read("results")) == len(good)
