@@ -329,3 +329,22 @@ def test_a_function_after_late_that_raises_makes_a_dead_letter_of_that_late_reco
     assert all("ZeroDivisionError" in m.headers["rstream-dlq-error"] for m in dead)
     good = on_time(per_queue(broker))
     assert sum(json.loads(m.body)["value"] for m in broker.read("results")) == len(good)
+
+
+def test_early_results_after_a_window_filter_and_the_late_stream_of_what_it_kept(tmp_path: Path) -> None:
+    """``window(w, emit="early").filter(f).count()``: the filter runs before the window, so the
+    results and the late stream are the reference's over the kept clicks only."""
+    broker, root = fresh(tmp_path, 2)
+    parts = stepped_clicks(160, 23, 4)
+    b = StreamBuilder("wfilter", shuffle_queues=2)
+    counts = (b.source("clicks", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["user"])
+              .window(TumblingWindow(2000), emit="early").filter(lambda e: e["amount"] > 20).count())
+    counts.to_rstream().sink("results", JsonSerializer(with_key=True))
+    counts.late().sink("late", JsonSerializer(with_key=True))
+    assert "emit early" in b.build().describe()
+    _job, emitted = run_steps(b, broker, root, parts)
+    kept = {q: [e for e in records if e["amount"] > 20] for q, records in per_queue(broker).items()}
+    # the filter runs before the shuffle sink, where the watermark is kept: lateness is judged by the kept clicks
+    assert [s[:5] for s in late_stream(broker)] == reference_late(kept)
+    check_early_and_final(emitted, kept, TumblingWindow(2000), lambda e: 1)
+    assert any(not d["value"][1] for docs in emitted for d in docs)
