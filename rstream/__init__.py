@@ -27,7 +27,16 @@ from rstream.serde import (
     TextSerializer,
 )
 from rstream.settings import JobError, JobProperties
-from rstream.time import SessionWindow, SlidingWindow, Time, TimeType, TumblingWindow, WindowError, WindowKey
+from rstream.time import (
+    SessionWindow,
+    SlidingWindow,
+    Time,
+    TimeType,
+    TumblingWindow,
+    WindowError,
+    WindowKey,
+    WindowResult,
+)
 
 __version__ = "0.1.0"
 
@@ -36,21 +45,30 @@ __version__ = "0.1.0"
 #: Spark source (the planner process Spark starts for every streaming query) does not load them.
 _LAZY = {
     **RUNTIME_NAMES, "RecordTrace": "rstream.runtime.trace", "TraceError": "rstream.runtime.trace",
-    **dict.fromkeys(["DslError", "GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowStream"],
-                    "rstream.dsl"),
+    **dict.fromkeys(["DslError", "GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowResultStream",
+                     "WindowStream"], "rstream.dsl"),
     "Topology": "rstream.graph",
-    **dict.fromkeys(["Accumulator", "KeyedProcessFunction", "ProcessingError", "RecordError", "StateValueError",
-                     "UnhashableKeyError"], "rstream.processors"),
+    **dict.fromkeys(["Accumulator", "KeyedProcessFunction", "LateRecord", "ProcessingError", "RecordError",
+                     "StateValueError", "UnhashableKeyError"], "rstream.processors"),
     **dict.fromkeys(["StateError", "StateStore"], "rstream.state"),
 }
 __getattr__ = lazy_getattr("rstream", _LAZY, globals())
 
 if TYPE_CHECKING:
-    from rstream.dsl import DslError, GroupedStream, JoinedStream, RStream, StreamBuilder, WindowStream
+    from rstream.dsl import (
+        DslError,
+        GroupedStream,
+        JoinedStream,
+        RStream,
+        StreamBuilder,
+        WindowResultStream,
+        WindowStream,
+    )
     from rstream.graph import Topology
     from rstream.processors import (
         Accumulator,
         KeyedProcessFunction,
+        LateRecord,
         ProcessingError,
         RecordError,
         StateValueError,
@@ -89,6 +107,7 @@ __all__ = [
     "JsonDeserializer",
     "JsonSerializer",
     "KeyedProcessFunction",
+    "LateRecord",
     "Message",
     "ProcessingError",
     "QueueProgress",
@@ -115,6 +134,8 @@ __all__ = [
     "UnknownTopicError",
     "WindowError",
     "WindowKey",
+    "WindowResult",
+    "WindowResultStream",
     "WindowStream",
     "JoinedStream",
     "get_spark",

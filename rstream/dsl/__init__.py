@@ -1,6 +1,21 @@
 """The fluent DSL: ``StreamBuilder``, ``RStream``, ``GroupedStream``."""
 
 from rstream.dsl.builder import StreamBuilder
-from rstream.dsl.streams import DslError, GroupedStream, JoinedStream, RStream, WindowStream
+from rstream.dsl.streams import (
+    DslError,
+    GroupedStream,
+    JoinedStream,
+    RStream,
+    WindowResultStream,
+    WindowStream,
+)
 
-__all__ = ["DslError", "GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowStream"]
+__all__ = [
+    "DslError",
+    "GroupedStream",
+    "JoinedStream",
+    "RStream",
+    "StreamBuilder",
+    "WindowResultStream",
+    "WindowStream",
+]

@@ -10,6 +10,7 @@ from rstream.errors import RStreamError
 from rstream.graph.logical import LogicalNode, describe_callable
 from rstream.processors.aggregate import AGGREGATE, AVG, COUNT, MAX, MIN, SUM
 from rstream.processors.join import JOIN, LEFT_JOIN
+from rstream.processors.late import LATE, LateRecord
 from rstream.processors.process import PROCESS, KeyedProcessFunction
 from rstream.processors.reduce import REDUCE
 from rstream.processors.sink import SINK
@@ -27,7 +28,7 @@ from rstream.processors.stateless import (
 from rstream.processors.union import UNION
 from rstream.processors.window import WINDOW
 from rstream.serde import as_serializer
-from rstream.time.windows import SessionWindow, Window, WindowKey
+from rstream.time.windows import SessionWindow, Window, WindowEmit, WindowError, WindowKey, window_emit
 
 if TYPE_CHECKING:
     from rstream.dsl.builder import StreamBuilder
@@ -262,17 +263,43 @@ class GroupedStream(_Stream[K, V]):
         """Continue as a plain stream; the key stays."""
         return RStream(self._builder, self._add(TO_RSTREAM))
 
-    def window(self, window: Window) -> WindowStream[K, V]:
-        """Aggregate per key and per window (``TumblingWindow``, ``SlidingWindow``, ``SessionWindow``);
-        each window's result is emitted once, when the watermark reaches its end, keyed by
-        ``WindowKey(key, start, end)``."""
+    def late(self) -> RStream[Any, LateRecord]:
+        """Only a windowed aggregation has late records (``WindowResultStream.late``)."""
+        raise DslError(
+            f"late() needs a windowed aggregation, and {self._node.name} is not one: "
+            "call it on the result of an aggregation after window(w), e.g. .key_by(f).window(w).count().late()"
+        )
+
+    def window(self, window: Window, emit: str = "final") -> WindowStream[K, V]:
+        """Aggregate per key and per window (``TumblingWindow``, ``SlidingWindow``, ``SessionWindow``),
+        each result keyed by ``WindowKey(key, start, end)``.
+
+        ``emit="final"`` (the default, as RocketMQ Streams): one result per window and key, when the
+        watermark reaches the window's end; the value is the aggregate. ``emit="early"`` (Spark's
+        update mode, Kafka Streams without ``suppress``): also, at the end of every batch, the
+        current value of each window that batch changed and left open; every value is then a
+        ``WindowResult(value, final)``, ``final`` False for those and True for the one emitted
+        when the window fires::
+
+            clicks.key_by(user).window(TumblingWindow(Time.minutes(1)), emit="early").count()
+            # WindowKey('ann', 0, 60000): WindowResult(value=2, final=False), ... then final=True
+        """
         if not isinstance(window, Window):
             raise DslError(f"window needs a TumblingWindow, SlidingWindow or SessionWindow, got {window!r}")
-        return WindowStream(self._builder, self._add(WINDOW, window=window, detail=window.describe()))
+        try:
+            how = window_emit(emit)
+        except WindowError as exc:
+            raise DslError(str(exc)) from None
+        if how is WindowEmit.FINAL:  # (the node's params as before emit existed)
+            return WindowStream(self._builder, self._add(WINDOW, window=window, detail=window.describe()))
+        return WindowStream(self._builder, self._add(WINDOW, window=window, emit=how,
+                                                      detail=f"{window.describe()}\nemit {how}"))
 
 
 class WindowStream(_Stream[K, V]):
-    """A keyed stream cut into windows. Each aggregation fires once per window and key."""
+    """A keyed stream cut into windows. Each aggregation fires once per window and key (and with
+    ``emit="early"`` also emits early results); ``.late()`` on its result is the stream of records
+    that came too late for their window."""
 
     def filter(self, fn: Callable[[V], bool]) -> WindowStream[K, V]:
         """Keep the records for which ``fn(value)`` is true, before the window aggregates them
@@ -294,45 +321,69 @@ class WindowStream(_Stream[K, V]):
         raise DslError("process(fn) runs on a keyed stream, not on windows: drop .window(...) and set timers "
                        "in fn (ctx.register_event_time_timer)")
 
-    def count(self) -> GroupedStream[WindowKey, int]:
+    def _aggregate(self, spec: OperatorSpec, **params: Any) -> WindowResultStream[WindowKey, Any]:
+        return WindowResultStream(self._builder, self._add(spec, **params))
+
+    def count(self) -> WindowResultStream[WindowKey, int]:
         """Records per key and window."""
-        return GroupedStream(self._builder, self._add(COUNT))
+        return self._aggregate(COUNT)
 
-    def sum(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, N]:
+    def sum(self, fn: Callable[[V], N]) -> WindowResultStream[WindowKey, N]:
         _check_callable(fn, "sum")
-        return GroupedStream(self._builder, self._add(SUM, fn=fn, detail=describe_callable(fn)))
+        return self._aggregate(SUM, fn=fn, detail=describe_callable(fn))
 
-    def min(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, N]:
+    def min(self, fn: Callable[[V], N]) -> WindowResultStream[WindowKey, N]:
         _check_callable(fn, "min")
-        return GroupedStream(self._builder, self._add(MIN, fn=fn, detail=describe_callable(fn)))
+        return self._aggregate(MIN, fn=fn, detail=describe_callable(fn))
 
-    def max(self, fn: Callable[[V], N]) -> GroupedStream[WindowKey, N]:
+    def max(self, fn: Callable[[V], N]) -> WindowResultStream[WindowKey, N]:
         _check_callable(fn, "max")
-        return GroupedStream(self._builder, self._add(MAX, fn=fn, detail=describe_callable(fn)))
+        return self._aggregate(MAX, fn=fn, detail=describe_callable(fn))
 
-    def avg(self, fn: Callable[[V], N] | None = None) -> GroupedStream[WindowKey, float]:
+    def avg(self, fn: Callable[[V], N] | None = None) -> WindowResultStream[WindowKey, float]:
         """The mean of ``fn(value)`` per key and window; without ``fn`` (as RocketMQ Streams 1.1's
         ``avg()``) the mean of the values themselves, which must be numbers (``int`` or ``float``,
         not ``bool``): a record whose value is none is a record error (a dead letter), as 1.1 throws.
         ``window(w).map(lambda o: o["amount"]).avg()`` equals ``window(w).avg(lambda o: o["amount"])``."""
         if fn is None:
-            return GroupedStream(self._builder, self._add(AVG, fn=None))
+            return self._aggregate(AVG, fn=None)
         _check_callable(fn, "avg")
-        return GroupedStream(self._builder, self._add(AVG, fn=fn, detail=describe_callable(fn)))
+        return self._aggregate(AVG, fn=fn, detail=describe_callable(fn))
 
-    def reduce(self, fn: Callable[[V, V], V]) -> GroupedStream[WindowKey, V]:
+    def reduce(self, fn: Callable[[V, V], V]) -> WindowResultStream[WindowKey, V]:
         """Combine the values of each key and window two at a time, ``fn(acc, value)``, starting
         from the first (as ``functools.reduce``); session windows that merge combine with ``fn``."""
         _check_callable(fn, "reduce")
-        return GroupedStream(self._builder, self._add(REDUCE, fn=fn, detail=describe_callable(fn)))
+        return self._aggregate(REDUCE, fn=fn, detail=describe_callable(fn))
 
-    def aggregate(self, accumulator: Accumulator[V, A, R]) -> GroupedStream[WindowKey, R]:
+    def aggregate(self, accumulator: Accumulator[V, A, R]) -> WindowResultStream[WindowKey, R]:
         """Fold with an ``Accumulator``; session windows also need its ``merge(acc1, acc2)``."""
         _check_accumulator(accumulator)
-        return GroupedStream(
-            self._builder,
-            self._add(AGGREGATE, accumulator=accumulator, detail=type(accumulator).__name__),
-        )
+        return self._aggregate(AGGREGATE, accumulator=accumulator, detail=type(accumulator).__name__)
+
+    def late(self) -> RStream[Any, LateRecord]:
+        """Late records are those of an aggregation: aggregate first (``.window(w).count().late()``)."""
+        raise DslError("late() is called on the windowed aggregation, not on the window: "
+                       "e.g. .window(w).count().late()")
+
+
+class WindowResultStream(GroupedStream[K, V]):
+    """The results of a windowed aggregation (keyed by ``WindowKey``), and, with ``late()``, the
+    records that came too late for their window."""
+
+    def late(self) -> RStream[Any, LateRecord]:
+        """The records that came too late for their window at this aggregation, as a stream: each
+        keyed by its own key, at its own data time, its value a ``LateRecord`` (key, value,
+        data_time, watermark, cause, reason, operator). They are the rows of ``job.late_records()``
+        of this operator, each once (written in the same commit as the window's results, so also
+        once through a restart and a rerun). A function after it that raises on a late record makes
+        that record a dead letter (``job.errors()``) and the job goes on. RIP-58 and RocketMQ Streams
+        drop late records; this is Flink's ``sideOutputLateData`` and Bytewax's late stream::
+
+            counts = clicks.key_by(user).window(TumblingWindow(Time.minutes(1))).count()
+            counts.late().map(lambda r: f"{r.key} {r.data_time} {r.cause}").sink("late-clicks")
+        """
+        return RStream(self._builder, self._add(LATE))
 
 
 class JoinedStream(Generic[V, V2]):

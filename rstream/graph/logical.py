@@ -88,7 +88,8 @@ class LogicalGraph:
 
     def to_digraph(self, rankdir: str = "LR") -> Any:
         """The logical graph as a ``graphviz.Digraph`` (``rankdir="TB"``: top to bottom)."""
-        edges = [DrawEdge(f"n{n.number}", f"n{c.number}") for n in self.nodes for c in n.children]
+        edges = [DrawEdge(f"n{n.number}", f"n{c.number}", c.spec.side_output or "",
+                          "dashed" if c.spec.side_output else "solid") for n in self.nodes for c in n.children]
         return to_digraph(f"{self.job_id}: logical graph", [n.draw_node() for n in self.nodes], edges, rankdir)
 
     def to_svg(self) -> str:

@@ -75,7 +75,8 @@ class RealNode:
     def label(self) -> str:
         detail = self.params.get("detail")
         if self.windowed:
-            detail = f"{detail + ' ' if detail else ''}{self.params['window'].describe()}"
+            emit = f" emit {self.params['emit']}" if "emit" in self.params else ""
+            detail = f"{detail + ' ' if detail else ''}{self.params['window'].describe()}{emit}"
         return f"{self.name}\n{detail}" if detail else self.name
 
     def create(self, sink_queues: Mapping[str, int], settings: JobProperties = DEFAULTS) -> Processor:
@@ -193,10 +194,12 @@ class Topology:
                 if node.stateful:
                     extra = f" (state topic {self.state_topics[topic]})"
                 if node.windowed:
-                    extra = f" [{node.params['window'].describe()}]{extra}"
+                    emit = f" emit {node.params['emit']}" if "emit" in node.params else ""
+                    extra = f" [{node.params['window'].describe()}{emit}]{extra}"
                 lines.append(f"    {node.kind:<16} {node.name}{extra}")
                 if node.children:
-                    lines.append(f"      --> {', '.join(c.name for c in node.children)}")
+                    kids = (c.name + (f" ({c.spec.side_output})" if c.spec.side_output else "") for c in node.children)
+                    lines.append(f"      --> {', '.join(kids)}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -250,7 +253,8 @@ class Topology:
                 edge(topic_ids[topic], ids[id(root)])
         for node in self.nodes:
             for child in node.children:
-                edge(ids[id(node)], ids[id(child)])
+                side = child.spec.side_output
+                edge(ids[id(node)], ids[id(child)], side or "", "dashed" if side else "solid")
             if node.spec.writes:
                 edge(ids[id(node)], topic_node(node.params["topic"], node.spec.writes))
             if node.stateful:
@@ -344,6 +348,7 @@ class TopologyBuilder:
             return node
 
         windows: dict[int, Any] = {}  # logical number of a window node (or of a map/filter after it) -> its window
+        emits: dict[int, Any] = {}  # the same nodes -> their ``WindowEmit`` (where not the default)
 
         def shuffle_into(lnode: LogicalNode, sides: list[tuple[RealNode, str, Any, int]], framed: bool,
                          combine: Any = None, window: Any = None) -> RealNode:
@@ -388,11 +393,15 @@ class TopologyBuilder:
             first = lnode.parents[0].number
             if spec.role is Role.WINDOW:
                 windows[lnode.number] = params["window"]
+                if "emit" in params:
+                    emits[lnode.number] = params["emit"]
                 out[lnode.number] = out[first]  # no real node: the windowed aggregate after it carries the window
                 continue
             if spec.shuffle is Shuffle.BY_KEY:
                 window = windows.get(first)
                 params["window"] = window
+                if first in emits:
+                    params["emit"] = emits[first]
                 combine = _combinable(spec, params, window)
                 parents = [shuffle_into(lnode, [(p, "", None, 0) for p in out[first]],
                                         framed=window is not None or spec.timed, combine=combine, window=window)]
@@ -403,6 +412,8 @@ class TopologyBuilder:
             else:
                 if first in windows:  # a map or filter between a window and its aggregation
                     windows[lnode.number] = windows[first]
+                    if first in emits:
+                        emits[lnode.number] = emits[first]
                 parents = [p for parent in lnode.parents for p in out[parent.number]]
             if spec.role is Role.SINK and params["topic"] not in topo.sink_topics:
                 topo.sink_topics.append(params["topic"])

@@ -31,6 +31,7 @@ from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, regis
 from rstream.processors.window import WindowAggregateProcessor
 from rstream.settings import JobProperties
 from rstream.state.store import MISSING
+from rstream.time.windows import WindowEmit
 
 __all__ = ["AGGREGATE", "AVG", "COUNT", "MAX", "MIN", "SUM", "Accumulator", "AggregateProcessor", "aggregation"]
 
@@ -130,7 +131,7 @@ def aggregation(kind: str, fold: Callable[[Mapping[str, Any]], Fold], combines: 
     def make(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
         window = params.get("window")
         if window is not None:
-            return WindowAggregateProcessor(name, window, fold(params))
+            return WindowAggregateProcessor(name, window, fold(params), params.get("emit", WindowEmit.FINAL))
         return AggregateProcessor(name, fold(params), settings.per_batch)
 
     return register(OperatorSpec(kind, STATEFUL_STYLE, make, shuffle=Shuffle.BY_KEY, fold=fold, combines=combines,

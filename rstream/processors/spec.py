@@ -80,6 +80,8 @@ class OperatorSpec:
       waiting for a partner.
     - ``timed``: keeps event-time timers, so it needs the operator watermark: its shuffle topic
       carries frames (each record's source watermark, watermark markers, idle ticks), as a window's.
+    - ``side_output``: it takes a side output of its parent (``late``: its late records), not what
+      the parent forwards; the edge from the parent is drawn dashed with this label.
     """
 
     kind: str
@@ -93,6 +95,7 @@ class OperatorSpec:
     writes: str | None = None
     keyed_state: bool = True
     timed: bool = False
+    side_output: str | None = None
 
     def __repr__(self) -> str:
         return f"<operator {self.kind}>"

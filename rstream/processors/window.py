@@ -10,14 +10,15 @@ job's late-data topic with the reason.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import compress, repeat
 from operator import le, lt, not_, or_
 from typing import TYPE_CHECKING, Any
 
-from rstream.processors.base import Frame, LateCause, Processor, StreamContext, _short_repr
+from rstream.processors.base import Frame, LateCause, Processor, RecordError, StreamContext, _short_repr
 from rstream.processors.chunk import Chunk, ChunkedPipeline, pure_path
 from rstream.processors.fold import CountFold, Fold
+from rstream.processors.late import LateRecord
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.sink import SinkProcessor
 from rstream.processors.spec import WINDOW_STYLE, OperatorSpec, Role, register
@@ -25,7 +26,15 @@ from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.serde.codec import PICKLE_MARK, encode
 from rstream.state.store import MISSING, timer_key
 from rstream.time.watermark import NO_WATERMARK
-from rstream.time.windows import SessionWindow, TumblingWindow, Window, WindowError, WindowKey
+from rstream.time.windows import (
+    SessionWindow,
+    TumblingWindow,
+    Window,
+    WindowEmit,
+    WindowError,
+    WindowKey,
+    WindowResult,
+)
 
 if TYPE_CHECKING:
     from rstream.shuffle.wire import WindowPartial
@@ -47,6 +56,35 @@ class WindowedOperator(Processor):
         self.window = window
         self.late = 0
         self.fired = 0
+        #: The children that take its late records (``.late()``), not its results.
+        self.late_children: list[Processor] = []
+        self.late_forward: Callable[[Any, Any, int], None] | None = None
+
+    def wire(self) -> None:
+        """``forward`` to the children that take results; ``late_forward`` to those that take late
+        records (``rstream.processors.late``), None when there are none."""
+        children = self.children
+        self.late_children = [c for c in children if getattr(c, "takes_late", False)]
+        if not self.late_children:
+            super().wire()
+            return
+        self.children = [c for c in children if c not in self.late_children]
+        super().wire()
+        late = [c.process for c in self.late_children]
+        if len(late) == 1:
+            self.late_forward = late[0]
+        else:
+            def fan_out(key: Any, value: Any, ts: int) -> None:
+                for kid in late:
+                    kid(key, value, ts)
+
+            self.late_forward = fan_out
+        self.children = children  # (every processor stays reachable: ``walk``)
+
+    @property
+    def result_children(self) -> list[Processor]:
+        """The children its results go to (all but the late ones)."""
+        return [c for c in self.children if c not in self.late_children]
 
     @property
     def results_later(self) -> bool:  # type: ignore[override]
@@ -84,10 +122,14 @@ class WindowAggregateProcessor(WindowedOperator):
 
     window: Window  # (never None here)
 
-    def __init__(self, name: str, window: Window, fold: Fold) -> None:
+    def __init__(self, name: str, window: Window, fold: Fold, emit: WindowEmit = WindowEmit.FINAL) -> None:
         super().__init__(name, window)
         self.fold = fold
         self.session = isinstance(window, SessionWindow)
+        #: ``emit="early"``: every result is a ``WindowResult``; the windows a batch changed and left open
+        #: emit one early at its end (``flush``)
+        self.early = emit == WindowEmit.EARLY
+        self.early_emitted = 0
 
     def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
@@ -111,8 +153,13 @@ class WindowAggregateProcessor(WindowedOperator):
         # window not in ``cache`` is new, and the store is not asked (a window's state and its timer
         # are staged together and deleted together)
         self.committed_windows = self.store.has_timers(self.name)
+        # ``emit="early"``: the sessions this batch made or grew (fixed windows it changed are ``cache``'s)
+        self.touched_sessions: dict[tuple[Any, int, int], None] = {}
+        self.early_emitted = 0
 
     def flush(self) -> None:
+        if self.early:
+            self._emit_early()
         put, name, stage_timer = self.store.put, self.name, self.store.stage_timer
         for key, start, end in self.fresh:
             stage_timer(timer_key(name, end, (key, start)))
@@ -126,9 +173,31 @@ class WindowAggregateProcessor(WindowedOperator):
         """``(window key, accumulator)`` held in memory that ``flush`` will put in the store."""
         return list(self.cache.items())
 
+    def _emit_early(self) -> None:
+        """At the end of the batch (after what it fired): the current value of every window it
+        changed that is still open, as ``WindowResult(value, final=False)``, in the order the batch
+        first changed them. A session merged into another in the batch emits as the merged one."""
+        result, forward = self.fold.result, self.forward
+        if self.session:
+            store, name = self.store, self.name
+            changed = [(wk, store.get(name, wk)) for wk in self.touched_sessions]
+            changed = [(wk, acc) for wk, acc in changed if acc is not MISSING]  # (merged or fired since)
+        else:
+            changed = list(self.cache.items())
+        for (key, start, end), acc in changed:
+            self.early_emitted += 1
+            forward(WindowKey(key, start, end), WindowResult(result(acc), False), end - 1)
+
     def _late(self, key: Any, value: Any, ts: int, watermark: int, cause: LateCause, reason: str) -> None:
         self.late += 1
         self.ctx.late(self.name, key, value, ts, watermark, cause, reason)
+        if self.late_forward is not None:
+            try:
+                self.late_forward(key, LateRecord(key, value, ts, watermark, cause, reason, self.name), ts)
+            except RecordError as err:  # user code after ``.late()``: that late record is a dead letter
+                if not self.ctx.settings.skip_data_error:
+                    raise
+                self.ctx.dead_letter(err, None, b"", ts)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
@@ -366,6 +435,8 @@ class WindowAggregateProcessor(WindowedOperator):
         store.put(name, index, sorted(keep))
         store.put(name, (key, start, end), acc)
         store.set_timer(name, end, (key, start))
+        if self.early:
+            self.touched_sessions[(key, start, end)] = None
 
     def on_watermark(self, watermark: int) -> None:
         """Fire every window whose end the watermark reached, earliest first, then delete its state."""
@@ -393,7 +464,8 @@ class WindowAggregateProcessor(WindowedOperator):
             self.fired += 1
             last_end = max(last_end, end)
             if acc is not MISSING:
-                self.forward(WindowKey(key, start, end), self.fold.result(acc), end - 1)
+                value = self.fold.result(acc)
+                self.forward(WindowKey(key, start, end), WindowResult(value, True) if self.early else value, end - 1)
         self._fired_up_to(watermark, last_end)
 
     def _forget(self, wk: tuple[Any, int, int]) -> None:
@@ -429,9 +501,16 @@ class WindowAggregateProcessor(WindowedOperator):
         nowhere else (no fan-out, nothing wrapping ``forward``), for ``_fire_to_sink``. While the
         batch ends, ``QueueRun._results_at_end`` wraps ``forward`` (a dead letter per result that
         raises), so windows fired then go one by one."""
-        if not self.ctx.chunked or len(self.children) != 1 or self.forward != self.children[0].process:
+        kids = self.result_children
+        if not self.ctx.chunked or len(kids) != 1 or self.forward != kids[0].process:
             return None
-        stages, sink = pure_path(self)
+        if len(kids) == len(self.children):
+            stages, sink = pure_path(self)
+        elif kids[0].pure:
+            more, sink = pure_path(kids[0])
+            stages = [kids[0], *more]
+        else:
+            stages, sink = [], kids[0]
         return (stages, sink) if type(sink) is SinkProcessor else None
 
     def _fire_to_sink(self, due: list[tuple[int, Any]]) -> bool:
@@ -456,6 +535,8 @@ class WindowAggregateProcessor(WindowedOperator):
                 accs = [acc for acc in accs if acc is not MISSING]
             keys = list(map(tuple.__new__, repeat(WindowKey), held))
             values = accs if self.fold.result_is_acc else list(map(self.fold.result, accs))
+            if self.early:
+                values = list(map(WindowResult, values, repeat(True)))
             times = [end - 1 for _key, _start, end in held]
             chunk = Chunk([self.ctx.offset] * len(keys), keys, values, times)
             for stage in stages:
@@ -480,10 +561,11 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def metrics(self) -> OperatorMetrics:
         pending = self.pending()
+        early = {"emitted": self.early_emitted} if self.early else {}  # early results
         return OperatorMetrics.of(
             records_in=self.records_in, late=self.late, windows_fired=self.fired, windows_open=len(pending),
             watermark=finite(self.watermark),
-            pending=[(_short_repr(key), start, end) for end, (key, start) in pending[:MAX_PENDING]])
+            pending=[(_short_repr(key), start, end) for end, (key, start) in pending[:MAX_PENDING]], **early)
 
 
 #: ``window(w)``: no processor of its own; the aggregation after it carries ``w`` into its processor.

@@ -31,6 +31,7 @@ from rstream.runtime.topic_decoder import DLQ, LATE, SHUFFLE, SINK, SOURCE, deco
 from rstream.serde.codec import decode, encode
 from rstream.shuffle import wire
 from rstream.state.store import StateError, StateStore, is_bookkeeping, is_timer, split_state_key, state_key
+from rstream.time.windows import WindowResult
 
 if TYPE_CHECKING:
     from rstream.graph.topology import Topology
@@ -571,6 +572,15 @@ def _followed(job: Tracer, cfg: TaskConfig, replay: _Replay, kb: bytes, new: byt
     (in this batch or a later one)."""
     operator, key = split_state_key(kb)
     emits = replay.deferred(operator, key)
+    # a window that emits early (``emit="early"``) gave its current value at the end of this batch;
+    # its final result is followed on as that of any window
+    early = [emit for emit in emits if isinstance(emit.value, WindowResult) and not emit.value.final]
+    hops = [_output_hop(job, replay, *out, kind="emitted", note=f"{operator} emitted an early result (its "
+                        "window is open) at the end of the same batch") for emit in early for out in emit.outputs]
+    if early:
+        if operator not in operators:
+            operators.append(operator)
+        emits = [emit for emit in emits if emit not in early]
     fire_replay = replay
     proc = replay.kinds.get(operator)
     if not emits and new is not None and proc is not None and proc.results_later:
@@ -578,9 +588,9 @@ def _followed(job: Tracer, cfg: TaskConfig, replay: _Replay, kb: bytes, new: byt
         if fired_at is not None:
             fire_replay = _Replay(job, cfg, fired_at, [], work)
             emits = fire_replay.deferred(operator, key)
+            emits = [emit for emit in emits if not (isinstance(emit.value, WindowResult) and not emit.value.final)]
         else:
-            return []
-    hops = []
+            return hops
     for emit in emits:
         if operator not in operators:
             operators.append(operator)

@@ -2,7 +2,16 @@
 
 from rstream.time.units import Time, to_millis
 from rstream.time.watermark import TimeType, next_watermark
-from rstream.time.windows import SessionWindow, SlidingWindow, TumblingWindow, Window, WindowError, WindowKey
+from rstream.time.windows import (
+    SessionWindow,
+    SlidingWindow,
+    TumblingWindow,
+    Window,
+    WindowEmit,
+    WindowError,
+    WindowKey,
+    WindowResult,
+)
 
 __all__ = [
     "SessionWindow",
@@ -11,8 +20,10 @@ __all__ = [
     "TimeType",
     "TumblingWindow",
     "Window",
+    "WindowEmit",
     "WindowError",
     "WindowKey",
+    "WindowResult",
     "next_watermark",
     "to_millis",
 ]

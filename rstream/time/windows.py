@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from rstream.enums import TextEnum
 from rstream.errors import RStreamError
 from rstream.time.units import Time, to_millis
 
@@ -26,6 +27,37 @@ class WindowKey(NamedTuple):
 
     def __str__(self) -> str:
         return WINDOW_KEY_FORMAT.format(self.key, self.start, self.end)
+
+
+class WindowEmit(TextEnum):
+    """When a window emits its result (``window(w, emit=...)``)."""
+
+    FINAL = "final"  # once, when the watermark reaches its end (RIP-58, RocketMQ Streams; the default)
+    EARLY = "early"  # its current value at the end of every batch that changed it while open, then its final one
+
+
+class WindowResult(NamedTuple):
+    """A result of a window that emits early (``window(w, emit="early")``): ``value`` is the window's
+    aggregate, and ``final`` is False for an early result (the window is still open; the value may
+    change) and True for the one emitted when the window fires (its last). With the default
+    ``emit="final"`` results are the plain values, as in RocketMQ Streams."""
+
+    value: Any
+    final: bool
+
+    def __str__(self) -> str:
+        return f"{self.value} ({'final' if self.final else 'early'})"
+
+
+def window_emit(emit: Any) -> WindowEmit:
+    """``emit`` as a ``WindowEmit`` (``"final"`` or ``"early"``); raises ``WindowError`` otherwise."""
+    try:
+        return WindowEmit(emit)
+    except ValueError:
+        raise WindowError(
+            f"emit must be 'final' (one result per window, when it fires: the default) or 'early' (also the "
+            f"current value after every batch while the window is open), got {emit!r}"
+        ) from None
 
 
 def _positive(value: Any, what: str) -> int:
