@@ -788,7 +788,8 @@ class NotebookRun:
         return {
             "notebook": self.name, "passed": self.passed, "duration_s": round(self.duration_s, 1),
             "peak_kernel_tree_rss_mb": round(self.peak_rss_mb, 1), "peak_kernel_tree_pss_mb": round(self.peak_pss_mb, 1),
-            "residual_kernel_tree_pss_mb": round(self.residual_pss_mb, 1), "code_cells": len(self.cells),
+            "residual_kernel_tree_pss_mb": round(self.residual_pss_mb, 1), "released": self.released,
+            "code_cells": len(self.cells),
             "problems": self.problems(), "live_widgets": {k: len(v) for k, v in self.live.items()},
             "console_errors": self.console_errors[:20], "output_width_px": self.output_width,
             "artifacts": str(self.artifacts) if self.artifacts else None,
