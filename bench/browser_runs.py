@@ -11,8 +11,8 @@ run its kernel is shut down and its whole process tree must exit. A run passes w
 ran and none shows an error, a traceback, a stderr box, a widget error, a blank output or an output
 wider than the notebook, every ``.rstream-live`` widget changed while cells ran, and nothing left
 loopback. Prints a markdown table (runs, passed, first failure, median and max duration, peak RSS and
-PSS of the kernel's process tree: ipykernel, the JVM, Spark's Python workers; what it kept after
-``release()``) and exits 1 if any run failed, 2 when the browser cannot run here.
+PSS of the kernel's process tree: ipykernel, the JVM, Spark's Python workers; what it kept after the
+harness clicked the notebook's release button, ``release()``) and exits 1 if any run failed, 2 when the browser cannot run here.
 
 Durations are wall-clock on whatever else the machine is doing: compare them, never assert on them.
 """
@@ -81,7 +81,7 @@ def commit() -> str:
 def summarize(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One table row: how many runs passed, the first failure, durations, the peak memory of the kernel's
     process tree (RSS, and PSS, which counts a page shared by several processes once) and what it kept
-    after the notebook's last cell (``release()``)."""
+    after the harness clicked the notebook's release button (``release()``)."""
     durations = [r["duration_s"] for r in runs if r.get("duration_s") is not None]
     failed = [r for r in runs if not r["passed"]]
     first = None

@@ -367,7 +367,7 @@ class JupyterLab:
                 try:
                     self.api("DELETE", f"api/sessions/{session['id']}")
                 except urllib.error.HTTPError as err:
-                    # gone already: the notebook's last cell (release()) shut its kernel down, and the
+                    # gone already: the notebook's release button (release()) shut its kernel down, and the
                     # server drops a session whose kernel is gone
                     if err.code != 404:
                         raise
@@ -414,8 +414,8 @@ def kernel_tree_memory(kernel: psutil.Process | None, pss: bool = True) -> tuple
 
 
 def residual_memory(kernel: psutil.Process | None, wait: float = 10.0) -> int:
-    """PSS bytes the kernel's tree keeps once its notebook has run: a notebook whose last cell ends its
-    own kernel (``rstream.widgets.release()``) keeps nothing, so wait up to ``wait`` s for that first."""
+    """PSS bytes the kernel's tree keeps once its notebook has run: a notebook whose release button ended
+    its own kernel (``rstream.widgets.release()``) keeps nothing, so wait up to ``wait`` s for that first."""
     if kernel is not None:
         with contextlib.suppress(psutil.Error):
             kernel.wait(timeout=wait)
@@ -726,10 +726,12 @@ class NotebookRun:
     screenshots: list[str] = dataclasses.field(default_factory=list)
     #: The executed notebook as the page held it (nbformat JSON), outputs included.
     notebook: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: The kernel tree's peak PSS while cells ran, and its PSS once they had (after the notebook released
-    #: its Spark): what an open kernel keeps while a learner goes on to the next notebook.
+    #: The kernel tree's peak PSS while cells ran, and its PSS afterwards (once its release button was
+    #: clicked, where it has one): what an open kernel keeps while a learner goes on to the next notebook.
     peak_pss_mb: float = 0.0
     residual_pss_mb: float = 0.0
+    #: What the notebook's release button said once the harness clicked it (None: it has none).
+    released: str | None = None
     #: With ``fit_tables``: per table of the views it selects, as measured in the 1280 px window
     #: (``"window": "normal"``) and in the 900 px one (``"narrow"``): ``cell``, ``caption``, ``width``,
     #: ``output_width``, ``hidden`` (px of it out of sight on the right) and ``reachable`` (by scrolling).
@@ -786,7 +788,8 @@ class NotebookRun:
         return {
             "notebook": self.name, "passed": self.passed, "duration_s": round(self.duration_s, 1),
             "peak_kernel_tree_rss_mb": round(self.peak_rss_mb, 1), "peak_kernel_tree_pss_mb": round(self.peak_pss_mb, 1),
-            "residual_kernel_tree_pss_mb": round(self.residual_pss_mb, 1), "code_cells": len(self.cells),
+            "residual_kernel_tree_pss_mb": round(self.residual_pss_mb, 1), "released": self.released,
+            "code_cells": len(self.cells),
             "problems": self.problems(), "live_widgets": {k: len(v) for k, v in self.live.items()},
             "console_errors": self.console_errors[:20], "output_width_px": self.output_width,
             "artifacts": str(self.artifacts) if self.artifacts else None,
@@ -904,7 +907,7 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
                 if item["text"] not in seen:
                     seen.append(item["text"])
         elif state["kernel"] != "busy":
-            # idle, or already shut down by the notebook's last cell (release()): every output is in
+            # idle (a notebook's release button is only drawn, not clicked, by Run All): every output is in
             finished = True
             break
         if time.monotonic() - started > timeout:
@@ -920,7 +923,7 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
         name=name, duration_s=duration, finished=finished, run_value=state.get("value"),
         run_error=state.get("error"), kernel_status=state.get("kernel", "?"), kernel_argv0=argv0,
         peak_rss_mb=peak / 2**20, peak_pss_mb=peak_pss / 2**20,
-        residual_pss_mb=residual_memory(kernel) / 2**20 if finished else 0.0,
+        residual_pss_mb=0.0,  # measured below: after the release button's click, where the notebook has one
         cells=[CellReport(**c) for c in collected["cells"]], live=live,
         offsite_requests=log.offsite[offsite_before:], remote_connections=lab.remote_connections[connections_before:],
         console_errors=log.console_errors[console_before:], leftover_processes=[],
@@ -945,6 +948,31 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
                 run.screenshots.append(str(path))
             page.screenshot(path=str(out / "window.png"))
             run.screenshots.append(str(out / "window.png"))
+    if finished:
+        # a learner's last step: the release button (Run All only draws it); then nothing of the kernel is left
+        run.released = click_release(page, run.artifacts)
+        run.residual_pss_mb = residual_memory(kernel, wait=120.0 if run.released else 10.0) / 2**20
     if shutdown_kernel:
         run.leftover_processes = lab.shutdown_kernel(name)
     return run
+
+
+def click_release(page: Any, shots: Path | None = None, timeout: float = 180.0) -> str | None:
+    """Click the notebook's release button (``rstream.widgets.release_button``), as a learner does when done,
+    and wait until it says what it did; returns that text (None: the notebook shows no such button). With
+    ``shots``, saves its cell afterwards as ``cell-NN-released.png``."""
+    buttons = page.locator(".rstream-release button")
+    if buttons.count() == 0:
+        return None
+    box = page.locator(".rstream-release").last
+    button = buttons.last
+    button.scroll_into_view_if_needed()
+    button.click()
+    page.wait_for_function("(el) => el.innerText.includes('Spark stopped')", arg=box.element_handle(),
+                           timeout=timeout * 1000, polling=250)
+    text = box.inner_text()
+    if shots is not None:
+        cell = box.locator("xpath=ancestor::*[@data-rstream-cell][1]")
+        index = cell.get_attribute("data-rstream-cell")
+        screenshot_cell(page, cell, shots / f"cell-{int(index or 0):02d}-released.png")
+    return text

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from rstream.lazy import lazy_getattr
 
 # Eager: the module and its function share the name ``release``, and the function must win.
-from .release import Released, release
+from .release import ReleaseButton, Released, release, release_button
 
 #: Each name's module, loaded on first use: ``import rstream.widgets`` (or one of its modules) loads
 #: neither pyspark nor the other views, so a view's plain object is usable where Spark is not installed.
@@ -76,6 +76,7 @@ __all__ = [
     "ProducerPanel",
     "ProgressSnapshot",
     "RateProducer",
+    "ReleaseButton",
     "Released",
     "RunFacts",
     "StateDiffSnapshot",
@@ -90,6 +91,7 @@ __all__ = [
     "WatermarkSnapshot",
     "check",
     "release",
+    "release_button",
     "run_facts",
     "topology_svg",
     "topology_view",

@@ -1,6 +1,9 @@
-"""``release()``: the last cell of a workshop notebook. It stops Spark and its JVM, then asks the Jupyter
-server that runs this kernel to shut the kernel down, so a learner going through the series in one
+"""``release()``: the learner's last step in a workshop notebook. It stops Spark and its JVM, then asks the
+Jupyter server that runs this kernel to shut the kernel down, so a learner going through the series in one
 JupyterLab never keeps a finished notebook's memory (about 150 MB per open kernel, even with Spark gone).
+
+A notebook's last cell shows ``release_button(...)``: *Restart Kernel and Run All* only draws the button,
+so the kernel stays up for the exercises; the learner clicks it when done (the browser suite clicks it too).
 
 The shutdown goes through the server (as *Kernel → Shut Down Kernel* does), so JupyterLab does not
 restart the kernel; where no Jupyter server runs this kernel (a script, ``nbclient``), only Spark stops.
@@ -12,9 +15,10 @@ import json
 import os
 import threading
 import urllib.request
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from rstream import stop_spark
 
@@ -53,6 +57,60 @@ def release(shutdown_kernel: bool = True) -> Released:
     timer.start()
     return Released("Spark stopped, and this notebook's kernel shuts down now: its memory goes back. "
                     "Run the notebook again from the top to bring it back; open the next one to go on.", True)
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> Any: ...
+
+
+class ReleaseButton:
+    """A button that stops ``stop`` (each with ``.stop()``, in order), then calls ``release()``: the
+    deliberate end of a notebook. Drawing it does nothing else, so Run All leaves the kernel up.
+
+    ``ReleaseButton.shown`` holds the last one drawn in this kernel; ``click()`` does what a click does
+    (the headless notebook tests call it, where no one can click)."""
+
+    shown: ClassVar[ReleaseButton | None] = None
+
+    def __init__(self, stop: tuple[_Stoppable, ...] = (), release_fn: Callable[[], Released] | None = None) -> None:
+        import ipywidgets as w
+
+        self.stop = stop
+        self.released: Released | None = None
+        self._release = release_fn or release
+        self.button = w.Button(description="Release: stop Spark and shut this kernel down", icon="power-off",
+                               button_style="warning", layout=w.Layout(width="auto"))
+        self.status = w.HTML("")
+        self.widget = w.VBox([self.button, self.status])
+        self.widget.add_class("rstream-release")
+        self.button.on_click(lambda _b: self.click())
+        ReleaseButton.shown = self
+
+    def click(self) -> Released:
+        """Stop what was given, then ``release()``; a second click only says it was done."""
+        if self.released is not None:
+            return self.released
+        self.button.disabled = True
+        self.status.value = "<i>stopping...</i>"
+        failed = []
+        for thing in self.stop:
+            try:
+                thing.stop()
+            except Exception as exc:  # release anyway: the kernel's end stops what is left
+                failed.append(f"<div>{escape(f'{type(thing).__name__}.stop() failed: {exc}')}</div>")
+        self.released = self._release()
+        self.button.description = "Released"
+        self.status.value = "".join(failed) + self.released._repr_html_()
+        return self.released
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def release_button(*stop: _Stoppable) -> ReleaseButton:
+    """The last cell of a workshop notebook: a button that stops each of ``stop`` (a job, a monitor, a
+    cluster: anything with ``.stop()``), then calls ``release()``. Run All only draws it."""
+    return ReleaseButton(stop)
 
 
 def _send(request: urllib.request.Request) -> None:

@@ -224,5 +224,7 @@ def test_notebook_runs_clean_in_jupyterlab(name: str, lab: JupyterLab, page: Any
         assert {t["window"] for t in run.tables} == {"normal", "narrow"}, run.tables
     # what the lesson says it shows, read from the notebook's outputs (its teaching cells assert nothing)
     assert problems(Path(name).stem, run.notebook, solved=False) == [], run.report()
-    # its last cell, release(), ended its kernel through the server: nothing of it keeps memory
+    # Run All left the kernel up (its release button is only drawn); the harness then clicked the button, as
+    # a learner does when done, and release() ended the kernel through the server: nothing of it keeps memory
+    assert run.released and "shuts down now" in run.released, f"{name}: release button said {run.released!r}"
     assert run.residual_pss_mb == 0, f"{name}: its kernel still holds {run.residual_pss_mb:.0f} MB after release()"

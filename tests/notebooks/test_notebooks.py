@@ -57,10 +57,19 @@ def kernel_manager(folder: Path) -> KernelManager:
     return KernelManager(kernel_name=KERNEL, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec.parent)]))
 
 
+#: What a learner does last, by hand, once the exercises are done: click the release button that the
+#: notebook's last cell only draws (``rstream.widgets.release_button``). Here no one can click, so one more
+#: cell does what the click does (it stops what the button names: a job, a cluster, RocketMQ; then Spark).
+CLICK_RELEASE = "from rstream.widgets import ReleaseButton\n\nprint(ReleaseButton.shown.click())"
+
+
 def execute(path: Path, tmp_path: Path) -> Any:
-    """Run ``path`` top to bottom in its own folder; the first failing cell raises with its traceback."""
+    """Run ``path`` top to bottom in its own folder, then click its release button (as ``CLICK_RELEASE``);
+    the first failing cell raises with its traceback."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     nb = nbformat.read(path, as_version=4)
+    if any("release" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
+        nb.cells.append(nbformat.v4.new_code_cell(CLICK_RELEASE, metadata={"tags": ["harness"]}))
     client = NotebookClient(nb, km=kernel_manager(tmp_path), timeout=CELL_TIMEOUT, startup_timeout=120,
                             allow_errors=False, resources={"metadata": {"path": str(path.parent)}})
     try:
@@ -72,6 +81,9 @@ def execute(path: Path, tmp_path: Path) -> Any:
     stderr = [(i, o["text"]) for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
               if o.get("output_type") == "stream" and o.get("name") == "stderr"]
     assert not stderr, f"stderr reached a cell (a red box for a learner): {stderr}"
+    if nb.cells[-1].get("metadata", {}).get("tags") == ["harness"]:
+        released = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []))
+        assert "Spark stopped" in released, f"the release button did not release: {released!r}"
     return nb
 
 
