@@ -6,10 +6,6 @@ process killed and restarted while the job runs. Exact every time: every output 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +22,7 @@ from tests.support.jobs import (
     wordcount,
 )
 from tests.support.joins import emitted, events, join_job, windowed_pairs
-from tests.support.processes import child_env
+from tests.support.processes import kill_when
 from tests.support.reference import split_late, window_frame
 from tests.support.windows import EXACT, LATENESS, clicks, produce, results, windowed
 
@@ -95,22 +91,12 @@ def test_the_whole_job_killed_again_and_again_then_finished(rocket_broker: Any, 
     data_dir = tmp_path / "data"
     reached = 0
     for round_ in range(3):
-        proc = subprocess.Popen([sys.executable, "-c", WORDCOUNT_TO_KILL, broker_arg(rocket_broker), str(data_dir),
-                                 str(tmp_path / f"tmp{round_}"), name], env=child_env(), start_new_session=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                tag = rocket_broker.last_commit(name, "sentences", 0)
-                if tag is not None and tag.end_offset >= reached + 30:
-                    break
-                assert proc.poll() is None, "the job process died on its own"
-                time.sleep(0.05)
-            else:
-                raise AssertionError("the job made no progress")
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        def mid_run(before: int = reached) -> bool:
+            tag = rocket_broker.last_commit(name, "sentences", 0)
+            return tag is not None and tag.end_offset >= before + 30
+
+        kill_when(["-c", WORDCOUNT_TO_KILL, broker_arg(rocket_broker), str(data_dir), str(tmp_path / f"tmp{round_}"),
+                   name], mid_run, timeout=180)
         reached = rocket_broker.last_commit(name, "sentences", 0).end_offset
     assert reached < len(text) // 2  # killed before it was done
     make_rocket_job(wordcount(name), max_records_per_queue=1000).run_until_idle()

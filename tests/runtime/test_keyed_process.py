@@ -6,10 +6,6 @@ ticks fire processing-time timers."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +14,7 @@ from rstream import EmbeddedBroker
 from tests.support.inprocess import emitted
 from tests.support.jobs import broker_arg, job_id
 from tests.support.process import MINUTE, UNPAID_TO_KILL, Pings, Unpaid, events, orders, process_job
+from tests.support.processes import kill_when
 from tests.support.reference import keyed_process
 
 LATENESS = 1000
@@ -83,26 +80,14 @@ def test_kill_9_mid_batch_then_restart_fires_each_timer_once(broker: EmbeddedBro
     broker.create_topic("orders", queues=1)
     broker.send_batch("orders", [json.dumps(e) for e in every])
     name = job_id("unpaid-kill")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", UNPAID_TO_KILL, broker_arg(broker), str(tmp_path / "data"), str(tmp_path / "tmp"),
-         name, str(CHUNK)],
-        env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-    )
     shuffle = f"{name}-ROCKETMQ-PROCESS-4-shuffleTopic"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            tag = broker.last_commit(name, "orders", 0)
-            if tag is not None and tag.end_offset >= 8 * CHUNK and broker.has_topic("out") and sum(broker.end_offsets("out")):
-                break
-            assert proc.poll() is None, "the job process died on its own"
-            time.sleep(0.02)
-        else:
-            raise AssertionError("the job made no progress")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # mid-batch, timers pending
-        proc.wait()
+
+    def mid_run() -> bool:  # timers pending
+        tag = broker.last_commit(name, "orders", 0)
+        return tag is not None and tag.end_offset >= 8 * CHUNK and broker.has_topic("out") and sum(broker.end_offsets("out")) > 0
+
+    kill_when(["-c", UNPAID_TO_KILL, broker_arg(broker), str(tmp_path / "data"), str(tmp_path / "tmp"), name, str(CHUNK)],
+              mid_run)
     assert broker.last_commit(name, "orders", 0).end_offset < len(every)
     assert broker.has_topic(shuffle)
     resumed = make_job(process_job(name, Unpaid(), key="order", source="orders"), max_records_per_queue=CHUNK, **EXACT)

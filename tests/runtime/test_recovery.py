@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,6 +19,7 @@ from tests.support.jobs import (
     sink_values,
     wordcount,
 )
+from tests.support.processes import kill_when
 
 BATCH_1 = ["a b c a", "b d", "e f a"]
 BATCH_2 = ["a a z", "d e", "c c c"]
@@ -133,24 +130,12 @@ def test_kill_9_of_the_whole_process_then_restart(broker: EmbeddedBroker, make_j
     broker.send_batch("sentences", sentences)
     name = job_id("crash")
     data_dir = tmp_path / "data"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WORDCOUNT_TO_KILL, broker_arg(broker), str(data_dir), str(tmp_path / "tmp"), name],
-        env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            tag = broker.last_commit(name, "sentences", 0)
-            if tag is not None and tag.end_offset >= 45:
-                break
-            assert proc.poll() is None, "the job process died on its own"
-            time.sleep(0.02)
-        else:
-            raise AssertionError("the job made no progress")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver, the JVM and the Python workers, mid-batch
-        proc.wait()
+    def mid_run() -> bool:
+        tag = broker.last_commit(name, "sentences", 0)
+        return tag is not None and tag.end_offset >= 45
+
+    # the driver, the JVM and the Python workers, mid-batch
+    kill_when(["-c", WORDCOUNT_TO_KILL, broker_arg(broker), str(data_dir), str(tmp_path / "tmp"), name], mid_run)
     assert broker.last_commit(name, "sentences", 0).end_offset < 200
     resumed = make_job(wordcount(name), max_records_per_queue=1000)
     resumed.run_until_idle()

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,24 @@ def spawn(args: list[str], log: Path) -> subprocess.Popen[str]:
     with open(log, "w") as err:
         return subprocess.Popen([sys.executable, *args], env=child_env(), cwd=str(ROOT), start_new_session=True,
                                 stdout=subprocess.PIPE, stderr=err, text=True)
+
+
+def kill_when(args: list[str], ready: Callable[[], bool], timeout: float = 120.0) -> None:
+    """Run ``python *args`` (a job) in a process group of its own and SIGKILL the whole group (the
+    driver, its JVM, its Python workers) as soon as ``ready()`` holds: mid-batch, as a crash would.
+    Fails if the job died first, or made no progress within ``timeout`` seconds."""
+    proc = subprocess.Popen([sys.executable, *args], env=child_env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert proc.poll() is None, "the job process died on its own"
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the job made no progress in {timeout:.0f} s")
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def log_tail(log: Path) -> str:
