@@ -39,6 +39,15 @@ def test_no_test_module_imports_another_test_module_or_a_conftest() -> None:
     assert wrong == [], "shared helpers belong in tests/support/:\n" + "\n".join(wrong)
 
 
+def test_every_test_module_has_a_name_of_its_own() -> None:
+    """Test folders are not packages (``tests/rocketmq`` would shadow the official ``rocketmq``), so
+    pytest imports each test module by its file name: two of one name stop the whole run at collection."""
+    names: dict[str, list[str]] = {}
+    for path in sorted(TESTS.rglob("test_*.py")):
+        names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
+
+
 def test_the_support_package_imports_no_test_module() -> None:
     wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
              for path in sorted((TESTS / "support").rglob("*.py"))
