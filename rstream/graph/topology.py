@@ -326,7 +326,8 @@ def _combine_detail(lnode: LogicalNode, fold: Any, window: Any) -> str:
 class TopologyBuilder:
     """Turns a logical graph into a ``Topology`` (the second build), reading what each node needs
     from its operator's spec: a pipeline of its own (a source), a key shuffle before it (an
-    aggregation), one shuffle topic for both sides (a join), nothing of its own (a window)."""
+    aggregation), one shuffle topic for both sides (a join, a stream–table join: the table's side keeps
+    its key), nothing of its own (a window, a table)."""
 
     def __init__(self, graph: LogicalGraph, shuffle_queues: int = 8, combine: bool = True) -> None:
         self.graph = graph
@@ -396,6 +397,9 @@ class TopologyBuilder:
                 if "emit" in params:
                     emits[lnode.number] = params["emit"]
                 out[lnode.number] = out[first]  # no real node: the windowed aggregate after it carries the window
+                continue
+            if spec.role is Role.TABLE:
+                out[lnode.number] = out[first]  # no real node: a stream–table join after it keeps the table
                 continue
             if spec.shuffle is Shuffle.BY_KEY:
                 window = windows.get(first)
