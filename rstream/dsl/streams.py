@@ -15,7 +15,6 @@ from rstream.processors.process import PROCESS, KeyedProcessFunction
 from rstream.processors.reduce import REDUCE
 from rstream.processors.sink import SINK
 from rstream.processors.spec import OperatorSpec
-from rstream.processors.table import LEFT_TABLE_JOIN, TABLE, TABLE_JOIN
 from rstream.processors.stateless import (
     FILTER,
     FLAT_MAP,
@@ -26,6 +25,7 @@ from rstream.processors.stateless import (
     SELECT_TIMESTAMP,
     TO_RSTREAM,
 )
+from rstream.processors.table import LEFT_TABLE_JOIN, TABLE, TABLE_JOIN
 from rstream.processors.union import UNION
 from rstream.processors.window import WINDOW
 from rstream.serde import as_serializer
