@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstream import DslError, EmbeddedBroker, JsonDeserializer, RTable, StreamBuilder, TumblingWindow
+from rstream.processors.base import dead_letter_row
 from rstream.runtime.inprocess import InProcessJob
 from tests.support.inprocess import emitted
 from tests.support.tables import KEYS, as_messages, join_queue_records, operations, replay, table_job
@@ -127,3 +128,23 @@ def test_drawn_in_both_graphs() -> None:
     text = topo.describe()
     assert "SHUFFLE_SINK_LEFT-6" in text and "SHUFFLE_SINK_RIGHT-6" in text
     assert "TABLE-4" not in {n.name for n in topo.nodes}  # the join keeps the table: no node of its own
+
+
+def test_a_raising_join_function_makes_its_record_a_dead_letter(tmp_path: Path) -> None:
+    """``fn`` raising on one order: that order is a dead letter naming the join; the others go on."""
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("prices", queues=1)
+    broker.create_topic("orders", queues=1)
+    broker.send("prices", json.dumps({"k": "a", "v": 0}))
+    b = StreamBuilder("tdlq", shuffle_queues=1)
+    prices = b.source("prices", JsonDeserializer()).key_by(lambda p: p["k"]).map(lambda p: p["v"]).to_table()
+    orders = b.source("orders", JsonDeserializer())
+    orders.join(prices).where(lambda o: o["k"]).apply(lambda o, p: o["n"] // p).sink("out")
+    InProcessJob(b.build(), broker, tmp_path / "job").run_until_idle()
+    broker.send("prices", json.dumps({"k": "b", "v": 2}))
+    broker.send_batch("orders", [json.dumps({"k": k, "n": 4}) for k in "aba"])
+    job = InProcessJob(b.build(), broker, tmp_path / "job")
+    job.run_until_idle()
+    letters = [dead_letter_row(m) for m in broker.read("tdlq-dlq")]
+    assert [(d["operator"], "ZeroDivisionError" in d["error"]) for d in letters] == [("TABLE_JOIN-6", True)] * 2
+    assert [m.body.decode() for m in broker.read("out")] == ["b:2"]
