@@ -17,7 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rstream import DslError, EmbeddedBroker, JsonDeserializer, RTable, StreamBuilder, TumblingWindow
+from rstream import (
+    DslError,
+    EmbeddedBroker,
+    JsonDeserializer,
+    JsonSerializer,
+    RTable,
+    StreamBuilder,
+    TumblingWindow,
+)
 from rstream.processors.base import dead_letter_row
 from rstream.runtime.inprocess import InProcessJob
 from tests.support.inprocess import emitted
@@ -148,3 +156,23 @@ def test_a_raising_join_function_makes_its_record_a_dead_letter(tmp_path: Path) 
     letters = [dead_letter_row(m) for m in broker.read("tdlq-dlq")]
     assert [(d["operator"], "ZeroDivisionError" in d["error"]) for d in letters] == [("TABLE_JOIN-6", True)] * 2
     assert [m.body.decode() for m in broker.read("out")] == ["b:2"]
+
+
+def test_a_table_of_an_aggregation(tmp_path: Path) -> None:
+    """``count().to_table()``: the table's side comes from the count's shuffle pipeline, its value the
+    latest count of the key when a visit is processed."""
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("orders", queues=2)
+    broker.create_topic("visits", queues=1)
+    b = StreamBuilder("counted", shuffle_queues=2)
+    counts = b.source("orders", JsonDeserializer()).key_by(lambda o: o["k"]).count().to_table()
+    visits = b.source("visits", JsonDeserializer())
+    visits.left_join(counts).where(lambda v: v["k"]).apply(lambda v, n: [v["at"], n]).sink("out", JsonSerializer(with_key=True))
+    for orders, seen in (("aab", "abc"), ("bb", "b")):
+        broker.send_batch("orders", [json.dumps({"k": k}) for k in orders])
+        InProcessJob(b.build(), broker, tmp_path / "job").run_until_idle()
+        broker.send_batch("visits", [json.dumps({"k": k, "at": i}) for i, k in enumerate(seen)])
+        job = InProcessJob(b.build(), broker, tmp_path / "job")
+        job.run_until_idle()
+    assert emitted(broker, "out") == {"a": [[0, 2]], "b": [[1, 1], [0, 3]], "c": [[2, None]]}
+    assert job.query("LEFT_TABLE_JOIN-6", "b") == 3
