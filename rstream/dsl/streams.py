@@ -292,7 +292,8 @@ class GroupedStream(_Stream[K, V]):
             prices = b.source("prices", JsonDeserializer()).key_by(lambda p: p["sku"]).map(lambda p: p["price"])
             orders.join(prices.to_table()).where(lambda o: o["sku"]).apply(lambda o, price: o["n"] * price)
 
-        The table is kept by the join that reads it (its state: ``job.query(join, key)``)."""
+        The table is kept by the join that reads it, as that join's state: ``job.query(table.node.name,
+        key)`` (``TABLE-4``) answers a key's value; a table no stream joins is never built."""
         return RTable(self._builder, self._add(TABLE))
 
     def late(self) -> RStream[Any, LateRecord]:

@@ -164,6 +164,16 @@ class Topology:
             queue.extend(node.children)
         return out
 
+    def table_keeper(self, table: str) -> RealNode | None:
+        """The stream–table join that keeps the table ``table`` (a ``to_table()`` node's name, e.g.
+        ``TABLE-4``, which has no real node of its own), or None when ``table`` names no table or no
+        join reads it. Several joins on one table each keep a copy: the first is given."""
+        numbers = {n.number for n in self.graph if n.name == table and n.spec.role is Role.TABLE}
+        if not numbers:
+            return None
+        readers = {n.number for n in self.graph if any(p.number in numbers for p in n.parents)}
+        return next((n for n in self.nodes if n.logical in readers and n.stateful), None)
+
     def is_stateful(self, topic: str) -> bool:
         return topic in self.state_topics
 

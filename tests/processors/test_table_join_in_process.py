@@ -68,7 +68,7 @@ def _check(ops: list[tuple[str, str, Any]], cuts: list[int], wipe: list[bool], h
         want, table = replay(stored, how)
         assert emitted(broker, "out") == want
         for key in KEYS:
-            assert job.query(node.name, key) == table.get(key)
+            assert job.query(node.name, key) == job.query("TABLE-4", key) == table.get(key)
 
 
 @pytest.mark.parametrize("how", ["inner", "left"])
