@@ -81,7 +81,8 @@ def test_stream_table_join_matches_the_plain_join_over_the_join_queue(how: str, 
 
 def test_a_table_updated_before_the_stream_arrives(tmp_path: Path) -> None:
     """Rounds make the order plain: prices first (b deleted), then orders: inner drops b and c,
-    left gives them None; a later price enriches only later orders."""
+    left gives them None; a later price enriches only later orders. The local state is deleted
+    before every restart, so the table comes back from the state topic each time."""
     for how, expected in (("inner", {"a": [[1, 2], [4, 5]]}),
                           ("left", {"a": [[1, 2], [4, 5]], "b": [[2, None]], "c": [[3, None]]})):
         broker = EmbeddedBroker(tmp_path / how / "broker")
@@ -93,6 +94,7 @@ def test_a_table_updated_before_the_stream_arrives(tmp_path: Path) -> None:
                 broker: EmbeddedBroker = broker, how: str = how) -> InProcessJob:
             broker.send_batch("prices", [json.dumps(p) for p in prices])
             broker.send_batch("orders", [json.dumps(o) for o in orders])
+            shutil.rmtree(tmp_path / how / "job" / "state", ignore_errors=True)  # each restart: from the state topic
             job = InProcessJob(builder.build(), broker, tmp_path / how / "job")
             job.run_until_idle()
             return job
