@@ -45,8 +45,8 @@ __version__ = "0.1.0"
 #: Spark source (the planner process Spark starts for every streaming query) does not load them.
 _LAZY = {
     **RUNTIME_NAMES, "RecordTrace": "rstream.runtime.trace", "TraceError": "rstream.runtime.trace",
-    **dict.fromkeys(["DslError", "GroupedStream", "JoinedStream", "RStream", "StreamBuilder", "WindowResultStream",
-                     "WindowStream"], "rstream.dsl"),
+    **dict.fromkeys(["DslError", "GroupedStream", "JoinedStream", "RStream", "RTable", "StreamBuilder",
+                     "TableJoinedStream", "WindowResultStream", "WindowStream"], "rstream.dsl"),
     "Topology": "rstream.graph",
     **dict.fromkeys(["Accumulator", "KeyedProcessFunction", "LateRecord", "ProcessingError", "RecordError",
                      "StateValueError", "UnhashableKeyError"], "rstream.processors"),
@@ -60,7 +60,9 @@ if TYPE_CHECKING:
         GroupedStream,
         JoinedStream,
         RStream,
+        RTable,
         StreamBuilder,
+        TableJoinedStream,
         WindowResultStream,
         WindowStream,
     )
@@ -138,6 +140,8 @@ __all__ = [
     "WindowResultStream",
     "WindowStream",
     "JoinedStream",
+    "RTable",
+    "TableJoinedStream",
     "get_spark",
     "stop_spark",
     "RecordTrace",

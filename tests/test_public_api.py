@@ -10,7 +10,7 @@ PUBLIC = {
     "SerdeError", "StateError", "StateStore", "StreamBuilder", "TextDeserializer", "TextSerializer",
     "Topology", "UnhashableKeyError", "UnknownTopicError", "get_spark", "__version__",
     "SessionWindow", "SlidingWindow", "Time", "TimeType", "TumblingWindow", "WindowError", "WindowKey",
-    "WindowStream", "JoinedStream", "stop_spark", "RecordTrace", "TraceError", "KeyedProcessFunction",
+    "WindowStream", "JoinedStream", "RTable", "TableJoinedStream", "stop_spark", "RecordTrace", "TraceError", "KeyedProcessFunction",
     "StateValueError", "LateRecord", "WindowResult", "WindowResultStream",
 }
 

@@ -6,6 +6,8 @@ from rstream.dsl.streams import (
     GroupedStream,
     JoinedStream,
     RStream,
+    RTable,
+    TableJoinedStream,
     WindowResultStream,
     WindowStream,
 )
@@ -15,7 +17,9 @@ __all__ = [
     "GroupedStream",
     "JoinedStream",
     "RStream",
+    "RTable",
     "StreamBuilder",
+    "TableJoinedStream",
     "WindowResultStream",
     "WindowStream",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from rstream.broker.base import validate_topic_name
 from rstream.errors import RStreamError
@@ -25,6 +25,7 @@ from rstream.processors.stateless import (
     SELECT_TIMESTAMP,
     TO_RSTREAM,
 )
+from rstream.processors.table import LEFT_TABLE_JOIN, TABLE, TABLE_JOIN
 from rstream.processors.union import UNION
 from rstream.processors.window import WINDOW
 from rstream.serde import as_serializer
@@ -122,12 +123,32 @@ class RStream(_Stream[K, V]):
         _check_callable(fn, "key_by")
         return GroupedStream(self._builder, self._add(KEY_BY, fn=fn, detail=describe_callable(fn)))
 
-    def join(self, right: RStream[Any, V2]) -> JoinedStream[V, V2]:
-        """Inner join with ``right``: ``.where(left_key).equal_to(right_key)[.window(w)].apply(fn)``."""
+    @overload
+    def join(self, right: RTable[Any, V2]) -> TableJoinedStream[V, V2]: ...
+
+    @overload
+    def join(self, right: RStream[Any, V2]) -> JoinedStream[V, V2]: ...
+
+    def join(self, right: Any) -> Any:
+        """Inner join with ``right``: ``.where(left_key).equal_to(right_key)[.window(w)].apply(fn)``.
+
+        With a table (``grouped.to_table()``), a stream–table join: ``.where(key).apply(fn)`` emits
+        ``fn(record, table_value)`` for each record whose key the table has (see ``TableJoinedStream``)."""
+        if isinstance(right, RTable):
+            return TableJoinedStream(self, right, TABLE_JOIN)
         return JoinedStream(self, right, JOIN)
 
-    def left_join(self, right: RStream[Any, V2]) -> JoinedStream[V, V2]:
-        """Left join with ``right``: every left record is emitted, with ``None`` for a missing right."""
+    @overload
+    def left_join(self, right: RTable[Any, V2]) -> TableJoinedStream[V, V2]: ...
+
+    @overload
+    def left_join(self, right: RStream[Any, V2]) -> JoinedStream[V, V2]: ...
+
+    def left_join(self, right: Any) -> Any:
+        """Left join with ``right``: every left record is emitted, with ``None`` for a missing right.
+        With a table: ``fn(record, None)`` for a record whose key the table lacks."""
+        if isinstance(right, RTable):
+            return TableJoinedStream(self, right, LEFT_TABLE_JOIN)
         return JoinedStream(self, right, LEFT_JOIN)
 
     def union(self, other: RStream[Any, Any], *more: RStream[Any, Any]) -> RStream[Any, Any]:
@@ -263,6 +284,18 @@ class GroupedStream(_Stream[K, V]):
         """Continue as a plain stream; the key stays."""
         return RStream(self._builder, self._add(TO_RSTREAM))
 
+    def to_table(self) -> RTable[K, V]:
+        """The latest value per key, as a table a stream joins (``stream.join(table)``); a record
+        whose value is ``None`` deletes its key (Kafka Streams' ``toTable()``; RocketMQ Streams 1.1
+        has no tables)::
+
+            prices = b.source("prices", JsonDeserializer()).key_by(lambda p: p["sku"]).map(lambda p: p["price"])
+            orders.join(prices.to_table()).where(lambda o: o["sku"]).apply(lambda o, price: o["n"] * price)
+
+        The table is kept by the join that reads it, as that join's state: ``job.query(table.node.name,
+        key)`` (``TABLE-4``) answers a key's value; a table no stream joins is never built."""
+        return RTable(self._builder, self._add(TABLE))
+
     def late(self) -> RStream[Any, LateRecord]:
         """Only a windowed aggregation has late records (``WindowResultStream.late``)."""
         raise DslError(
@@ -392,7 +425,9 @@ class JoinedStream(Generic[V, V2]):
     def __init__(self, left: RStream[Any, V], right: RStream[Any, V2], spec: OperatorSpec) -> None:
         kind = spec.kind
         if not isinstance(right, RStream):
-            raise DslError(f"{kind} needs another RStream, got {type(right).__name__}")
+            hint = (": to join a keyed stream's latest value per key, make it a table first, "
+                    "stream.join(grouped.to_table()).where(key).apply(fn)" if isinstance(right, GroupedStream) else "")
+            raise DslError(f"{kind} needs another RStream or an RTable, got {type(right).__name__}{hint}")
         if right._builder is not left._builder:
             raise DslError("both sides of a join must come from the same StreamBuilder")
         self._left, self._right, self._spec, self._kind = left, right, spec, kind
@@ -431,3 +466,64 @@ class JoinedStream(Generic[V, V2]):
             right_key=self._right_key, window=self._window, fn=fn, detail=detail,
         )
         return RStream(self._left._builder, node)
+
+
+class RTable(Generic[K, V]):
+    """A table: the latest value per key of a keyed stream (``grouped.to_table()``), ``None``
+    deleting a key. A stream joins it: ``stream.join(table).where(key).apply(fn)``."""
+
+    def __init__(self, builder: StreamBuilder, node: LogicalNode) -> None:
+        self._builder = builder
+        self._node = node
+
+    @property
+    def node(self) -> LogicalNode:
+        """The logical node this table comes out of."""
+        return self._node
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return self._builder._repr_mimebundle_(include, exclude)
+
+
+class TableJoinedStream(Generic[V, V2]):
+    """A stream–table join being described: ``stream.join(table).where(key).apply(fn)``.
+
+    It reads as ``left.join(right).where(lk).equal_to(rk).apply(fn)`` without ``equal_to``: a table
+    is keyed already, so only the stream's key is said. Each stream record emits
+    ``fn(record, table_value)`` with the table's value for its key when the join's queue gets the
+    record; ``join`` drops a record whose key the table lacks, ``left_join`` emits ``fn(record, None)``.
+    Table updates emit nothing and stream records are not kept, so there is no right or full outer
+    stream–table join (Kafka Streams' ``KStream``–``KTable`` join has only inner and left, too)."""
+
+    def __init__(self, stream: RStream[Any, V], table: RTable[Any, V2], spec: OperatorSpec) -> None:
+        if table._builder is not stream._builder:
+            raise DslError("a stream and the table it joins must come from the same StreamBuilder")
+        self._stream, self._table, self._spec = stream, table, spec
+        self._key: Callable[[V], Any] | None = None
+
+    def where(self, key: Callable[[V], Any]) -> TableJoinedStream[V, V2]:
+        """The table key a stream record looks up."""
+        _check_callable(key, "where")
+        self._key = key
+        return self
+
+    def equal_to(self, right_key: Any) -> Any:
+        """Not for a table: it is keyed already (by the ``key_by`` before ``to_table()``)."""
+        raise DslError("a table is keyed already: drop .equal_to(...) and say only the stream's key, "
+                       "stream.join(table).where(lambda r: r['id']).apply(fn)")
+
+    def window(self, window: Any) -> Any:
+        """Not for a table: a stream record meets the table's value for its key at the time it is processed."""
+        raise DslError("a stream–table join has no window: each record meets the table's current value for its key")
+
+    def apply(self, fn: Callable[[V, V2 | None], R]) -> RStream[Any, R]:
+        """Emit ``fn(record_value, table_value)`` for each stream record (``table_value`` None in a
+        left join when the table lacks its key), keyed by the table key, at the record's data time."""
+        _check_callable(fn, "apply")
+        if self._key is None:
+            raise DslError(f"{self._spec.kind} needs .where(key) (the table key of a stream record) before .apply(fn)")
+        node = self._stream._builder.graph.add(
+            self._spec, [self._stream.node, self._table.node], left_key=self._key, right_key=None, fn=fn,
+            detail=f"{describe_callable(fn)}\ntable {self._table.node.name}",
+        )
+        return RStream(self._stream._builder, node)

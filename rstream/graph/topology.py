@@ -164,6 +164,16 @@ class Topology:
             queue.extend(node.children)
         return out
 
+    def table_keeper(self, table: str) -> RealNode | None:
+        """The stream–table join that keeps the table ``table`` (a ``to_table()`` node's name, e.g.
+        ``TABLE-4``, which has no real node of its own), or None when ``table`` names no table or no
+        join reads it. Several joins on one table each keep a copy: the first is given."""
+        numbers = {n.number for n in self.graph if n.name == table and n.spec.role is Role.TABLE}
+        if not numbers:
+            return None
+        readers = {n.number for n in self.graph if any(p.number in numbers for p in n.parents)}
+        return next((n for n in self.nodes if n.logical in readers and n.stateful), None)
+
     def is_stateful(self, topic: str) -> bool:
         return topic in self.state_topics
 
@@ -326,7 +336,8 @@ def _combine_detail(lnode: LogicalNode, fold: Any, window: Any) -> str:
 class TopologyBuilder:
     """Turns a logical graph into a ``Topology`` (the second build), reading what each node needs
     from its operator's spec: a pipeline of its own (a source), a key shuffle before it (an
-    aggregation), one shuffle topic for both sides (a join), nothing of its own (a window)."""
+    aggregation), one shuffle topic for both sides (a join, a stream–table join: the table's side keeps
+    its key), nothing of its own (a window, a table)."""
 
     def __init__(self, graph: LogicalGraph, shuffle_queues: int = 8, combine: bool = True) -> None:
         self.graph = graph
@@ -396,6 +407,9 @@ class TopologyBuilder:
                 if "emit" in params:
                     emits[lnode.number] = params["emit"]
                 out[lnode.number] = out[first]  # no real node: the windowed aggregate after it carries the window
+                continue
+            if spec.role is Role.TABLE:
+                out[lnode.number] = out[first]  # no real node: a stream–table join after it keeps the table
                 continue
             if spec.shuffle is Shuffle.BY_KEY:
                 window = windows.get(first)

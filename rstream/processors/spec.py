@@ -46,6 +46,7 @@ class Role(Enum):
     SOURCE = "source"  # starts the pipeline of a source topic
     SINK = "sink"  # writes to a topic the job creates when missing
     WINDOW = "window"  # no processor: the aggregation after it carries its window
+    TABLE = "table"  # no processor: the stream–table join after it keeps the table
     INTERNAL = "internal"  # added by the second build only (shuffle sinks and sources)
 
 

@@ -274,12 +274,15 @@ def local_store(topology: Topology, broker: Broker, state_dir: Path, topic: str,
 def query_state(topology: Topology, broker: Broker, state_dir: Path, operator: str, key: Any,
                 committed: Callable[[str, int], Iterable[tuple[str, Any, Any]]] | None = None) -> Any:
     """``key``'s value in the state of ``operator`` (a stateful real node's name, as ``job.state()``
-    shows it) after the last committed batch; for a windowed operator ``{WindowKey: value}`` of the
+    shows it, or a table's: the join that keeps it answers) after the last committed batch; for a windowed operator ``{WindowKey: value}`` of the
     windows of ``key`` still open (fired windows leave the state), by start. None when the key has no
     state. Read from the local stores; a queue whose local copy is missing or behind its last commit
     (its state deleted, or processed elsewhere) is read through ``committed(topic, queue)``, the
     ``(operator, key, value)`` entries its state topic holds as of that commit, when given."""
     node = next((n for n in topology.nodes if n.name == operator), None)
+    if node is None:  # a table (``to_table()``) is kept by the stream–table join that reads it
+        node = topology.table_keeper(operator)
+        operator = node.name if node is not None else operator
     if node is None or not node.stateful:
         known = sorted(n.name for n in topology.nodes if n.stateful)
         raise JobError(f"job {topology.job_id!r} has no stateful operator {operator!r}; "

@@ -6,7 +6,7 @@ from typing import Any
 
 from typing_extensions import assert_type
 
-from rstream import GroupedStream, RStream, StreamBuilder
+from rstream import GroupedStream, RStream, RTable, StreamBuilder, TableJoinedStream
 
 builder = StreamBuilder("typed")
 lines: RStream[Any, str] = builder.source("t")
@@ -25,3 +25,8 @@ assert_type(counts.map(float), GroupedStream[str, float])
 assert_type(lines.union(lines.map(str.upper)), RStream[Any, Any])
 assert_type(by_word.flat_map(list), GroupedStream[str, str])
 assert_type(by_word.count(len), GroupedStream[str, int])
+table = counts.to_table()
+assert_type(table, RTable[str, int])
+assert_type(lengths.join(table), TableJoinedStream[int, int])
+assert_type(lengths.left_join(table).where(str).apply(lambda n, c: (n, c)), RStream[Any, tuple[int, int | None]])
+assert_type(lines.join(lengths).where(len).equal_to(lambda n: n).apply(lambda s, n: s), RStream[Any, str])

@@ -1,0 +1,97 @@
+"""Tables and the stream–table join (Kafka Streams' ``KStream``–``KTable`` join).
+
+``grouped.to_table()`` is the latest value per key of a keyed stream; a record whose value is
+``None`` deletes its key. ``stream.join(table).where(key).apply(fn)`` enriches each stream record
+with the table's value for its key: ``fn(record, table_value)``. ``left_join`` also emits
+``fn(record, None)`` for a record whose key the table lacks; ``join`` drops it.
+
+The table has no processor of its own (``TABLE``, like ``window``, is carried by the node after
+it): the second build shuffles the stream's records (keyed by ``where``, side 0) and the table's
+records (keyed already, side 1) into the join's one shuffle topic, as for ``left.join(right)``, so a
+key's table updates and stream records meet in one queue. The join's processor keeps the table in
+its state, one value per key (RocksDB and the state topic, as every operator's): ``job.state()``
+shows it and ``job.query(join, key)`` answers a key's table value.
+
+"The table's value at the time the record is processed" is the value after every table record the
+join's queue received before that stream record: the order of the queue, not of data time (no
+versioned table as Kafka Streams' versioned stores give). A table update emits nothing (as in Kafka
+Streams, only the stream side triggers a join), and stream records are not kept, which is why there
+is no right or full outer stream–table join: a table update finds no stream records to pair with,
+and a key the stream never brings would have to be emitted by the table alone, which is the table's
+own changelog, not a join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rstream.processors.base import Processor
+from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Role, Shuffle, register
+from rstream.settings import JobProperties
+from rstream.state.store import MISSING
+
+#: The join sides of a stream–table join's shuffle topic (those of ``rstream.processors.join``).
+STREAM, TABLE_SIDE = 0, 1
+
+
+class TableJoinProcessor(Processor):
+    """An inner (``how="inner"``) or left (``how="left"``) stream–table join on one queue of its
+    shuffle topic; its state is the table, one value per key."""
+
+    emits_results = True
+
+    def __init__(self, name: str, how: str, fn: Callable[[Any, Any], Any]) -> None:
+        super().__init__(name)
+        self.how = how
+        self.fn = fn
+        self.emitted = 0
+        self.updates = 0
+
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        assert ctx.store is not None
+        self.store = ctx.store
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        store, name = self.store, self.name
+        if self.ctx.frame.side == TABLE_SIDE:
+            self.updates += 1
+            if value is None:
+                if store.get(name, key) is not MISSING:
+                    store.delete(name, key)
+            else:
+                store.put(name, key, value)
+            return
+        current = store.get(name, key)
+        if current is MISSING:
+            if self.how == "inner":
+                return
+            current = None
+        try:
+            out = self.fn(value, current)
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, value) from exc
+        self.emitted += 1
+        self.forward(key, out, ts)
+
+    def metrics(self) -> OperatorMetrics:
+        return OperatorMetrics.of(records_in=self.records_in, emitted=self.emitted)
+
+
+def _table_join(how: str) -> Any:
+    def make(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
+        return TableJoinProcessor(name, how, params["fn"])
+    return make
+
+
+#: ``grouped.to_table()``: no processor; the stream–table join after it keeps the table.
+TABLE = register(OperatorSpec("table", STATEFUL_STYLE, None, role=Role.TABLE))
+#: ``stream.join(table).where(key).apply(fn)``: a stream record without a table value is dropped.
+TABLE_JOIN = register(OperatorSpec("table_join", STATEFUL_STYLE, _table_join("inner"), shuffle=Shuffle.JOIN,
+                                   stateful=True))
+#: ``stream.left_join(table).where(key).apply(fn)``: ``fn(record, None)`` for a key the table lacks.
+LEFT_TABLE_JOIN = register(OperatorSpec("left_table_join", STATEFUL_STYLE, _table_join("left"),
+                                        shuffle=Shuffle.JOIN, stateful=True))

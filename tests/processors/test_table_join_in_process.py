@@ -1,0 +1,180 @@
+"""Tables and stream–table joins run in this process (no Spark) against a plain Python join: table
+updates, deletes and stream records over a few keys, generated, sent in rounds with a restart between
+rounds (and the local state deleted in some); the reference replays the join queue's records as
+stored, the order "at the time the record is processed" means. Also: the table answers
+``job.query``, the sides reach the join queue in their input order, and bad calls are refused."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rstream import (
+    DslError,
+    EmbeddedBroker,
+    JsonDeserializer,
+    JsonSerializer,
+    RTable,
+    StreamBuilder,
+    TumblingWindow,
+)
+from rstream.processors.base import dead_letter_row
+from rstream.runtime.inprocess import InProcessJob
+from tests.support.inprocess import emitted
+from tests.support.tables import KEYS, as_messages, join_queue_records, operations, replay, table_job
+
+pytestmark = pytest.mark.unit
+
+_RUNS = itertools.count()
+
+
+def _join_node(job: InProcessJob) -> Any:
+    return next(n for n in job.topology.nodes if n.kind in ("table_join", "left_table_join"))
+
+
+def _check(ops: list[tuple[str, str, Any]], cuts: list[int], wipe: list[bool], how: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        broker = EmbeddedBroker(root / "broker")
+        broker.create_topic("prices", queues=1)
+        broker.create_topic("orders", queues=1)
+        builder = table_job(f"tables-{how}-{next(_RUNS)}", how)
+        bounds = sorted({0, len(ops), *(c % (len(ops) + 1) for c in cuts)})
+        job = None
+        for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+            prices, orders = as_messages(ops[lo:hi])
+            broker.send_batch("prices", [json.dumps(p) for p in prices])
+            broker.send_batch("orders", [json.dumps(o) for o in orders])
+            if job is not None and wipe[i % len(wipe)]:
+                shutil.rmtree(job.job_dir / "state")
+            job = InProcessJob(builder.build(), broker, root / "jobs" / builder.job_id)
+            job.run_until_idle()
+        assert job is not None
+        node = _join_node(job)
+        stored = join_queue_records(broker, node.pipeline)
+        # the reference replays real inputs: each side reached the join queue in its input order, per key
+        prices, orders = as_messages(ops)
+        for key in KEYS:
+            assert [v for s, k, v in stored if s == 1 and k == key] == [p["v"] for p in prices if p["k"] == key]
+            assert [v for s, k, v in stored if s == 0 and k == key] == [o for o in orders if o["k"] == key]
+        want, table = replay(stored, how)
+        assert emitted(broker, "out") == want
+        for key in KEYS:
+            assert job.query(node.name, key) == job.query("TABLE-4", key) == table.get(key)
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+@settings(max_examples=15, deadline=None)
+@given(ops=operations, cuts=st.lists(st.integers(0, 40), max_size=3), wipe=st.lists(st.booleans(), min_size=1, max_size=3))
+def test_stream_table_join_matches_the_plain_join_over_the_join_queue(how: str, ops: list[tuple[str, str, Any]],
+                                                                      cuts: list[int], wipe: list[bool]) -> None:
+    _check(ops, cuts, wipe, how)
+
+
+def test_a_table_updated_before_the_stream_arrives(tmp_path: Path) -> None:
+    """Rounds make the order plain: prices first (b deleted), then orders: inner drops b and c,
+    left gives them None; a later price enriches only later orders. The local state is deleted
+    before every restart, so the table comes back from the state topic each time."""
+    for how, expected in (("inner", {"a": [[1, 2], [4, 5]]}),
+                          ("left", {"a": [[1, 2], [4, 5]], "b": [[2, None]], "c": [[3, None]]})):
+        broker = EmbeddedBroker(tmp_path / how / "broker")
+        broker.create_topic("prices", queues=1)
+        broker.create_topic("orders", queues=2)
+        builder = table_job(f"plain-{how}", how)
+
+        def run(*, prices: list[Any] = (), orders: list[Any] = (), builder: StreamBuilder = builder,
+                broker: EmbeddedBroker = broker, how: str = how) -> InProcessJob:
+            broker.send_batch("prices", [json.dumps(p) for p in prices])
+            broker.send_batch("orders", [json.dumps(o) for o in orders])
+            shutil.rmtree(tmp_path / how / "job" / "state", ignore_errors=True)  # each restart: from the state topic
+            job = InProcessJob(builder.build(), broker, tmp_path / how / "job")
+            job.run_until_idle()
+            return job
+
+        run(prices=[{"k": "a", "v": 2}, {"k": "b", "v": 3}, {"k": "b", "v": None}])
+        run(orders=[{"k": "a", "n": 1}, {"k": "b", "n": 2}, {"k": "c", "n": 3}])
+        job = run(prices=[{"k": "a", "v": 5}])
+        job = run(orders=[{"k": "a", "n": 4}])
+        assert emitted(broker, "out") == expected
+        name = _join_node(job).name
+        assert (job.query(name, "a"), job.query(name, "b")) == (5, None)
+
+
+def test_bad_calls_are_refused() -> None:
+    b = StreamBuilder("bad")
+    grouped = b.source("prices", JsonDeserializer()).key_by(lambda p: p["k"])
+    table = grouped.to_table()
+    assert isinstance(table, RTable)
+    orders = b.source("orders", JsonDeserializer())
+    with pytest.raises(DslError, match="needs .where"):
+        orders.join(table).apply(lambda o, p: o)
+    with pytest.raises(DslError, match="keyed already"):
+        orders.join(table).where(lambda o: o["k"]).equal_to(lambda p: p)
+    with pytest.raises(DslError, match="no window"):
+        orders.left_join(table).window(TumblingWindow(1000))
+    with pytest.raises(DslError, match="needs a function"):
+        orders.join(table).where("k")
+    with pytest.raises(DslError, match="to_table"):
+        orders.join(grouped)  # type: ignore[arg-type]
+    other = StreamBuilder("other").source("x").key_by(lambda v: v).to_table()
+    with pytest.raises(DslError, match="same StreamBuilder"):
+        orders.join(other)
+
+
+def test_drawn_in_both_graphs() -> None:
+    b = table_job("drawn", "left")
+    assert "table" in b.logical_dot() and "left_table_join" in b.logical_dot()
+    topo = b.build()
+    real = topo.real_dot()
+    assert "LEFT_TABLE_JOIN-6" in real and "stateTopic" in real
+    text = topo.describe()
+    assert "SHUFFLE_SINK_LEFT-6" in text and "SHUFFLE_SINK_RIGHT-6" in text
+    assert "TABLE-4" not in {n.name for n in topo.nodes}  # the join keeps the table: no node of its own
+
+
+def test_a_raising_join_function_makes_its_record_a_dead_letter(tmp_path: Path) -> None:
+    """``fn`` raising on one order: that order is a dead letter naming the join; the others go on."""
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("prices", queues=1)
+    broker.create_topic("orders", queues=1)
+    broker.send("prices", json.dumps({"k": "a", "v": 0}))
+    b = StreamBuilder("tdlq", shuffle_queues=1)
+    prices = b.source("prices", JsonDeserializer()).key_by(lambda p: p["k"]).map(lambda p: p["v"]).to_table()
+    orders = b.source("orders", JsonDeserializer())
+    orders.join(prices).where(lambda o: o["k"]).apply(lambda o, p: o["n"] // p).sink("out")
+    InProcessJob(b.build(), broker, tmp_path / "job").run_until_idle()
+    broker.send("prices", json.dumps({"k": "b", "v": 2}))
+    broker.send_batch("orders", [json.dumps({"k": k, "n": 4}) for k in "aba"])
+    job = InProcessJob(b.build(), broker, tmp_path / "job")
+    job.run_until_idle()
+    letters = [dead_letter_row(m) for m in broker.read("tdlq-dlq")]
+    assert [(d["operator"], "ZeroDivisionError" in d["error"]) for d in letters] == [("TABLE_JOIN-6", True)] * 2
+    assert [m.body.decode() for m in broker.read("out")] == ["b:2"]
+
+
+def test_a_table_of_an_aggregation(tmp_path: Path) -> None:
+    """``count().to_table()``: the table's side comes from the count's shuffle pipeline, its value the
+    latest count of the key when a visit is processed."""
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("orders", queues=2)
+    broker.create_topic("visits", queues=1)
+    b = StreamBuilder("counted", shuffle_queues=2)
+    counts = b.source("orders", JsonDeserializer()).key_by(lambda o: o["k"]).count().to_table()
+    visits = b.source("visits", JsonDeserializer())
+    visits.left_join(counts).where(lambda v: v["k"]).apply(lambda v, n: [v["at"], n]).sink("out", JsonSerializer(with_key=True))
+    for orders, seen in (("aab", "abc"), ("bb", "b")):
+        broker.send_batch("orders", [json.dumps({"k": k}) for k in orders])
+        InProcessJob(b.build(), broker, tmp_path / "job").run_until_idle()
+        broker.send_batch("visits", [json.dumps({"k": k, "at": i}) for i, k in enumerate(seen)])
+        job = InProcessJob(b.build(), broker, tmp_path / "job")
+        job.run_until_idle()
+    assert emitted(broker, "out") == {"a": [[0, 2]], "b": [[1, 1], [0, 3]], "c": [[2, None]]}
+    assert job.query("LEFT_TABLE_JOIN-6", "b") == 3

@@ -1,0 +1,71 @@
+"""Tables and stream–table joins: the job's builder, generated table updates (with deletes) and
+stream records over a few keys, and the plain Python join replayed over the join's shuffle topic as
+stored, so it sees each key's table updates and stream records in the order the join's queue got them."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from hypothesis import strategies as st
+
+from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder
+from rstream.shuffle.wire import FramedRecord, decode
+
+KEYS = ("a", "b", "c", "d")
+
+#: One operation: a table update ``("t", key, value or None)`` or a stream record ``("s", key, n)``.
+operations = st.lists(
+    st.one_of(st.tuples(st.just("t"), st.sampled_from(KEYS), st.one_of(st.none(), st.integers(0, 99))),
+              st.tuples(st.just("s"), st.sampled_from(KEYS), st.integers(0, 999))),
+    min_size=1, max_size=40)
+
+
+def enrich(order: dict[str, Any], price: Any) -> list[Any]:
+    return [order["n"], price]
+
+
+def table_job(name: str, how: str) -> StreamBuilder:
+    """``orders`` (``{"k", "n"}``) joined with the table of ``prices`` (``{"k", "v"}``, ``v`` None
+    deletes), by ``k``; the results ``[n, price]`` keyed by ``k`` in ``out``."""
+    b = StreamBuilder(name, shuffle_queues=3)
+    prices = b.source("prices", JsonDeserializer()).key_by(lambda p: p["k"]).map(lambda p: p["v"]).to_table()
+    orders = b.source("orders", JsonDeserializer())
+    joined = orders.join(prices) if how == "inner" else orders.left_join(prices)
+    joined.where(lambda o: o["k"]).apply(enrich).sink("out", JsonSerializer(with_key=True))
+    return b
+
+
+def as_messages(ops: list[tuple[str, str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The table's and the stream's records of ``ops``, each side in the order given."""
+    prices = [{"k": k, "v": v} for side, k, v in ops if side == "t"]
+    orders = [{"k": k, "n": v} for side, k, v in ops if side == "s"]
+    return prices, orders
+
+
+def join_queue_records(broker: EmbeddedBroker, topic: str) -> list[tuple[int, Any, Any]]:
+    """``(side, key, value)`` of every data record of the join's shuffle ``topic``, queue by queue in
+    offset order (a key's records are all in one queue)."""
+    out = []
+    for queue in range(broker.topic(topic).queues):
+        for m in broker.read(topic, queue):
+            record = decode(m.key or None, m.body, m.headers, framed=True)
+            if isinstance(record, FramedRecord):
+                out.append((record.side, record.key, record.value))
+    return out
+
+
+def replay(records: list[tuple[int, Any, Any]], how: str) -> tuple[dict[Any, list[Any]], dict[Any, Any]]:
+    """The plain stream–table join over the join queue's records: per key, what it emits in order,
+    and the table at the end. Side 1 updates the table (None deletes); side 0 looks its key up."""
+    table: dict[Any, Any] = {}
+    out: dict[Any, list[Any]] = defaultdict(list)
+    for side, key, value in records:
+        if side == 1:
+            if value is None:
+                table.pop(key, None)
+            else:
+                table[key] = value
+        elif key in table or how == "left":
+            out[key].append(enrich(value, table.get(key)))
+    return dict(out), table
