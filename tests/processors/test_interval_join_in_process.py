@@ -19,12 +19,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rstream import DslError, EmbeddedBroker, JsonDeserializer, StreamBuilder, Time, TumblingWindow
-from rstream.processors.join import LEFT
 from rstream.runtime.inprocess import InProcessJob
 from rstream.runtime.topics import late_topic_name
-from rstream.time.watermark import NO_WATERMARK
 from tests.support.inprocess import produce
-from tests.support.joins import emitted, interval_join_job, interval_pairs, join_state
+from tests.support.joins import (
+    emitted,
+    interval_join_job,
+    interval_pairs,
+    join_state,
+    source_watermark,
+    waiting_records,
+)
 from tests.support.reference import split_late
 
 pytestmark = pytest.mark.unit
@@ -46,19 +51,6 @@ def side_events(n: int, seed: int, side: str, keys: int, spread: int, disorder: 
     rng = random.Random(seed)
     return [{"id": f"k{rng.randrange(keys)}", "ts": T0 + i * spread // max(n, 1) - rng.randrange(disorder + 1),
              "v": f"{side}{i}"} for i in range(n)]
-
-
-def expiry(side: int, ts: int, lower: int, upper: int) -> int:
-    return ts + upper if side == LEFT else ts - lower
-
-
-def source_watermark(*per_queue: dict[int, list[dict[str, Any]]]) -> int:
-    """The operator watermark after the whole input, without idleness: the minimum over the source
-    queues (none while a queue has had no record: it may still bring any data time)."""
-    queues = [q for qs in per_queue for q in qs.values()]
-    if not all(queues):
-        return NO_WATERMARK
-    return min(max(e["ts"] for e in q) - LATENESS for q in queues)
 
 
 INTERVALS = st.tuples(st.integers(-4000, 4000), st.integers(0, 5000)).map(lambda t: (t[0], t[0] + t[1]))
@@ -83,9 +75,7 @@ def test_pairs_within_the_interval_once_and_state_dropped_behind_the_watermark(
     operator = "INTERVAL_JOIN-5" if how == "inner" else "LEFT_INTERVAL_JOIN-5"
 
     # the state holds exactly the on-time records whose interval the watermark has not passed
-    wm = source_watermark(lq, rq)
-    waiting = sorted((side, e["id"], e["ts"], e["v"]) for side, records in enumerate((lefts, rights))
-                     for e in records if expiry(side, e["ts"], lower, upper) >= wm)
+    waiting = waiting_records(lefts, rights, lower, upper, source_watermark(LATENESS, lq, rq))
     held = sorted((side, key, ts, value["v"]) for (side, key), entries in join_state(job, operator).items()
                   for ts, value, _matched in entries)
     assert held == waiting

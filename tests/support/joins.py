@@ -98,3 +98,23 @@ def join_state(job: Any, operator: str) -> dict[tuple[int, Any], list[Any]]:
         finally:
             store.close()
     return out
+
+
+def source_watermark(lateness: int, *per_queue: dict[int, list[dict[str, Any]]]) -> int:
+    """The operator watermark after the whole input, without idleness: the minimum over the source
+    queues (none while a queue has had no record: it may still bring any data time)."""
+    from rstream.time.watermark import NO_WATERMARK
+
+    queues = [q for qs in per_queue for q in qs.values()]
+    if not all(queues):
+        return NO_WATERMARK
+    return min(max(e["ts"] for e in q) - lateness for q in queues)
+
+
+def waiting_records(lefts: list[dict[str, Any]], rights: list[dict[str, Any]], lower: int, upper: int,
+                    watermark: int) -> list[tuple[int, Any, int, Any]]:
+    """``(side, key, data time, v)`` of the on-time records an interval join still holds at
+    ``watermark``: those that may still meet a partner (a left one while ``ts + upper >= watermark``,
+    a right one while ``ts - lower >= watermark``)."""
+    return sorted([(0, e["id"], e["ts"], e["v"]) for e in lefts if e["ts"] + upper >= watermark]
+                  + [(1, e["id"], e["ts"], e["v"]) for e in rights if e["ts"] - lower >= watermark])
