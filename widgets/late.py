@@ -27,7 +27,7 @@ FIRED = "window already fired (source idle)"
 #: What the table calls each ``LateCause``: a window, a session and a join window that fired while
 #: their source was idle are one cause to a learner.
 CAUSE_LABELS = {LateCause.BEHIND_WATERMARK.value: BEHIND, LateCause.WINDOW_FIRED.value: FIRED,
-                LateCause.SESSION_FIRED.value: FIRED}
+                LateCause.SESSION_FIRED.value: FIRED, LateCause.INTERVAL_PASSED.value: FIRED}
 
 
 def cause(reason: str) -> str:

@@ -9,6 +9,7 @@ from rstream.broker.base import validate_topic_name
 from rstream.errors import RStreamError
 from rstream.graph.logical import LogicalNode, describe_callable
 from rstream.processors.aggregate import AGGREGATE, AVG, COUNT, MAX, MIN, SUM
+from rstream.processors.interval_join import INTERVAL_JOIN, LEFT_INTERVAL_JOIN, describe_interval
 from rstream.processors.join import JOIN, LEFT_JOIN
 from rstream.processors.late import LATE, LateRecord
 from rstream.processors.process import PROCESS, KeyedProcessFunction
@@ -29,6 +30,7 @@ from rstream.processors.table import LEFT_TABLE_JOIN, TABLE, TABLE_JOIN
 from rstream.processors.union import UNION
 from rstream.processors.window import WINDOW
 from rstream.serde import as_serializer
+from rstream.time.units import to_millis
 from rstream.time.windows import SessionWindow, Window, WindowEmit, WindowError, WindowKey, window_emit
 
 if TYPE_CHECKING:
@@ -130,7 +132,8 @@ class RStream(_Stream[K, V]):
     def join(self, right: RStream[Any, V2]) -> JoinedStream[V, V2]: ...
 
     def join(self, right: Any) -> Any:
-        """Inner join with ``right``: ``.where(left_key).equal_to(right_key)[.window(w)].apply(fn)``.
+        """Inner join with ``right``: ``.where(left_key).equal_to(right_key)[.window(w) or
+        .between(lower, upper)].apply(fn)``.
 
         With a table (``grouped.to_table()``), a stream–table join: ``.where(key).apply(fn)`` emits
         ``fn(record, table_value)`` for each record whose key the table has (see ``TableJoinedStream``)."""
@@ -420,7 +423,9 @@ class WindowResultStream(GroupedStream[K, V]):
 
 
 class JoinedStream(Generic[V, V2]):
-    """A join being described: ``left.join(right).where(lk).equal_to(rk).window(w).apply(fn)``."""
+    """A join being described: ``left.join(right).where(lk).equal_to(rk)`` then ``.window(w)`` (pairs in
+    one window), ``.between(lower, upper)`` (an interval join) or neither (the latest value per key),
+    then ``.apply(fn)``."""
 
     def __init__(self, left: RStream[Any, V], right: RStream[Any, V2], spec: OperatorSpec) -> None:
         kind = spec.kind
@@ -434,6 +439,7 @@ class JoinedStream(Generic[V, V2]):
         self._left_key: Callable[[V], Any] | None = None
         self._right_key: Callable[[V2], Any] | None = None
         self._window: Window | None = None
+        self._interval: tuple[int, int] | None = None
 
     def where(self, left_key: Callable[[V], Any]) -> JoinedStream[V, V2]:
         """The join key of a left record."""
@@ -451,7 +457,36 @@ class JoinedStream(Generic[V, V2]):
         """Join only records in the same window (tumbling or sliding)."""
         if not isinstance(window, Window) or isinstance(window, SessionWindow):
             raise DslError(f"a join window must be a TumblingWindow or SlidingWindow, got {window!r}")
+        if self._interval is not None:
+            raise DslError(f"{self._kind} has .between(...) already: a join is windowed or an interval join, not both")
         self._window = window
+        return self
+
+    def between(self, lower: int, upper: int) -> JoinedStream[V, V2]:
+        """An interval join: a left record at data time ``l`` and a right record of the same key at
+        ``r`` are a pair when ``lower <= r - l <= upper`` (``Time`` values or milliseconds, negative
+        allowed), each pair emitted once at data time ``max(l, r)``. A record waits in the state
+        until the watermark passes the last time a partner could have (a left one ``l + upper``, a
+        right one ``r - lower``), then is dropped; a left join then emits ``fn(left, None)`` for a
+        left record that met nobody. Records behind the watermark are late, as in a windowed join.
+        Flink's ``intervalJoin().between``, Kafka Streams' ``JoinWindows``; RocketMQ Streams 1.1 has
+        only window joins. A payment within 10 minutes after its order, or up to 1 minute before::
+
+            (orders.join(payments).where(lambda o: o["id"]).equal_to(lambda p: p["order"])
+             .between(Time.minutes(-1), Time.minutes(10)).apply(lambda o, p: {**o, "paid": p["ts"]}))
+
+        Raises ``DslError`` when a bound is not a duration, when ``lower > upper``, or after ``.window(w)``."""
+        if self._window is not None:
+            raise DslError(f"{self._kind} has .window({self._window!r}) already: a join is windowed or an "
+                           "interval join, not both")
+        try:
+            lo, hi = to_millis(lower, "between's lower bound"), to_millis(upper, "between's upper bound")
+        except TypeError as exc:
+            raise DslError(f"{exc}, e.g. between(Time.minutes(-5), Time.minutes(5))") from None
+        if lo > hi:
+            raise DslError(f"between needs lower <= upper, got lower {lower!r} > upper {upper!r}: the pairs are "
+                           "those with lower <= right data time - left data time <= upper")
+        self._interval = (lo, hi)
         return self
 
     def apply(self, fn: Callable[[V, V2], R]) -> RStream[Any, R]:
@@ -460,6 +495,14 @@ class JoinedStream(Generic[V, V2]):
         _check_callable(fn, "apply")
         if self._left_key is None or self._right_key is None:
             raise DslError(f"{self._kind} needs .where(left_key) and .equal_to(right_key) before .apply(fn)")
+        if self._interval is not None:
+            lower, upper = self._interval
+            spec = INTERVAL_JOIN if self._spec is JOIN else LEFT_INTERVAL_JOIN
+            node = self._left._builder.graph.add(
+                spec, [self._left.node, self._right.node], left_key=self._left_key, right_key=self._right_key,
+                lower=lower, upper=upper, fn=fn, detail=f"{describe_callable(fn)}\n{describe_interval(lower, upper)}",
+            )
+            return RStream(self._left._builder, node)
         detail = describe_callable(fn) + (f" {self._window.describe()}" if self._window else "")
         node = self._left._builder.graph.add(
             self._spec, [self._left.node, self._right.node], left_key=self._left_key,

@@ -168,6 +168,7 @@ class LateCause(TextEnum):
     BEHIND_WATERMARK = "behind watermark"  # data time below its source queue's watermark
     WINDOW_FIRED = "window fired"  # its window had fired already: its source queue was idle
     SESSION_FIRED = "session fired"  # its session had fired already: its source queue was idle
+    INTERVAL_PASSED = "interval passed"  # an interval join's watermark had passed it: its source queue was idle
 
 
 Forward = Callable[[Any, Any, int], None]

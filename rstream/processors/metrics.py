@@ -26,16 +26,18 @@ class OperatorMetrics(Mapping[str, Any]):
     windows_open: int = 0
     #: windows: the operator watermark; framed shuffle sinks: their source queue's watermark (None: none yet)
     watermark: int | None = None
-    #: windowed joins: the end up to which windows have closed
+    #: windowed and interval joins: the end up to which windows have closed (the watermark the join passed)
     horizon: int | None = None
     #: joins: results emitted
     emitted: int = 0
     #: shuffle sources: control records (watermark markers, ticks) read
     markers: int = 0
-    #: keyed process functions: timers fired in this batch, timers still pending (event and processing time)
+    #: keyed process functions: timers fired in this batch, timers still pending (event and processing time);
+    #: interval joins: records dropped in this batch, records waiting for a partner
     timers_fired: int = 0
     timers_pending: int = 0
-    #: windows and joins: the first open windows, ``(key text, start, end)``
+    #: windows and joins: the first open windows, ``(key text, start, end)``; interval joins: the first
+    #: waiting records, ``(side and key, data time, time the watermark must reach to drop it)``
     pending: tuple[tuple[str, int, int], ...] = ()
     #: which counters the operator reports (the mapping's keys)
     reported: frozenset[str] = field(default=frozenset(), repr=False, compare=False)

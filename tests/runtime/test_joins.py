@@ -1,5 +1,5 @@
-"""Joins on Spark against the reference: JoinWindow, JoinWithoutWindow, left joins, and two streams
-from the same topic."""
+"""Joins on Spark against the reference: JoinWindow, JoinWithoutWindow, left joins, two streams
+from the same topic, and an interval join (its state, trace and late records)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ from typing import Any
 
 from rstream import EmbeddedBroker, Time, TumblingWindow
 from tests.support.jobs import job_id
-from tests.support.joins import emitted, events, join_job, windowed_pairs
+from tests.support.joins import (
+    emitted,
+    events,
+    interval_join_job,
+    interval_pairs,
+    join_job,
+    source_watermark,
+    waiting_records,
+    windowed_pairs,
+)
 from tests.support.reference import split_late
 from tests.support.windows import EXACT, LATENESS, produce
 
@@ -71,3 +80,31 @@ def test_left_join_without_window_emits_at_once(broker: EmbeddedBroker, make_job
     broker.send_batch("left", [json.dumps({"id": k, "v": f"L-{k}", "ts": 0}) for k in ("a", "z")])
     make_job(join_job(name, "left", None)).run_until_idle()
     assert emitted(broker) == [("a", ["L-a", "R1"]), ("z", ["L-z", None])]
+
+
+def test_left_interval_join_against_the_reference_with_its_state_and_trace(broker: EmbeddedBroker, make_job: Any) -> None:
+    """Pairs with ``-2 s <= right - left <= 3 s`` and the lefts that met nobody, as the reference
+    says; while the input is not over, ``job.state()`` holds exactly the records whose interval the
+    watermark has not passed, and ``job.trace`` follows a left record into the join's state and to
+    the sink; at the end nothing is left waiting."""
+    lq = produce(broker, "left", events(120, 13, "L", keys=5))
+    rq = produce(broker, "right", events(100, 14, "R", keys=5))
+    job = make_job(interval_join_job(job_id("ij"), "left", Time.seconds(-2), Time.seconds(3)), **EXACT)
+    job.run_until_idle(fire_idle=False)
+    lefts, late_l = split_late(lq, lambda e: e["ts"], LATENESS)
+    rights, late_r = split_late(rq, lambda e: e["ts"], LATENESS)
+    state = job.state("LEFT_INTERVAL_JOIN-5")
+    held = sorted((side, key, ts, value["v"]) for (side, key), entries in zip(state["key"], state["value"])
+                  for ts, value, _matched in entries)
+    assert held == waiting_records(lefts, rights, -2000, 3000, source_watermark(LATENESS, lq, rq))
+    assert 0 < len(held) < len(lefts) + len(rights)
+
+    trace = job.trace("left", 0, 0).to_pandas()
+    assert "LEFT_INTERVAL_JOIN-5" in set(trace[trace["kind"] == "state"]["operator"])
+
+    job.run_until_idle()
+    got = emitted(broker)
+    assert got == interval_pairs(lefts, rights, -2000, 3000, "left")
+    assert any(v[1] is None for _, v in got) and any(v[1] is not None for _, v in got)
+    assert len(job.late_records()) == len(late_l) + len(late_r) > 0
+    assert job.state("LEFT_INTERVAL_JOIN-5").empty

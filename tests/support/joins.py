@@ -50,3 +50,71 @@ def join_job(name: str, how: str, window: Any, same_topic: bool = False) -> Stre
         joined = joined.window(window)
     joined.apply(lambda left, right: [left["v"], None if right is None else right["v"]]).sink("joined", JsonSerializer(with_key=True))
     return b
+
+
+def interval_pairs(lefts: list[dict[str, Any]], rights: list[dict[str, Any]], lower: int, upper: int,
+                   how: str) -> list[tuple[Any, Any]]:
+    """What an interval join emits, as plain Python: ``(key, [left v, right v])`` for each left and
+    right record of one key with ``lower <= right ts - left ts <= upper``; with ``how="left"`` also
+    ``(key, [left v, None])`` for each left record that has no such right one."""
+    out = []
+    for left in lefts:
+        mates = [r for r in rights if r["id"] == left["id"] and lower <= r["ts"] - left["ts"] <= upper]
+        out += [(left["id"], [left["v"], r["v"]]) for r in mates]
+        if how == "left" and not mates:
+            out.append((left["id"], [left["v"], None]))
+    return sorted(out)
+
+
+def interval_join_job(name: str, how: str, lower: int, upper: int, shuffle_queues: int = 3) -> StreamBuilder:
+    """``left`` joined with ``right`` (two topics of ``events``-like records) by ``id`` within
+    ``[lower, upper]``, each pair written to ``joined`` as ``[left v, right v]``."""
+    b = StreamBuilder(name, shuffle_queues=shuffle_queues)
+    left = b.source("left", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+    right = b.source("right", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+    joined = left.join(right) if how == "inner" else left.left_join(right)
+    (joined.where(lambda e: e["id"]).equal_to(lambda e: e["id"]).between(lower, upper)
+     .apply(lambda left, right: [left["v"], None if right is None else right["v"]])
+     .sink("joined", JsonSerializer(with_key=True)))
+    return b
+
+
+def join_state(job: Any, operator: str) -> dict[tuple[int, Any], list[Any]]:
+    """What ``operator`` of an in-process ``job`` holds in its local state stores, over every queue:
+    ``(side, key) -> [[data time, value, matched], ...]``."""
+    from rstream.runtime.job_state import local_store
+    from rstream.state.store import is_bookkeeping
+
+    topology = job.topology
+    [topic] = [t for t in topology.shuffle_topics if operator in t]
+    out: dict[tuple[int, Any], list[Any]] = {}
+    for q in range(job.broker.topic(topic).queues):
+        store = local_store(topology, job.broker, job.job_dir / "state", topic, q)
+        if store is None:
+            continue
+        try:
+            out.update({key: value for op, key, value in store.items(operator)
+                        if op == operator and not is_bookkeeping(op, key)})
+        finally:
+            store.close()
+    return out
+
+
+def source_watermark(lateness: int, *per_queue: dict[int, list[dict[str, Any]]]) -> int:
+    """The operator watermark after the whole input, without idleness: the minimum over the source
+    queues (none while a queue has had no record: it may still bring any data time)."""
+    from rstream.time.watermark import NO_WATERMARK
+
+    queues = [q for qs in per_queue for q in qs.values()]
+    if not all(queues):
+        return NO_WATERMARK
+    return min(max(e["ts"] for e in q) - lateness for q in queues)
+
+
+def waiting_records(lefts: list[dict[str, Any]], rights: list[dict[str, Any]], lower: int, upper: int,
+                    watermark: int) -> list[tuple[int, Any, int, Any]]:
+    """``(side, key, data time, v)`` of the on-time records an interval join still holds at
+    ``watermark``: those that may still meet a partner (a left one while ``ts + upper >= watermark``,
+    a right one while ``ts - lower >= watermark``)."""
+    return sorted([(0, e["id"], e["ts"], e["v"]) for e in lefts if e["ts"] + upper >= watermark]
+                  + [(1, e["id"], e["ts"], e["v"]) for e in rights if e["ts"] - lower >= watermark])

@@ -1,0 +1,165 @@
+"""Interval joins: ``left.join(right).where(lk).equal_to(rk).between(lower, upper).apply(fn)``.
+
+A left record at data time ``l`` and a right record of the same key at ``r`` are a pair when
+``lower <= r - l <= upper`` (Flink's ``IntervalJoin``, Kafka Streams' ``JoinWindows`` with before and
+after). Each pair is emitted once, when the second of the two arrives, at data time ``max(l, r)``.
+
+Each side's records wait in the state store, per side and key, as ``[data time, value, matched]``. A
+left record can meet no further right record once the operator watermark passes ``l + upper``, and a
+right record no further left one once it passes ``r - lower``: an event-time timer then drops it (a
+left join first emits ``fn(left, None)`` for a left record that met nobody, at data time
+``max(l, l + upper)``). Why that is exact: a record on time at its source queue has a data time at or
+above the operator watermark (the minimum over the queues), so every partner it can have is still
+waiting. A record behind its source queue's watermark is late; so is one below the watermark the
+operator already passed while a source queue was idle (its partners may have been dropped): both go to
+the job's late-data topic, as a windowed join's do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rstream.processors.base import LateCause, Processor, StreamContext, _short_repr
+from rstream.processors.join import LEFT
+from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register
+from rstream.processors.watermarks import finite
+from rstream.processors.window import MAX_PENDING, WindowedOperator
+from rstream.settings import JobProperties
+from rstream.state.store import MISSING
+from rstream.time.units import Time
+from rstream.time.watermark import NO_WATERMARK
+
+
+def describe_interval(lower: int, upper: int) -> str:
+    """How graphs and the topology name an interval: ``between Time.minutes(-5) and Time.minutes(5)``."""
+    return f"between {Time(lower)!r} and {Time(upper)!r}"
+
+
+class IntervalJoinProcessor(WindowedOperator):
+    """An inner (``how="inner"``) or left (``how="left"``) interval join on one shuffle queue of the join
+    topic. State: ``(side, key) -> [[data time, value, matched], ...]``; a timer per side, key and data
+    time at the time the watermark must pass to drop those records."""
+
+    def __init__(self, name: str, how: str, lower: int, upper: int, fn: Callable[[Any, Any], Any]) -> None:
+        super().__init__(name, None)
+        self.how, self.lower, self.upper, self.fn = how, lower, upper, fn
+        self.emitted = 0
+
+    @property
+    def results_later(self) -> bool:  # type: ignore[override]
+        return True
+
+    def open(self, ctx: StreamContext) -> None:
+        super().open(ctx)
+        ctx.time_operators.append(self)  # (the base class does so only for a window)
+
+    def result_of(self, key: Any, state_key: Any) -> bool:
+        # its state entries are (side, key): their results are keyed by ``key``
+        return bool(key == state_key or (isinstance(state_key, tuple) and len(state_key) == 2 and key == state_key[1]))
+
+    def expiry(self, side: int, ts: int) -> int:
+        """The data time after which a record of ``side`` at ``ts`` can meet no further partner."""
+        return ts + self.upper if side == LEFT else ts - self.lower
+
+    def _emit(self, key: Any, left: Any, right: Any, ts: int, value: Any) -> None:
+        try:
+            out = self.fn(left, right)
+        except Exception as exc:
+            raise self.ctx.record_error(self.name, exc, value) from exc
+        self.emitted += 1
+        self.forward(key, out, ts)
+
+    def _late(self, key: Any, value: Any, ts: int, watermark: int, cause: LateCause, reason: str) -> None:
+        self.late += 1
+        self.ctx.late(self.name, key, value, ts, watermark, cause, reason)
+
+    def process(self, key: Any, value: Any, ts: int) -> None:
+        self.records_in += 1
+        ctx = self.ctx
+        side, carried = ctx.frame.side, ctx.frame.watermark
+        if ts < carried:
+            self._late(key, value, ts, carried, LateCause.BEHIND_WATERMARK,
+                       f"data time {ts} is behind its source queue's watermark {carried}")
+            return
+        if ts < self.horizon:
+            self._late(key, value, ts, self.horizon, LateCause.INTERVAL_PASSED,
+                       f"data time {ts} is behind the join's watermark {self.horizon}: records it could have "
+                       "met were already dropped while its source queue was idle")
+            return
+        store, name = self.store, self.name
+        other_key = (1 - side, key)
+        others = store.get(name, other_key)
+        matched = False
+        if others is not MISSING:
+            if side == LEFT:
+                lo, hi = ts + self.lower, ts + self.upper
+                for r_ts, right, _ in others:
+                    if lo <= r_ts <= hi:
+                        matched = True
+                        self._emit(key, value, right, max(ts, r_ts), value)
+            else:
+                lo, hi = ts - self.upper, ts - self.lower
+                changed = False
+                for entry in others:
+                    if lo <= entry[0] <= hi:
+                        matched = True
+                        self._emit(key, entry[1], value, max(ts, entry[0]), value)
+                        if not entry[2]:
+                            entry[2] = changed = True
+                if changed:
+                    store.put(name, other_key, others)
+        mine_key = (side, key)
+        mine = store.get(name, mine_key)
+        mine = [] if mine is MISSING else mine
+        mine.append([ts, value, matched])
+        store.put(name, mine_key, mine)
+        store.set_timer(name, self.expiry(side, ts) + 1, (side, key, ts))
+
+    def on_watermark(self, watermark: int) -> None:
+        """Drop every record the watermark passed the interval of (a left join emits the unmatched lefts)."""
+        store, name = self.store, self.name
+        last_end = NO_WATERMARK
+        for end, (side, key, ts) in store.timers_due(name, watermark):
+            state_key = (side, key)
+            entries = store.get(name, state_key)
+            if entries is not MISSING:
+                keep = [e for e in entries if e[0] != ts]
+                if self.how == "left" and side == LEFT:
+                    for e in entries:
+                        if e[0] == ts and not e[2]:
+                            self._emit(key, e[1], None, max(ts, ts + self.upper), e[1])
+                if keep:
+                    store.put(name, state_key, keep)
+                else:
+                    store.delete(name, state_key)
+            store.cancel_timer(name, end, (side, key, ts))
+            self.fired += 1
+            last_end = max(last_end, end)
+        self._fired_up_to(watermark, last_end)
+
+    def metrics(self) -> OperatorMetrics:
+        # a waiting record is a pending timer; ``pending`` lists them as ("left 'k1'", data time, drop time)
+        pending = self.store.timers(self.name)
+        return OperatorMetrics.of(
+            records_in=self.records_in, emitted=self.emitted, late=self.late, timers_fired=self.fired,
+            timers_pending=len(pending), horizon=finite(self.horizon),
+            pending=[(f"{'left' if side == LEFT else 'right'} {_short_repr(key)}", ts, end)
+                     for end, (side, key, ts) in pending[:MAX_PENDING]])
+
+
+def _interval_join(how: str) -> Any:
+    def make(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
+        return IntervalJoinProcessor(name, how, params["lower"], params["upper"], params["fn"])
+    return make
+
+
+#: ``left.join(right).where(lk).equal_to(rk).between(lower, upper).apply(fn)``: pairs whose right data
+#: time minus left data time is in ``[lower, upper]``.
+INTERVAL_JOIN = register(OperatorSpec("interval_join", STATEFUL_STYLE, _interval_join("inner"), shuffle=Shuffle.JOIN,
+                                      stateful=True, keyed_state=False, timed=True))
+#: ``left.left_join(right)...between(lower, upper)``: also ``fn(left, None)`` for a left record that met
+#: nobody, once the watermark passes its interval.
+LEFT_INTERVAL_JOIN = register(OperatorSpec("left_interval_join", STATEFUL_STYLE, _interval_join("left"),
+                                           shuffle=Shuffle.JOIN, stateful=True, keyed_state=False, timed=True))
