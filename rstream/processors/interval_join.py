@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rstream.processors.base import LateCause, Processor, StreamContext, _short_repr
-from rstream.processors.join import LEFT
+from rstream.processors.join import LEFT, PairJoin
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register
 from rstream.processors.watermarks import finite
-from rstream.processors.window import MAX_PENDING, WindowedOperator
+from rstream.processors.window import MAX_PENDING
 from rstream.settings import JobProperties
 from rstream.state.store import MISSING
 from rstream.time.units import Time
@@ -37,15 +37,14 @@ def describe_interval(lower: int, upper: int) -> str:
     return f"between {Time(lower)!r} and {Time(upper)!r}"
 
 
-class IntervalJoinProcessor(WindowedOperator):
+class IntervalJoinProcessor(PairJoin):
     """An inner (``how="inner"``) or left (``how="left"``) interval join on one shuffle queue of the join
     topic. State: ``(side, key) -> [[data time, value, matched], ...]``; a timer per side, key and data
     time at the time the watermark must pass to drop those records."""
 
     def __init__(self, name: str, how: str, lower: int, upper: int, fn: Callable[[Any, Any], Any]) -> None:
-        super().__init__(name, None)
-        self.how, self.lower, self.upper, self.fn = how, lower, upper, fn
-        self.emitted = 0
+        super().__init__(name, how, None, fn)
+        self.lower, self.upper = lower, upper
 
     @property
     def results_later(self) -> bool:  # type: ignore[override]
@@ -62,14 +61,6 @@ class IntervalJoinProcessor(WindowedOperator):
     def expiry(self, side: int, ts: int) -> int:
         """The data time after which a record of ``side`` at ``ts`` can meet no further partner."""
         return ts + self.upper if side == LEFT else ts - self.lower
-
-    def _emit(self, key: Any, left: Any, right: Any, ts: int, value: Any) -> None:
-        try:
-            out = self.fn(left, right)
-        except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc
-        self.emitted += 1
-        self.forward(key, out, ts)
 
     def _late(self, key: Any, value: Any, ts: int, watermark: int, cause: LateCause, reason: str) -> None:
         self.late += 1

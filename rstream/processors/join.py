@@ -25,8 +25,9 @@ from rstream.time.windows import Window
 LEFT, RIGHT = 0, 1
 
 
-class JoinProcessor(WindowedOperator):
-    """An inner (``how="inner"``) or left (``how="left"``) join on one shuffle queue of the join topic."""
+class PairJoin(WindowedOperator):
+    """What the two-sided joins (window and interval) share: ``how`` (``"inner"`` or ``"left"``) and
+    the user's ``fn(left, right)``, called on each pair by ``_emit``."""
 
     def __init__(self, name: str, how: str, window: Window | None, fn: Callable[[Any, Any], Any]) -> None:
         super().__init__(name, window)
@@ -34,17 +35,22 @@ class JoinProcessor(WindowedOperator):
         self.fn = fn
         self.emitted = 0
 
-    def result_of(self, key: Any, state_key: Any) -> bool:
-        # a join's state entry is (side, key, window start, window end): its results are keyed by ``key``
-        return bool(key == state_key or (isinstance(state_key, tuple) and len(state_key) == 4 and key == state_key[1]))
-
     def _emit(self, key: Any, left: Any, right: Any, ts: int, value: Any) -> None:
+        """Forward ``fn(left, right)``; a raising ``fn`` is a record error of ``value``."""
         try:
             out = self.fn(left, right)
         except Exception as exc:
             raise self.ctx.record_error(self.name, exc, value) from exc
         self.emitted += 1
         self.forward(key, out, ts)
+
+
+class JoinProcessor(PairJoin):
+    """An inner (``how="inner"``) or left (``how="left"``) join on one shuffle queue of the join topic."""
+
+    def result_of(self, key: Any, state_key: Any) -> bool:
+        # a join's state entry is (side, key, window start, window end): its results are keyed by ``key``
+        return bool(key == state_key or (isinstance(state_key, tuple) and len(state_key) == 4 and key == state_key[1]))
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
