@@ -366,7 +366,10 @@ class Processor:
     #: Whether ``chunk`` may run this processor over many records at once: no state, no side effect.
     pure = False
     #: Whether this root's ``chunk_of`` turns a list of records into a ``Chunk``.
-    chunked_root = False
+    @property
+    def chunked_root(self) -> bool:
+        return False
+
     #: Whether what it forwards are results of its state (aggregations, windows, joins): a trace
     #: follows them to what they caused.
     emits_results = False
@@ -374,7 +377,10 @@ class Processor:
     fires_windows = False
     #: Whether results of a state entry may come in a later batch, when the entry is deleted (a window
     #: that fires, a timer whose ``on_timer`` clears its key): a trace follows an entry to that batch.
-    results_later = False
+    @property
+    def results_later(self) -> bool:
+        return False
+
     #: The context of the queue range being processed (set by ``open``).
     ctx: StreamContext
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from rstream.time.windows import WindowError
 
@@ -33,7 +33,7 @@ class Accumulator(Generic[V, A, R]):
         raise TypeError(f"{type(self).__name__} must define add(acc, value)")
 
     def result(self, acc: A) -> R:
-        return acc  # type: ignore[return-value]
+        return cast(R, acc)
 
 
 class Fold(ABC):

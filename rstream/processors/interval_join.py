@@ -47,7 +47,7 @@ class IntervalJoinProcessor(PairJoin):
         self.lower, self.upper = lower, upper
 
     @property
-    def results_later(self) -> bool:  # type: ignore[override]
+    def results_later(self) -> bool:
         return True
 
     def open(self, ctx: StreamContext) -> None:

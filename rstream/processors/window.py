@@ -87,7 +87,7 @@ class WindowedOperator(Processor):
         return [c for c in self.children if c not in self.late_children]
 
     @property
-    def results_later(self) -> bool:  # type: ignore[override]
+    def results_later(self) -> bool:
         return self.window is not None
 
     def open(self, ctx: StreamContext) -> None:

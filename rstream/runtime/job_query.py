@@ -35,11 +35,14 @@ class JobTimeoutError(JobError, TimeoutError):
 
 
 #: What Spark says when a Python process it started for a query (its streaming-source planner, or a
-#: task's worker) did not connect back within Spark's fixed 10 s, as happens on a machine under
-#: heavy load. It says nothing about the job, so the query is restarted from its checkpoint.
+#: task's worker) did not connect back within Spark's fixed 10 s, or when the driver's Python could
+#: not connect to the local socket its JVM opened to hand over a ``collect()``'s rows (seen once in
+#: CI inside ``foreachBatch``: connection refused), as happens on a machine under heavy load. It says
+#: nothing about the job, and the batch committed nothing, so the query is restarted from its checkpoint.
 _WORKER_START_FAILURES = (
     "Python worker failed to connect back",
     "Timed out while waiting for the Python worker to connect back",
+    "CANNOT_OPEN_SOCKET",
 )
 
 #: Restarts after such a failure, per job object, before the failure is raised.
@@ -353,7 +356,7 @@ class QueryDriver:
         if exc is None or not any(text in str(exc) for text in _WORKER_START_FAILURES):
             return False
         self._restarts += 1
-        print(f"rstream: job {self.core.job_id!r}: a Python process Spark started did not connect back in time "
+        print(f"rstream: job {self.core.job_id!r}: Spark's Python and JVM did not connect in time "
               f"(a busy machine); restarting the query from its checkpoint ({self._restarts} of {MAX_RESTARTS})")
         available_now, flush_at_end = self._query_mode
         if available_now:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import marshal
 from collections.abc import Mapping, Sequence, Set
 from itertools import repeat
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from rstream.broker.base import RecordBlock
 from rstream.processors.base import Frame, Partial, Processor, RecordError
@@ -36,13 +36,18 @@ def _shuffled_value(body: bytes, headers: dict[str, str] | None) -> Any:
 _NONE: frozenset[int] = frozenset()
 
 
+class _TakesPartials(Protocol):
+    """A child a window partial goes to (a windowed count that reads frames: ``takes_frames``)."""
+
+    def take_partial(self, key: Any, partial: WindowPartial) -> None: ...
+
+
 class ShuffleSourceProcessor(Processor):
     """Root of a shuffle topic's chain: decodes the key and value the shuffle sink wrote.
 
     On a *framed* topic (one that feeds windows or joins) each record also carries its source
     queue's watermark, its producer, its source offset and its join side, and control records
     (watermark markers and idle ticks) advance the operator watermark."""
-
 
     def __init__(self, name: str, framed: bool = False) -> None:
         super().__init__(name)
@@ -56,7 +61,7 @@ class ShuffleSourceProcessor(Processor):
         self._more = 0  # the records the last chunk's partials held beyond one each
 
     @property
-    def chunked_root(self) -> bool:  # type: ignore[override]
+    def chunked_root(self) -> bool:
         # a framed topic's data records go in chunks only to an operator that reads their frames
         # (a windowed count); markers always go record by record (QueueRun.feed splits them out)
         return not self.framed or (len(self.children) == 1 and getattr(self.children[0], "takes_frames", False))
@@ -87,7 +92,7 @@ class ShuffleSourceProcessor(Processor):
                 partial = WindowPartial(*decode(body))
                 self.records_in += len(partial.times)  # the records it holds, as if each had come alone
                 for child in self.children:
-                    child.take_partial(k, partial)  # type: ignore[attr-defined]
+                    cast(_TakesPartials, child).take_partial(k, partial)
                 return
             self.markers += 1
             self._control(headers, store)

@@ -62,3 +62,27 @@ def test_other_failures_and_too_many_restarts_are_raised(broker: EmbeddedBroker,
     job._query = DeadQuery(WORKER_TIMEOUT)
     with pytest.raises(JobError, match="failed to connect back"):
         job._check_failure()
+
+
+def test_a_collect_that_cannot_open_its_socket_restarts_the_query_and_loses_nothing(
+        broker: EmbeddedBroker, make_job: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    # CI saw a batch's df.collect() in foreachBatch fail once: the driver's Python could not connect to
+    # the local socket its JVM opened for the rows. Here the first batch raises that very error.
+    from pyspark.errors import PySparkRuntimeError
+
+    job = make_job(counting(broker))
+    driver = job._driver
+    on_batch, calls = driver._on_batch, []
+
+    def first_fails(df: Any, batch_id: int) -> None:
+        calls.append(batch_id)
+        if len(calls) == 1:
+            raise PySparkRuntimeError(errorClass="CANNOT_OPEN_SOCKET", messageParameters={
+                "errors": "tried to connect to ('127.0.0.1', 40000), but an error occurred: Connection refused"})
+        on_batch(df, batch_id)
+
+    driver._on_batch = first_fails
+    job.run_until_idle()
+    assert "restarting the query from its checkpoint (1 of" in capsys.readouterr().out
+    assert calls[0] == calls[1]  # the failed batch ran again
+    assert {k: v[-1] for k, v in sink_values(broker, "counts").items()} == {"a": "3", "b": "1", "c": "1"}
