@@ -35,6 +35,7 @@ EXPECTED: dict[str, dict[str, Callable[[Any], bool]]] = {
     },
     "04_state_and_replay": {
         "stale_copy_replayed": lambda v: v > 0, "compaction_removed": lambda v: v > 0, "errors": lambda v: v == 0,
+        "alerts": lambda v: v > 0, "orders_waiting_in_state": lambda v: v == 2,
     },
     "05_joins": {"late_records": lambda v: v == 0, "errors": lambda v: v == 0},
     "06_scaling_and_failure": {"replayed_after_kill": lambda v: v > 0, "errors": lambda v: v == 0},
