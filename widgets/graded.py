@@ -197,7 +197,9 @@ _EX02 = Exercises("02", items={
                 "that minimum reaches end.",
         call="queue 0: last ts 31 000 - 2 000; queue 1: last ts 13 000 - 2 000; take the smaller one, then list "
              "the windows whose end is at or below it, as (start, end) tuples."),
-        explain="The slower queue's watermark is the one that counts: a window waits for every source queue."),
+        explain="The slower queue's watermark is the one that counts: a window waits for every source queue.",
+        same=lambda predicted, shown: (isinstance(predicted, dict) and predicted.get("watermark") == shown["watermark"]
+                                       and sorted(tuple(w) for w in predicted.get("fired", ())) == shown["fired"])),
     "Exercise 2": Exercise("debug", Hints(
         nudge="Look at the window starts of the broken job's result: what clock are they on?",
         concept="Without select_timestamp a record's data time is when the broker stored it, so the "

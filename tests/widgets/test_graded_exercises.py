@@ -215,3 +215,10 @@ def test_notebook_03_debug_exercise_wants_the_hottest_reading_by_event_time(tmp_
     assert ex.check("Exercise 2", arrival).verdict == WRONG
     no_late = StandIn(broker, "hn", "readings", [sink(broker, "hn-max", by_event_time)], lateness=1_000)
     assert "late readings" in ex.check("Exercise 2", no_late).message
+
+
+def test_notebook_02_prediction_may_write_windows_as_lists_or_tuples() -> None:
+    ex = exercises_of("02")
+    ex.predict("Exercise 1", {"watermark": 11_000, "fired": [[0, 10_000]]})
+    ex.reveal("Exercise 1", lambda: {"watermark": 11_000, "fired": [(0, 10_000)]})
+    assert ex.check("Exercise 1").verdict == RIGHT
