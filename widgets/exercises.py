@@ -111,7 +111,7 @@ class Hints:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # repr: the one line of CheckResult, not the fields
 class Graded(CheckResult):
     """A check of one of the graded kinds (predict, debug, build): its hints come in levels, collapsed."""
 
@@ -171,56 +171,57 @@ class Note:
                 f'margin:4px 0;overflow-wrap:anywhere">{escape(self.text)}</div>')
 
 
-def predict(exercise: str, prediction: Any) -> Note:
+def predict(exercise: str, prediction: Any, ledger: str | None = None) -> Note:
     """Record a learner's prediction for a "predict, then run" exercise (``None`` or ``...``: none yet).
     Each call records the moment it ran; ``check_prediction`` refuses one recorded after the run was
-    revealed, so a prediction cannot be copied from the run."""
-    ledger = _ledger(exercise)
+    revealed, so a prediction cannot be copied from the run. ``ledger`` names the record when the
+    exercise's name is not unique in the kernel (default: the name)."""
     if _unanswered(prediction):
         return Note(f"{exercise} · no prediction yet: write it in the cell, then run the cell.")
-    ledger.prediction, ledger.predicted_at = prediction, next(_ORDER)
-    late = ledger.revealed_at is not None
+    record = _ledger(ledger or exercise)
+    record.prediction, record.predicted_at = prediction, next(_ORDER)
+    late = record.revealed_at is not None
     return Note(f"{exercise} · prediction recorded: {prediction!r}"
                 + (" (after the run was shown: it will not count)" if late else ". Now run the next cell."),
                 WRONG if late else RIGHT)
 
 
-def reveal(exercise: str, run: Callable[[], Any]) -> Note:
+def reveal(exercise: str, run: Callable[[], Any], ledger: str | None = None) -> Note:
     """Run what a "predict, then run" exercise asks about (``run()``: start the job, read the broker) and
     show what it returned, but only once a prediction is recorded: the answer stays hidden until then.
     The first reveal's moment is kept; what the run returned is what ``check_prediction`` compares with."""
-    ledger = _ledger(exercise)
-    if ledger.predicted_at is None:
+    record = _ledger(ledger or exercise)
+    if record.predicted_at is None:
         return Note(f"{exercise} · the run waits for your prediction: write it in the cell above and run "
                     "that cell first (the answer stays hidden until you have predicted).")
-    ledger.shown = run()
-    if ledger.revealed_at is None:
-        ledger.revealed_at = next(_ORDER)
-    return Note(f"{exercise} · the run shows: {ledger.shown!r}", RIGHT)
+    record.shown = run()
+    if record.revealed_at is None:
+        record.revealed_at = next(_ORDER)
+    return Note(f"{exercise} · the run shows: {record.shown!r}", RIGHT)
 
 
 def check_prediction(exercise: str, hints: Hints, same: Callable[[Any, Any], bool] | None = None,
-                     explain: str = "") -> Graded:
+                     explain: str = "", ledger: str | None = None) -> Graded:
     """Compare the recorded prediction with what the run showed. "not yet" until both exist; "not quite"
     for a prediction recorded after the reveal, whatever its value; ``explain`` follows a wrong one."""
-    ledger = _ledger(exercise)
-    if ledger.predicted_at is None:
+    record = _ledger(ledger or exercise)
+    if record.predicted_at is None:
         return Graded(exercise, NOT_YET, "Write your prediction, run its cell, then the run's cell, then this one.",
                       hints)
-    if ledger.revealed_at is None:
+    if record.revealed_at is None:
         return Graded(exercise, NOT_YET, "Your prediction is recorded: run the cell that runs the job, then this one.",
                       hints)
-    if ledger.predicted_at > ledger.revealed_at:
+    if record.predicted_at > record.revealed_at:
         return Graded(exercise, WRONG, "Your prediction was recorded after the run was shown, so it is not a "
                       "prediction. Restart the kernel, run the notebook up to the exercise, and predict before "
                       "you run.", hints)
     try:
-        right = same(ledger.prediction, ledger.shown) if same is not None else ledger.prediction == ledger.shown
+        right = same(record.prediction, record.shown) if same is not None else record.prediction == record.shown
     except Exception as exc:
         return Graded(exercise, WRONG, f"Could not compare your prediction ({type(exc).__name__}: {exc}).", hints)
     if right:
         return Graded(exercise, RIGHT, "Predicted before the run, and the run agrees. Well done.")
-    return Graded(exercise, WRONG, f"You predicted {ledger.prediction!r}; the run showed {ledger.shown!r}. "
+    return Graded(exercise, WRONG, f"You predicted {record.prediction!r}; the run showed {record.shown!r}. "
                   f"{explain} Work out where your reasoning and the run part (predicting again now does not "
                   "count).", hints)
 

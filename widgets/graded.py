@@ -124,16 +124,16 @@ class Exercises:
         return f"{self.notebook}/{exercise}"
 
     def predict(self, exercise: str, prediction: Any) -> Note:
-        return predict(self._key(exercise), prediction)
+        return predict(exercise, prediction, ledger=self._key(exercise))
 
     def reveal(self, exercise: str, run: Callable[[], Any]) -> Note:
-        return reveal(self._key(exercise), run)
+        return reveal(exercise, run, ledger=self._key(exercise))
 
     def check(self, exercise: str, answer: Any = None) -> Graded:
         spec = self.items[exercise]
         if spec.kind == "predict":
-            found = check_prediction(self._key(exercise), spec.hints, same=spec.same, explain=spec.explain)
-            return Graded(exercise, found.verdict, found.message, found.hints)
+            return check_prediction(exercise, spec.hints, same=spec.same, explain=spec.explain,
+                                    ledger=self._key(exercise))
         assert spec.judge is not None
         return check_job(exercise, answer, spec.hints, reads=spec.reads, judge=spec.judge, refuse=spec.refuse)
 

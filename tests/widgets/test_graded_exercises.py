@@ -219,6 +219,8 @@ def test_notebook_03_debug_exercise_wants_the_hottest_reading_by_event_time(tmp_
 
 def test_notebook_02_prediction_may_write_windows_as_lists_or_tuples() -> None:
     ex = exercises_of("02")
-    ex.predict("Exercise 1", {"watermark": 11_000, "fired": [[0, 10_000]]})
+    assert repr(ex.check("Exercise 1")).startswith("… Exercise 1: not yet.")  # one line, as check(...) shows
+    note = ex.predict("Exercise 1", {"watermark": 11_000, "fired": [[0, 10_000]]})
+    assert repr(note).startswith("Exercise 1 · prediction recorded")
     ex.reveal("Exercise 1", lambda: {"watermark": 11_000, "fired": [(0, 10_000)]})
-    assert ex.check("Exercise 1").verdict == RIGHT
+    assert repr(ex.check("Exercise 1")).startswith("✔ Exercise 1: right.")
