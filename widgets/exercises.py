@@ -276,8 +276,8 @@ def check_job(exercise: str, job: Any, hints: Hints, reads: str,
     if _unanswered(job):
         return Graded(exercise, NOT_YET, "Put your job in the cell above, run it, then this one.", hints)
     if not _is_job(job):
-        return Graded(exercise, WRONG, f"A job (a RocketMQStream that ran) is expected, not a "
-                      f"{type(job).__name__}: the check reads what the job wrote to the broker, so a result "
+        return Graded(exercise, WRONG, f"A job (a RocketMQStream that ran) is expected; your answer is of type "
+                      f"{type(job).__name__}. The check reads what the job wrote to the broker, so a result "
                       "typed in or computed without the job does not count.", hints)
     if refuse is not None:
         why = refuse(job)

@@ -132,7 +132,7 @@ def test_the_graded_exercises_refuse_their_shortcuts(name: str, tmp_path: Path) 
     nb = execute_as(shortcut, path.parent, tmp_path / "run")
     assert problems(name, nb, solved=False) == []
     reveals = [outputs_text(c) for c in nb.cells
-               if c.cell_type == "code" and c.source.rstrip().endswith("# runs the job only once your prediction is recorded")]
+               if c.cell_type == "code" and c.source.rstrip().endswith("# runs only once you have predicted")]
     assert reveals and all("the run shows" not in text for text in reveals), reveals
     verdicts = shortcut_verdicts(nb)
     assert len(verdicts) == sum(len(v) for v in SHORTCUTS[name].values())
