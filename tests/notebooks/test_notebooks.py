@@ -26,7 +26,8 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
-from tests.support.notebooks import CLEAN_ENV, problems
+from tests.support.exercises import SHORTCUTS, shortcut_verdicts, with_shortcuts
+from tests.support.notebooks import CLEAN_ENV, outputs_text, problems
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 SOLUTIONS = NOTEBOOKS / "solutions"
@@ -66,12 +67,17 @@ CLICK_RELEASE = "from rstream.widgets import ReleaseButton\n\nprint(ReleaseButto
 def execute(path: Path, tmp_path: Path) -> Any:
     """Run ``path`` top to bottom in its own folder, then click its release button (as ``CLICK_RELEASE``);
     the first failing cell raises with its traceback."""
+    return execute_as(path, path.parent, tmp_path)
+
+
+def execute_as(path: Path, folder: Path, tmp_path: Path) -> Any:
+    """``execute``, with ``folder`` as the kernel's working folder."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     nb = nbformat.read(path, as_version=4)
     if any("release" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
         nb.cells.append(nbformat.v4.new_code_cell(CLICK_RELEASE, metadata={"tags": ["harness"]}))
     client = NotebookClient(nb, km=kernel_manager(tmp_path), timeout=CELL_TIMEOUT, startup_timeout=120,
-                            allow_errors=False, resources={"metadata": {"path": str(path.parent)}})
+                            allow_errors=False, resources={"metadata": {"path": str(folder)}})
     try:
         client.execute(env=CLEAN_ENV)
     finally:
@@ -111,6 +117,27 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
 def test_solution_runs_and_every_check_says_right(path: Path, tmp_path: Path) -> None:
     nb = execute(path, tmp_path)
     assert problems(path.stem, nb, solved=True) == []
+
+
+@pytest.mark.parametrize("name", sorted(SHORTCUTS))
+def test_the_graded_exercises_refuse_their_shortcuts(name: str, tmp_path: Path) -> None:
+    """The learner's notebook as it is (every exercise untouched must say "not yet", and no run is shown
+    before a prediction), then, spliced in after each check, the shortcuts that passed the look-up
+    exercises without the skill (``tests/support/exercises.py``): the check run again after each must
+    not say "right". The solutions saying "right" is ``test_solution_runs_and_every_check_says_right``."""
+    path = NOTEBOOKS / f"{name}.ipynb"
+    shortcut = tmp_path / path.name
+    nbformat.write(with_shortcuts(nbformat.read(path, as_version=4), name), shortcut)
+    # run in the notebooks' folder (as the notebook itself), from a copy: the copy's cells are executed
+    nb = execute_as(shortcut, path.parent, tmp_path / "run")
+    assert problems(name, nb, solved=False) == []
+    reveals = [outputs_text(c) for c in nb.cells
+               if c.cell_type == "code" and c.source.rstrip().endswith("# runs only once you have predicted")]
+    assert reveals and all("the run shows" not in text for text in reveals), reveals
+    verdicts = shortcut_verdicts(nb)
+    assert len(verdicts) == sum(len(v) for v in SHORTCUTS[name].values())
+    passed = {what: verdict for what, verdict in verdicts.items() if verdict != "not quite"}
+    assert not passed, f"shortcuts that were not refused: {passed}"
 
 
 def test_solutions_are_up_to_date() -> None:

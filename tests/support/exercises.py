@@ -1,0 +1,111 @@
+"""The shortcuts a learner could take through the graded exercises of notebooks 02 and 03, and how to
+try them in a real kernel: each shortcut is spliced in right after its exercise's check cell, followed by
+the check again, and the verdict that second check shows must not be "right".
+
+A shortcut is what passed the look-up exercises without the skill: a value typed in, a plain Python or
+pandas computation instead of a job, the broken job handed back unchanged, a job never run, a job of the
+notebook that answers another question, a prediction written after the run revealed the answer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+#: Per notebook (file stem), per exercise: (what the shortcut is, its source). Each runs after the
+#: learner's untouched exercise and its check; the check runs again after it.
+SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
+    "02_windows_and_watermarks": {
+        "Exercise 1": [
+            ("the prediction written after the run was shown",
+             'exercises.predict("Exercise 1", {"watermark": 0, "fired": []})  # a first guess\n'
+             'exercises.reveal("Exercise 1", run_taps)  # the run is shown\n'
+             'exercises.predict("Exercise 1", run_taps())  # then "predicted" from it'),
+        ],
+        "Exercise 2": [
+            ("the broken job handed back", "fixed_job = broken_job"),
+            ("the pandas count of the notebook, no job", "fixed_job = expected"),
+            ("the fix typed in as a dict", "fixed_job = {k: v for k, v in expected.items()}"),
+            ("the broken job under a new id, still broken",
+             'fixed_job = page_counts("page-clicks-again")\nfixed_job.run_until_idle(progress=False)'),
+            ("the fixed job, never run",
+             'b = StreamBuilder("page-clicks-unrun", shuffle_queues=2)\n'
+             '(b.source("clicks", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["page"])\n'
+             ' .window(TumblingWindow(Time.seconds(10))).count().to_rstream()\n'
+             ' .sink("page-clicks-unrun-counts", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={\n'
+             '    "data_dir": str(DATA), "allowed_lateness_ms": LATENESS})'),
+        ],
+        "Exercise 3": [
+            ("a plain Python count, no job",
+             'user_job = dict(Counter((e["user"], e["ts"] // 20_000 * 20_000, e["ts"] // 20_000 * 20_000 + 20_000)\n'
+             '                        for e in on_time2))'),
+            ("the notebook's first job (pages, 10 s)", "user_job = job"),
+            ("the per-page job of Exercise 2", "user_job = broken_job"),
+        ],
+    },
+    "03_late_data": {
+        "Exercise 1": [
+            ("the prediction written after the run was shown",
+             'exercises.predict("Exercise 1", [0])  # a first guess\n'
+             'exercises.reveal("Exercise 1", run_sensor_9)  # the run is shown\n'
+             'exercises.predict("Exercise 1", run_sensor_9())  # then "predicted" from it'),
+        ],
+        "Exercise 2": [
+            ("the broken job handed back", "fixed_job = broken_job"),
+            ("the notebook's job with 1 s of lateness (counts, not maxima)", "fixed_job = jobs[1_000]"),
+            ("the late readings by the rule, no job", "fixed_job = late_by_rule(1_000)"),
+        ],
+        "Exercise 3": [
+            ("the lateness typed in", "chosen_job = 8_000"),
+            ("the rule's pick, no job",
+             "chosen_job = next(ms for ms in [0, 500, 1_500, 2_000, 4_000, 8_000, 16_000] if len(late_by_rule(ms)) <= 5)"),
+            ("a job of the notebook with more lateness than needed", "chosen_job = jobs[10_000]"),
+            ("the right lateness, never run",
+             'chosen_job = RocketMQStream(readings_per_window("pick-unrun").build(), broker=broker, spark=spark,\n'
+             '                            properties={"data_dir": str(DATA), "allowed_lateness_ms": 8_000})'),
+            ("a lateness that is enough but not the smallest",
+             'chosen_job = RocketMQStream(readings_per_window("pick-16000").build(), broker=broker, spark=spark,\n'
+             '                            properties={"data_dir": str(DATA), "allowed_lateness_ms": 16_000})\n'
+             "chosen_job.run_until_idle(progress=False)"),
+        ],
+    },
+}
+
+_CHECK_CALL = re.compile(r'^exercises\.check\("(Exercise \d+)"')
+
+
+def check_cells(notebook: Any) -> dict[str, int]:
+    """Per exercise, the index of its check cell (``exercises.check("Exercise N", ...)``)."""
+    return {m.group(1): i for i, c in enumerate(notebook.cells)
+            if c.cell_type == "code" and (m := _CHECK_CALL.match(c.source))}
+
+
+def with_shortcuts(notebook: Any, name: str) -> Any:
+    """``notebook`` with every shortcut of ``SHORTCUTS[name]`` spliced in after its check cell, each
+    followed by that check again (tagged ``shortcut`` with ``metadata.rstream.shortcut``: what it is)."""
+    import nbformat
+
+    cells = check_cells(notebook)
+    for exercise in sorted(SHORTCUTS[name], key=lambda e: -cells[e]):
+        at = cells[exercise]
+        again = notebook.cells[at].source
+        added = []
+        for what, source in SHORTCUTS[name][exercise]:
+            meta = {"tags": ["shortcut"], "rstream": {"shortcut": f"{exercise}: {what}"}}
+            added += [nbformat.v4.new_code_cell(source, metadata={"tags": ["shortcut-try"]}),
+                      nbformat.v4.new_code_cell(again, metadata=meta)]
+        notebook.cells[at + 1:at + 1] = added
+    return notebook
+
+
+def shortcut_verdicts(notebook: Any) -> dict[str, str]:
+    """Per shortcut tried (``with_shortcuts``), the verdict its check showed."""
+    from tests.support.notebooks import outputs_text
+
+    found = {}
+    for cell in notebook.cells:
+        if "shortcut" in cell.get("metadata", {}).get("tags", []):
+            verdict = re.search(r"Exercise [^:]+: (right|not yet|not quite)\b", outputs_text(cell))
+            found[cell.metadata["rstream"]["shortcut"]] = verdict.group(1) if verdict else "(no verdict)"
+    return found

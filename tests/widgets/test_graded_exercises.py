@@ -1,0 +1,226 @@
+"""The graded exercises' mechanism without Spark: predict-then-run's order, hints in levels, and the job
+checks, judged from a real embedded broker's records against stand-ins for a job (what a check reads of a
+``RocketMQStream``: its id, topology's topics, broker, batches, lag, late records, settings)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from rstream import EmbeddedBroker
+from rstream.widgets.exercises import (
+    NOT_YET,
+    RIGHT,
+    WRONG,
+    Hints,
+    check,
+    check_job,
+    check_prediction,
+    predict,
+    reveal,
+)
+from rstream.widgets.graded import EX02_BROKEN, EX03_CHOICES, exercises_of, split_by_rule
+
+pytestmark = pytest.mark.unit
+
+HINTS = Hints(nudge="look here", concept="the rule is", call="do_this()")
+
+
+@dataclass(frozen=True)
+class Props:
+    allowed_lateness_ms: int
+
+
+class StandIn:
+    """What a check reads of a job, and nothing else: no Spark."""
+
+    def __init__(self, broker: EmbeddedBroker, job_id: str, reads: str, sinks: list[str], lateness: int = 2_000,
+                 batches: int = 1, left: int = 0, late: int = 0) -> None:
+        self.job_id, self.broker, self.properties = job_id, broker, Props(lateness)
+        self.topology = SimpleNamespace(source_topics=[reads], sink_topics=sinks)
+        self._batches, self._left, self._late = batches, left, late
+
+    def history(self) -> list[int]:
+        return list(range(self._batches))
+
+    def lag(self) -> pd.DataFrame:
+        return pd.DataFrame({"queue": [0], "lag": [self._left]})
+
+    def late_records(self) -> pd.DataFrame:
+        return pd.DataFrame({"key": ["k"] * self._late, "data_time": [0] * self._late})
+
+
+def sink(broker: EmbeddedBroker, topic: str, windows: dict[tuple[Any, int, int], Any]) -> str:
+    broker.create_topic(topic, queues=1)
+    broker.send_batch(topic, [json.dumps({"key": list(k), "value": v}) for k, v in windows.items()], progress=False)
+    return topic
+
+
+@pytest.fixture
+def clicks(tmp_path: Path) -> EmbeddedBroker:
+    """Queue 0: home at 1 s, 5 s, 12 s; queue 1: home at 3 s, then shop at 0.5 s, late with 2 s of lateness
+    (queue 1's watermark is 1 s by then)."""
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("clicks", queues=2)
+    for queue, events in {0: [("ann", "home", 1_000), ("bob", "home", 5_000), ("ann", "home", 12_000)],
+                          1: [("cid", "home", 3_000), ("ann", "shop", 500)]}.items():
+        broker.send_batch("clicks", [json.dumps({"user": u, "page": p, "ts": t}) for u, p, t in events],
+                          queue=queue, progress=False)
+    return broker
+
+
+# -- predict, then run -----------------------------------------------------------------------------------
+
+def test_a_prediction_made_before_the_run_is_judged_by_what_the_run_showed() -> None:
+    assert check_prediction("t1", HINTS).verdict == NOT_YET
+    predict("t1", 42)
+    assert check_prediction("t1", HINTS).verdict == NOT_YET  # recorded, not yet run
+    assert "42" in repr(reveal("t1", lambda: 42))
+    assert check_prediction("t1", HINTS).verdict == RIGHT
+    predict("t2", 41)
+    reveal("t2", lambda: 42)
+    wrong = check_prediction("t2", HINTS)
+    assert wrong.verdict == WRONG and "41" in wrong.message and "42" in wrong.message
+
+
+def test_a_prediction_written_after_the_reveal_is_refused_even_when_right() -> None:
+    predict("t3", 0)
+    reveal("t3", lambda: 7)
+    note = predict("t3", 7)
+    assert "will not count" in repr(note)
+    found = check_prediction("t3", HINTS)
+    assert found.verdict == WRONG and "after the run was shown" in found.message
+    reveal("t3", lambda: 7)  # running the reveal again does not make the late prediction an early one
+    assert check_prediction("t3", HINTS).verdict == WRONG
+
+
+def test_the_run_stays_hidden_until_a_prediction_is_recorded() -> None:
+    ran = []
+    predict("t4", None)  # the untouched cell: no prediction
+    note = reveal("t4", lambda: ran.append(1) or 5)
+    assert ran == [] and "waits for your prediction" in repr(note)
+    assert check_prediction("t4", HINTS).verdict == NOT_YET
+    predict("t4", 5)  # predicted now, before anything was shown: it counts
+    reveal("t4", lambda: ran.append(1) or 5)
+    assert ran == [1] and check_prediction("t4", HINTS).verdict == RIGHT
+
+
+def test_hints_come_in_three_collapsed_levels_and_only_while_not_right() -> None:
+    predict("t5", 1)
+    reveal("t5", lambda: 2)
+    html = check_prediction("t5", HINTS)._repr_html_()
+    assert [html.index(f'data-rstream-hint="{n}"') for n in (1, 2, 3)] == sorted(
+        html.index(f'data-rstream-hint="{n}"') for n in (1, 2, 3))
+    assert " open" not in html and "Hint 1: a nudge" in html and "do_this()" in html
+    assert "Hint: look here" in str(check_prediction("t5", HINTS))  # the text form: the nudge alone
+    predict("t6", 2)
+    reveal("t6", lambda: 2)
+    assert "data-rstream-hint" not in check_prediction("t6", HINTS)._repr_html_()
+
+
+def test_the_look_up_check_still_works() -> None:
+    assert check("Exercise 9", None, 1, hint="h").verdict == NOT_YET
+    assert check("Exercise 9", 1, 1, hint="h").verdict == RIGHT
+    assert check("Exercise 9", 2, 1, hint="h").verdict == WRONG
+
+
+# -- checks of a job ---------------------------------------------------------------------------------------
+
+def test_a_job_check_refuses_an_answer_that_is_no_job_or_a_job_that_did_not_run(clicks: EmbeddedBroker) -> None:
+    def judge(_facts: Any) -> None:
+        return None
+
+    assert check_job("E", None, HINTS, "clicks", judge).verdict == NOT_YET
+    for typed_in in ({("home", 0, 10_000): 3}, 3, [1, 2], "job"):
+        found = check_job("E", typed_in, HINTS, "clicks", judge)
+        assert found.verdict == WRONG and "A job" in found.message
+    out = sink(clicks, "out", {})
+    never_ran = StandIn(clicks, "j", "clicks", [out], batches=0)
+    assert "has not run" in check_job("E", never_ran, HINTS, "clicks", judge).message
+    half_read = StandIn(clicks, "j", "clicks", [out], left=3)
+    assert "3 records left" in check_job("E", half_read, HINTS, "clicks", judge).message
+    other_topic = StandIn(clicks, "j", "orders", [out])
+    assert "should read 'clicks'" in check_job("E", other_topic, HINTS, "clicks", judge).message
+    assert check_job("E", StandIn(clicks, "j", "clicks", [out]), HINTS, "clicks", judge).verdict == RIGHT
+
+
+def test_notebook_02_debug_exercise_is_judged_by_the_job_s_sink_against_event_time_windows(
+        clicks: EmbeddedBroker) -> None:
+    ex = exercises_of("02")
+    right = {("home", 0, 10_000): 3, ("home", 10_000, 20_000): 1}  # shop at 0.5 s is late: not counted
+    fixed = StandIn(clicks, "fixed", "clicks", [sink(clicks, "fixed-counts", right)])
+    assert ex.check("Exercise 2", fixed).verdict == RIGHT
+    wall_clock = {("home", 1_795_782_470_000, 1_795_782_480_000): 4, ("shop", 1_795_782_470_000, 1_795_782_480_000): 1}
+    broken = StandIn(clicks, "again", "clicks", [sink(clicks, "again-counts", wall_clock)])
+    found = ex.check("Exercise 2", broken)
+    assert found.verdict == WRONG and "wall-clock" in found.message
+    given = StandIn(clicks, EX02_BROKEN, "clicks", [sink(clicks, "given-counts", right)])
+    assert "broken job itself" in ex.check("Exercise 2", given).message
+    counted_late = StandIn(clicks, "late", "clicks", [sink(clicks, "late-counts", {**right, ("shop", 0, 10_000): 1})])
+    assert ex.check("Exercise 2", counted_late).verdict == WRONG
+    other_lateness = StandIn(clicks, "l5", "clicks", [sink(clicks, "l5-counts", right)], lateness=5_000)
+    assert "allowed_lateness_ms=5000" in ex.check("Exercise 2", other_lateness).message
+
+
+def test_notebook_02_build_exercise_wants_users_in_20_s_windows(clicks: EmbeddedBroker) -> None:
+    ex = exercises_of("02")
+    right = {("ann", 0, 20_000): 2, ("bob", 0, 20_000): 1, ("cid", 0, 20_000): 1}
+    assert ex.check("Exercise 3", StandIn(clicks, "u", "clicks", [sink(clicks, "u", right)])).verdict == RIGHT
+    pages = {("home", 0, 10_000): 3, ("home", 10_000, 20_000): 1}
+    assert ex.check("Exercise 3", StandIn(clicks, "p", "clicks", [sink(clicks, "p", pages)])).verdict == WRONG
+    empty = StandIn(clicks, "e", "clicks", [sink(clicks, "e", {})])
+    assert "no window result" in ex.check("Exercise 3", empty).message
+
+
+def test_notebook_03_build_exercise_wants_the_smallest_lateness_that_is_enough(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("readings", queues=1)
+    # delays behind the newest ts: 900 ms and 3 000 ms (once each), 6 000 ms (once)
+    times = [0, 500, 1_000, 4_000, 3_100, 5_000, 2_000, 9_000, 3_000]
+    broker.send_batch("readings", [json.dumps({"sensor": 0, "ts": t}) for t in times], progress=False)
+    late_at = {ms: len(split_by_rule(broker, "readings", lambda r: r["ts"], ms)[1]) for ms in EX03_CHOICES}
+    assert late_at[0] == 3 and late_at[1_500] == 2 and late_at[4_000] == 1 and late_at[8_000] == 0
+    ex = exercises_of("03")
+
+    def job(ms: int, late: int | None = None) -> StandIn:
+        late = late_at.get(ms, 0) if late is None else late
+        counts = {("sensor-0", 0, 10_000): len(times) - late}
+        return StandIn(broker, f"pick-{ms}", "readings", [sink(broker, f"pick-{ms}-{late}", counts)], lateness=ms,
+                       late=late)
+
+    assert ex.check("Exercise 3", job(0)).verdict == RIGHT  # at most 5 late: 0 ms is enough here
+    assert "not one of the choices" in ex.check("Exercise 3", job(1_000)).message
+    assert "smaller lateness is enough" in ex.check("Exercise 3", job(8_000)).message
+    assert "should hold those the rule finds late" in ex.check("Exercise 3", job(0, late=1)).message
+
+
+def test_notebook_03_debug_exercise_wants_the_hottest_reading_by_event_time(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("readings", queues=1)
+    readings = [(0, 20.0, 0), (4_000, 22.5, 4_100), (1_000, 25.0, 4_200), (6_000, 21.0, 6_000)]  # ts, temp, arrival
+    broker.send_batch("readings", [json.dumps({"sensor": 0, "ts": t, "temp": c, "arrival": a})
+                                   for t, c, a in readings], progress=False)
+    ex = exercises_of("03")
+    by_event_time = {("sensor-0", 0, 5_000): 22.5, ("sensor-0", 5_000, 10_000): 21.0}  # 1 s is late: 3 s behind
+    fixed = StandIn(broker, "hf", "readings", [sink(broker, "hf-max", by_event_time)], lateness=1_000, late=1)
+    assert ex.check("Exercise 2", fixed).verdict == RIGHT
+    by_arrival = {("sensor-0", 0, 5_000): 25.0, ("sensor-0", 5_000, 10_000): 21.0}
+    arrival = StandIn(broker, "ha", "readings", [sink(broker, "ha-max", by_arrival)], lateness=1_000)
+    assert ex.check("Exercise 2", arrival).verdict == WRONG
+    no_late = StandIn(broker, "hn", "readings", [sink(broker, "hn-max", by_event_time)], lateness=1_000)
+    assert "late readings" in ex.check("Exercise 2", no_late).message
+
+
+def test_notebook_02_prediction_may_write_windows_as_lists_or_tuples() -> None:
+    ex = exercises_of("02")
+    assert repr(ex.check("Exercise 1")).startswith("… Exercise 1: not yet.")  # one line, as check(...) shows
+    note = ex.predict("Exercise 1", {"watermark": 11_000, "fired": [[0, 10_000]]})
+    assert repr(note).startswith("Exercise 1 · prediction recorded")
+    ex.reveal("Exercise 1", lambda: {"watermark": 11_000, "fired": [(0, 10_000)]})
+    assert repr(ex.check("Exercise 1")).startswith("✔ Exercise 1: right.")

@@ -1,0 +1,300 @@
+"""The graded exercises of notebooks 02 and 03, kept in the package so that no check cell shows (or
+computes, in plain sight) what the answer is. Each exercise is one of three kinds:
+
+* **predict, then run**: the learner records a prediction, a cell runs a job and shows what happened,
+  the check compares the two and refuses a prediction recorded after the run was shown;
+* **debug this**: a broken job is given; the learner hands over the fixed job, which the check judges by
+  what it wrote to the broker;
+* **build**: the learner builds and runs a job; judged the same way.
+
+References are computed here from the broker's records (the topic the job read), by RIP-58's rule. In a
+notebook::
+
+    from rstream.widgets.graded import exercises_of
+    exercises = exercises_of("02")
+    exercises.predict("Exercise 1", my_prediction)   # predict
+    exercises.reveal("Exercise 1", run)               # the run, once a prediction exists
+    exercises.check("Exercise 1")                     # the prediction against the run
+    exercises.check("Exercise 2", fixed_job)          # a job, judged by what it wrote
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .exercises import (
+    Graded,
+    Hints,
+    JobFacts,
+    Note,
+    _difference,
+    check_job,
+    check_prediction,
+    predict,
+    reveal,
+)
+
+# -- references: RIP-58's rule over the broker's records ----------------------------------------------
+
+
+def records_by_queue(broker: Any, topic: str) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """Per queue of ``topic``, its JSON records in offset order (the order a job reads them)."""
+    for queue in range(len(broker.end_offsets(topic))):
+        yield queue, [json.loads(m.body) for m in broker.read(topic, queue)]
+
+
+def split_by_rule(broker: Any, topic: str, time: Callable[[dict[str, Any]], int],
+                  lateness: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The records of ``topic`` on time and late by RIP-58's rule, per source queue in offset order:
+    ``watermark = max(watermark, data time - lateness)``, late when the data time is below it."""
+    on_time: list[dict[str, Any]] = []
+    late: list[dict[str, Any]] = []
+    for _queue, records in records_by_queue(broker, topic):
+        watermark = None
+        for record in records:
+            ts = time(record)
+            watermark = ts - lateness if watermark is None else max(watermark, ts - lateness)
+            (late if ts < watermark else on_time).append(record)
+    return on_time, late
+
+
+def tumbling(records: list[dict[str, Any]], time: Callable[[dict[str, Any]], int], key: Callable[[Any], Any],
+             size: int, value: Callable[[Any], Any] = lambda r: 1,
+             fold: Callable[[Any, Any], Any] = lambda a, b: a + b) -> dict[tuple[Any, int, int], Any]:
+    """``{(key, start, end): folded value}`` over tumbling windows of ``size`` ms."""
+    out: dict[tuple[Any, int, int], Any] = {}
+    for record in records:
+        start = time(record) // size * size
+        window = (key(record), start, start + size)
+        out[window] = value(record) if window not in out else fold(out[window], value(record))
+    return out
+
+
+def window_results(facts: JobFacts) -> dict[tuple[Any, ...], Any]:
+    """Every window result a job wrote (``JsonSerializer(with_key=True)`` of a ``WindowKey``), over all
+    its sink topics: ``{(key, start, end): value}``."""
+    out = {}
+    for records in facts.sinks.values():
+        for doc in records:
+            if isinstance(doc, dict) and isinstance(doc.get("key"), list):
+                out[tuple(doc["key"])] = doc["value"]
+    return out
+
+
+def _same_windows(facts: JobFacts, expected: dict[tuple[Any, ...], Any], what: str) -> str | None:
+    got = window_results(facts)
+    if not got:
+        return (f"The job's sink topics {list(facts.sinks)} hold no window result: sink the windows with "
+                "JsonSerializer(with_key=True).")
+    if got == expected:
+        return None
+    if all(isinstance(k[1], int) and k[1] > 10 ** 12 for k in got):
+        return (f"The windows start at {min(k[1] for k in got)} ms, in this year's wall-clock time: they are "
+                f"windows of when the broker stored the records, not of their event time. {what}")
+    return f"{_difference(got, expected)} {what}"
+
+
+# -- the exercises -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One graded exercise: its kind (``predict``, ``debug`` or ``build``), hints, and how it is judged."""
+
+    kind: str
+    hints: Hints
+    reads: str = ""
+    judge: Callable[[JobFacts], str | None] | None = None
+    refuse: Callable[[Any], str | None] | None = None
+    explain: str = ""
+    same: Callable[[Any, Any], bool] | None = None
+
+
+@dataclass
+class Exercises:
+    """The graded exercises of one notebook (``exercises_of("02")``)."""
+
+    notebook: str
+    items: dict[str, Exercise] = field(default_factory=dict)
+
+    def _key(self, exercise: str) -> str:
+        return f"{self.notebook}/{exercise}"
+
+    def predict(self, exercise: str, prediction: Any) -> Note:
+        return predict(exercise, prediction, ledger=self._key(exercise))
+
+    def reveal(self, exercise: str, run: Callable[[], Any]) -> Note:
+        return reveal(exercise, run, ledger=self._key(exercise))
+
+    def check(self, exercise: str, answer: Any = None) -> Graded:
+        spec = self.items[exercise]
+        if spec.kind == "predict":
+            return check_prediction(exercise, spec.hints, same=spec.same, explain=spec.explain,
+                                    ledger=self._key(exercise))
+        assert spec.judge is not None
+        return check_job(exercise, answer, spec.hints, reads=spec.reads, judge=spec.judge, refuse=spec.refuse)
+
+
+def _ts(record: dict[str, Any]) -> int:
+    return int(record["ts"])
+
+
+# notebook 02 ------------------------------------------------------------------------------------------
+
+def _fixed_page_counts(facts: JobFacts) -> str | None:
+    on_time, _ = _on_time_of(facts, "clicks", 2_000)
+    return _same_windows(facts, tumbling(on_time, _ts, lambda r: r["page"], 10_000),
+                         "Each window should hold the on-time clicks of its page whose ts is in it.")
+
+
+def _user_windows(facts: JobFacts) -> str | None:
+    on_time, _ = _on_time_of(facts, "clicks", 2_000)
+    return _same_windows(facts, tumbling(on_time, _ts, lambda r: r["user"], 20_000),
+                         "Count every on-time click of a user in the 20 s window that holds its ts.")
+
+
+def _on_time_of(facts: JobFacts, topic: str, lateness: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``split_by_rule`` for a job that must run with ``lateness``: raises ``_Off`` when it does not."""
+    lateness_set = facts.settings.get("allowed_lateness_ms")
+    if lateness_set != lateness:
+        raise _Off(f"The job runs with allowed_lateness_ms={lateness_set!r}; the exercise asks for {lateness}.")
+    return split_by_rule(facts.broker, topic, _ts, lateness)
+
+
+class _Off(Exception):
+    """A judge's finding, raised from deep in a reference: the job is off in the way the message says."""
+
+
+def _judging(judge: Callable[[JobFacts], str | None]) -> Callable[[JobFacts], str | None]:
+    def run(facts: JobFacts) -> str | None:
+        try:
+            return judge(facts)
+        except _Off as off:
+            return str(off)
+    return run
+
+
+def _not_the_given(broken: str) -> Callable[[Any], str | None]:
+    """A ``refuse`` for a debug exercise: the broken job given (by its id) is not a fix."""
+    def refuse(job: Any) -> str | None:
+        if job.job_id == broken:
+            return ("That is the broken job itself (or a job with its id, which resumes where it stopped): "
+                    "build the fixed one with a new id, and run it.")
+        return None
+    return refuse
+
+
+EX02_BROKEN = "page-clicks-broken"
+
+_EX02 = Exercises("02", items={
+    "Exercise 1": Exercise("predict", Hints(
+        nudge="Work out each queue's watermark first, then the window operator's.",
+        concept="Per source queue, watermark = max(watermark, ts - allowed lateness). The window operator's "
+                "watermark is the minimum over the queues that feed it, and a window [start, end) fires once "
+                "that minimum reaches end.",
+        call="queue 0: last ts 31 000 - 2 000; queue 1: last ts 13 000 - 2 000; take the smaller one, then list "
+             "the windows whose end is at or below it, as (start, end) tuples."),
+        explain="The slower queue's watermark is the one that counts: a window waits for every source queue.",
+        same=lambda predicted, shown: (isinstance(predicted, dict) and predicted.get("watermark") == shown["watermark"]
+                                       and sorted(tuple(w) for w in predicted.get("fired", ())) == shown["fired"])),
+    "Exercise 2": Exercise("debug", Hints(
+        nudge="Look at the window starts of the broken job's result: what clock are they on?",
+        concept="Without select_timestamp a record's data time is when the broker stored it, so the "
+                "windows cut wall-clock time, not the time in the click. The event time is the click's 'ts'.",
+        call='.select_timestamp(lambda e: e["ts"]) right after .source(...), before key_by; give the job a '
+             "new id (and sink topic), run_until_idle()."),
+        reads="clicks", judge=_judging(_fixed_page_counts),
+        refuse=_not_the_given(EX02_BROKEN)),
+    "Exercise 3": Exercise("build", Hints(
+        nudge="It is the job at the top of the notebook with two things changed.",
+        concept="A tumbling window count per key: the key decides who is counted together (here the user), "
+                "the window size how long (here 20 s); event time comes from select_timestamp.",
+        call='key_by(lambda e: e["user"]), .window(TumblingWindow(Time.seconds(20))), .count(), sink to a new '
+             'topic with JsonSerializer(with_key=True); RocketMQStream(..., properties={"data_dir": str(DATA), '
+             '"allowed_lateness_ms": LATENESS}).run_until_idle()'),
+        reads="clicks", judge=_judging(_user_windows)),
+})
+
+
+# notebook 03 ------------------------------------------------------------------------------------------
+
+#: Exercise 3's choices, and the most late readings the chosen lateness may leave.
+EX03_CHOICES, EX03_MOST_LATE = (0, 500, 1_500, 2_000, 4_000, 8_000, 16_000), 5
+EX03_BROKEN = "hottest-broken"
+
+
+def _hottest(facts: JobFacts) -> str | None:
+    on_time, late = _on_time_of(facts, "readings", 1_000)
+    wrong = _same_windows(facts, tumbling(on_time, _ts, lambda r: f"sensor-{r['sensor']}", 5_000,
+                                          value=lambda r: r["temp"], fold=max),
+                          "Each window should hold the hottest on-time reading of its sensor whose ts is in it.")
+    if wrong:
+        return wrong
+    if len(facts.late) != len(late):
+        return (f"The job found {len(facts.late)} late readings; judged by their event time, {len(late)} "
+                "are late.")
+    return None
+
+
+def _chosen_lateness(facts: JobFacts) -> str | None:
+    lateness = facts.settings.get("allowed_lateness_ms")
+    if lateness not in EX03_CHOICES:
+        return f"allowed_lateness_ms={lateness!r} is not one of the choices {list(EX03_CHOICES)}."
+    late_at = {ms: len(split_by_rule(facts.broker, "readings", _ts, ms)[1]) for ms in EX03_CHOICES}
+    smallest = next(ms for ms in EX03_CHOICES if late_at[ms] <= EX03_MOST_LATE)
+    if len(facts.late) != late_at[lateness]:
+        return (f"The job's late-data topic holds {len(facts.late)} records; with allowed_lateness_ms="
+                f"{lateness} it should hold those the rule finds late. Did it read every reading, once?")
+    if len(facts.late) > EX03_MOST_LATE:
+        return (f"With allowed_lateness_ms={lateness} the job found {len(facts.late)} late readings: more "
+                f"than {EX03_MOST_LATE}. Allow more.")
+    if lateness != smallest:
+        return (f"With allowed_lateness_ms={lateness} the job found {len(facts.late)} late readings, within "
+                "the limit; but a smaller lateness is enough, and with it every window fires sooner.")
+    counted = sum(int(doc["value"]) for records in facts.sinks.values() for doc in records
+                  if isinstance(doc, dict) and isinstance(doc.get("value"), int))
+    total = sum(len(records) for _q, records in records_by_queue(facts.broker, "readings"))
+    if counted + len(facts.late) != total:
+        return (f"The job's windows count {counted} readings and {len(facts.late)} are late: {total} were "
+                "expected together. Sink the window counts.")
+    return None
+
+
+_EX03 = Exercises("03", items={
+    "Exercise 1": Exercise("predict", Hints(
+        nudge="Walk the readings in the order they arrived, keeping the watermark as you go.",
+        concept="watermark = max(watermark, ts - allowed lateness), updated with every reading in arrival "
+                "order; a reading is late when its ts is below the watermark at its arrival. It does not "
+                "matter how late it is for its window.",
+        call="With 1 000 ms: after 2 500 the watermark is 1 500, so 1 800 is on time; after 4 000 it is 3 000 "
+             "... write down the ts of every reading below it, in arrival order."),
+        explain="Late is judged per reading, against the watermark its queue had when it arrived.",
+        same=lambda predicted, shown: sorted(predicted) == sorted(shown)),
+    "Exercise 2": Exercise("debug", Hints(
+        nudge="The broken job finds no late reading at all, with only 1 s of lateness. Why could nothing be "
+              "out of order?",
+        concept="Lateness is measured in event time, the 'ts' of each reading. Stamped with its arrival time, "
+                "the readings are in order by construction, so nothing is ever late, and each window "
+                "holds the readings that arrived in it, not those measured in it.",
+        call='.select_timestamp(lambda r: r["ts"]) instead of r["arrival"]; a new job id, run_until_idle().'),
+        reads="readings", judge=_judging(_hottest),
+        refuse=_not_the_given(EX03_BROKEN)),
+    "Exercise 3": Exercise("build", Hints(
+        nudge="Run the job of the notebook for a few of the choices and compare job.late_records().",
+        concept="More allowed lateness: fewer late readings, but every window waits longer to fire. The "
+                "smallest lateness that keeps the late readings within the limit is the best trade.",
+        call='RocketMQStream(readings_per_window("pick-2000").build(), broker=broker, spark=spark, properties='
+             '{"data_dir": str(DATA), "allowed_lateness_ms": 2_000}).run_until_idle(), then len(job.late_records()); '
+             "try the next choice while it is too many."),
+        reads="readings", judge=_judging(_chosen_lateness)),
+})
+
+_ALL = {"02": _EX02, "03": _EX03}
+
+
+def exercises_of(notebook: str) -> Exercises:
+    """The graded exercises of a notebook, by its number (``"02"``, ``"03"``)."""
+    return _ALL[notebook]
