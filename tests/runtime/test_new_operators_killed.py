@@ -19,6 +19,7 @@ from tests.support.four_operators import (
     EXACT,
     FOUR_OPERATORS_TO_KILL,
     LOWER,
+    QUEUES,
     UPPER,
     enrichments,
     final_watermark,
@@ -63,7 +64,8 @@ def test_union_late_interval_and_table_joins_survive_two_kill_9s(broker: Embedde
                    name, str(CHUNK)], ready, timeout=TIMEOUT)
         assert 0 <= committed() < (HALF if round_ == 0 else broker.end_offsets("clicks-web")[0]), "not killed mid-run"
 
-    resumed = make_job(four_operators(name), max_records_per_queue=CHUNK, **EXACT)  # data_dir: tmp_path / "data"
+    # the batch the kill cut off is rerun as planned, then the rest in larger batches (data_dir: tmp_path / "data")
+    resumed = make_job(four_operators(name), max_records_per_queue=1000, **EXACT)
     resumed.run_until_idle(fire_idle=False)
     assert resumed.progress[0].batch_id > 0, "resumed from the checkpoint, not from the start"
 
@@ -112,3 +114,9 @@ def test_union_late_interval_and_table_joins_survive_two_kill_9s(broker: Embedde
     assert resumed.state(count).empty and resumed.state(interval).empty  # every window fired, every record expired
     state = resumed.state(table_join)
     assert dict(zip(state["key"], state["value"])) == tiers
+    for topic, queues in QUEUES.items():  # each range committed once, by the batches of one checkpoint
+        for q in range(queues):
+            tags = resumed.queue_tags(topic, q)
+            assert [t.start_offset for t in tags] == [0, *(t.end_offset for t in tags[:-1])]
+            assert tags[-1].end_offset == broker.end_offsets(topic)[q]
+            assert [t.batch_id for t in tags] == sorted({t.batch_id for t in tags})
