@@ -59,7 +59,7 @@ def four_operators(job: str) -> StreamBuilder:
 def inputs(seed: int) -> dict[str, list[dict[str, Any]]]:
     """Every source topic's records, in the order they are sent (round robin over its queues): times
     roughly increasing over 30 s, up to 4 s out of order (so some are behind the 2 s lateness); a
-    payment for most orders, 2 s before to 8 s after it (some outside the interval); tier updates,
+    payment for most orders, 2 s before to 12 s after it (some outside the interval); tier updates,
     a few of them deletes (``tier`` None)."""
     rng = random.Random(seed)
 
