@@ -9,6 +9,8 @@ uses lives here, and no ``test_*`` module imports another (``tests/test_layout.p
 - ``widgets``: the toolkit's fixtures' jobs and inputs;
 - ``notebooks``: what an executed workshop notebook must show, and the environment before Spark;
 - ``processes``: subprocesses in their own group (the cluster tests' drivers), and what they left running;
-- ``cluster``: the input the cluster test's driver sends, shared by the test and that driver.
+- ``cluster``: the input the cluster test's driver sends, shared by the test and that driver;
+- ``four_operators``: union, ``.late()``, the interval join and the stream–table join in one job, its
+  input, the script that runs it to be killed, and its references.
 
 Nothing here imports pyspark at import time, so ``tests/processors`` and ``tests/time`` run without it."""
