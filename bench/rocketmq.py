@@ -8,6 +8,7 @@ import collections
 import cProfile
 import io
 import os
+import pickle
 import pstats
 import re
 import time
@@ -218,9 +219,14 @@ def request_counts(broker: Any, topology: Any, source: str, root: Path, records:
         used.subtract(before)
         return {_code_name(code): n for code, n in sorted((+used).items())}
 
-    version = getattr(broker, "data_version", None)
+    # the watch as a started job's source has it: a broker object of its own that read the inputs' ends
+    watcher = pickle.loads(pickle.dumps(broker))
+    for topic in topology.input_topics:
+        watcher.end_offsets(topic)
+    version = getattr(watcher, "data_version", None)
     watch = look(version if version is not None else
-                 lambda: [broker.end_offsets(t) for t in topology.input_topics])
+                 lambda: [watcher.end_offsets(t) for t in topology.input_topics])
+    watcher.close()
     out = {"records": records, "per_stage": {s: per_record(c) for s, c in stages.items()},
            "per_record": round(sum(sum(c.values()) for c in stages.values()) / records, 2),
            "per_record_with_planning": round(sum(whole.values()) / records, 2),
