@@ -226,7 +226,8 @@ class Broker(Protocol):
     queue, start, end)`` (the records as ``RecordBlock`` columns; see ``read_blocks`` here),
     ``data_version()`` (a value, compared with ``==``, that changes when another connection
     committed: a cheap look for a watcher that waits for input; ``RocketMQBroker``'s covers the
-    topics whose end offsets it was asked and its decision log) and
+    topics whose end offsets it was asked and its decision log), ``commits_version()`` (the same for
+    commit tags alone, where that is cheaper than ``data_version``) and
     ``delete_commits(job)`` (forget a job's commit tags when it is reset).
     """
 

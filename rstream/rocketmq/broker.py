@@ -434,6 +434,12 @@ class RocketMQBroker:
             version += [end for _first, end in stats] if stats is not None else [-1]
         return tuple(version)
 
+    def commits_version(self) -> int:
+        """A value that changes when the decision log grows, so whenever a commit tag may have: what a
+        task that waits for the other ranges of its batch to commit watches (one request, which reads
+        the log on), rather than ``data_version``, which asks every topic this object read the ends of."""
+        return self._refresh().next_offset
+
     def search_offset(self, topic: str, queue: int, timestamp_ms: int) -> int:
         found = self._queue(topic, queue)
         lo, hi = self._client.min_offset(found.broker, topic, queue), self._stable_ends(found, [queue])[0]

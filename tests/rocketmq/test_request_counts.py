@@ -70,8 +70,11 @@ def test_a_tagged_append_reads_the_decision_log_back_without_polling_its_end(roc
     rocket_broker.create_topic("tagged-out", queues=4)
     records = {("tagged-out", q): [(f"k{q}", b"v", 1, None, None)] for q in range(4)}
     tag = CommitTag("req-job", "tagged-in", 0, 0, 1, batch_id=0)
+    before, used = requests_of(rocket_broker.commits_version)
+    assert used == {PULL_MESSAGE: 1}  # what a task waiting for its batch's other commits asks, per look
     won, used = requests_of(lambda: rocket_broker.append(records, tag))
     assert won
+    assert rocket_broker.commits_version() > before
     assert used.get(GET_MAX_OFFSET, 0) == 0 and used[GET_TOPIC_STATS_INFO] == 1
     assert rocket_broker.find_commit("req-job", "tagged-in", 0, 0) is not None
     assert rocket_broker.end_offsets("tagged-out") == [1, 1, 1, 1]
