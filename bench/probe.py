@@ -30,6 +30,9 @@ Measured, in one process with one SparkSession (``local[2]`` unless ``--master``
     (workers, the planner) and this process over ``--idle-seconds``, as a share of one core.
 (e) Spark's own floor in the same session: median time of a JVM-only job (``range(1).collect()``)
     and of a job through a Python worker over Arrow, what a micro-batch costs before any work.
+(r) on RocketMQ only: the remoting requests per record (``bench.rocketmq.request_counts``): the
+    job's tasks in this process (no Spark, no timing), a few single records through both stages,
+    counted by request code; and one look of a started job's idle watch. Load-independent.
 
 Every result is checked: each record's sink value must be the key's running count.
 Spark's per-batch ``durationMs`` of the started job are summarised (medians) as the profile.
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a job property for every job here, e.g. trigger_interval_ms=100 (repeatable)")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a Spark property for the session, e.g. spark.sql.streaming.pollingDelay=20ms (repeatable)")
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c,d,e")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c,d,e,r")
     ap.add_argument("--broker", choices=("embedded", "rocketmq"), default="embedded",
                     help="the broker every part runs on: the embedded one, or a LocalRocketMQ started here (embedded)")
     ap.add_argument("--no-warm-up", action="store_true", help="a session without its background warm-up")
@@ -332,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
             res["c_median_s"] = statistics.median(runs)
             res["c_batches_per_run"] = statistics.median(len(b) for b in batches)
             res["c_batches"] = summarise([r for b in batches for r in b])
+        if "r" not in skip and args.broker == "rocketmq":
+            from bench.rocketmq import request_counts
+
+            res["r_requests"] = request_counts(broker, build(f"probe-r{next(jobs)}"), SOURCE, root)
         if "e" not in skip:
             res["e_floor_ms"] = spark_floor(spark, args.runs * 3)
     finally:
@@ -415,6 +422,13 @@ def report(res: dict[str, Any]) -> None:
         print(f"  (c) run_until_idle(), 1 record              {res['c_median_s']:7.2f} s   ({runs}); "
               f"{res['c_batches_per_run']:.0f} batches per run")
         print("      batch median ms: " + ", ".join(f"{k} {v:.0f}" for k, v in res["c_batches"].items()))
+    if "r_requests" in res:
+        r = res["r_requests"]
+        print(f"  (r) remoting requests per record, in-process (no Spark): {r['per_record']:.1f} in the tasks of both "
+              f"stages, {r['per_record_with_planning']:.1f} with InProcessJob's planning; an idle watch's look "
+              f"{r['watch_look_total']} ({', '.join(f'{k} {v}' for k, v in r['watch_look'].items())})")
+        for stage, codes in r["per_stage"].items():
+            print(f"      {stage:8s} " + ", ".join(f"{k} {v:g}" for k, v in codes.items()))
     if "e_floor_ms" in res:
         f = res["e_floor_ms"]
         print(f"  (e) Spark's floor, same session: a JVM-only job {f['jvm_job']:.0f} ms, "

@@ -8,6 +8,7 @@ import collections
 import cProfile
 import io
 import os
+import pickle
 import pstats
 import re
 import time
@@ -161,3 +162,84 @@ def print_profile(p: dict[str, Any], words: int) -> None:
     for w in sorted(c["waits"].values(), key=lambda w: -w["cumtime_s"]):
         print(f"  {w['cumtime_s']:8.3f} s  {w['calls']:7d} calls  {w['what']}")
     print_top(c["top"])
+
+
+def request_counts(broker: Any, topology: Any, source: str, root: Path, records: int = 3) -> dict[str, Any]:
+    """Synchronous remoting requests per record on RocketMQ, counted in this process (no Spark, no
+    timing: load-independent): a started job's tasks in-process (``InProcessJob``) over ``records``
+    single records, each sent to ``source`` and run through every stage (the source range, then the
+    shuffle range); per stage and request code, the mean per record. Also one look of the idle watch
+    (``data_version()`` where the broker has it, else the input topics' end offsets) and one
+    ``end_offsets`` of the source topic. A first record warms the caches (routes, topic configs)."""
+    from rstream.rocketmq.remoting import REQUESTS
+    from rstream.runtime import inprocess
+    from rstream.settings import JobProperties
+
+    job = inprocess.InProcessJob(topology, broker, root / "request-counts", JobProperties.of({}))
+    stages: dict[str, collections.Counter[int]] = {}
+    run_queue = inprocess.run_queue
+
+    def counted(cfg: Any, topic: str, queue: int, start: int, end: int, batch: int) -> Any:
+        before = collections.Counter(REQUESTS)
+        try:
+            return run_queue(cfg, topic, queue, start, end, batch)
+        finally:
+            used = collections.Counter(REQUESTS)
+            used.subtract(before)
+            stage = "source" if topic == source else "shuffle"
+            stages.setdefault(stage, collections.Counter()).update(+used)
+
+    whole: collections.Counter[int] = collections.Counter()
+
+    def one(key: str) -> None:
+        broker.send(source, key, key=key)
+        before = collections.Counter(REQUESTS)
+        job.run_until_idle(fire_idle=False)
+        used = collections.Counter(REQUESTS)
+        used.subtract(before)
+        whole.update(+used)
+
+    inprocess.run_queue = counted  # type: ignore[assignment]
+    try:
+        one("warm-up")
+        stages.clear()
+        whole.clear()
+        for i in range(records):
+            one(f"r{i}")
+    finally:
+        inprocess.run_queue = run_queue  # type: ignore[assignment]
+
+    def per_record(c: collections.Counter[int]) -> dict[str, float]:
+        return {_code_name(code): round(n / records, 2) for code, n in sorted(c.items())}
+
+    def look(fn: Any) -> dict[str, int]:
+        before = collections.Counter(REQUESTS)
+        fn()
+        used = collections.Counter(REQUESTS)
+        used.subtract(before)
+        return {_code_name(code): n for code, n in sorted((+used).items())}
+
+    # the watch as a started job's source has it: a broker object of its own that read the inputs' ends
+    watcher = pickle.loads(pickle.dumps(broker))
+    for topic in topology.input_topics:
+        watcher.end_offsets(topic)
+    version = getattr(watcher, "data_version", None)
+    watch = look(version if version is not None else
+                 lambda: [watcher.end_offsets(t) for t in topology.input_topics])
+    watcher.close()
+    out = {"records": records, "per_stage": {s: per_record(c) for s, c in stages.items()},
+           "per_record": round(sum(sum(c.values()) for c in stages.values()) / records, 2),
+           "per_record_with_planning": round(sum(whole.values()) / records, 2),
+           "watch_look": watch, "watch_look_total": sum(watch.values()),
+           "end_offsets_source": look(lambda: broker.end_offsets(source))}
+    out["per_stage_total"] = {s: round(sum(c.values()) / records, 2) for s, c in stages.items()}
+    return out
+
+
+def _code_name(code: int) -> str:
+    from rstream.rocketmq import remoting
+
+    names = {v: k for k, v in vars(remoting).items() if k.isupper() and isinstance(v, int) and k not in
+             ("SUCCESS", "SYSTEM_BUSY", "TOPIC_NOT_EXIST", "PULL_NOT_FOUND", "PULL_RETRY_IMMEDIATELY",
+              "PULL_OFFSET_MOVED", "QUERY_NOT_FOUND")}
+    return names.get(code, str(code))

@@ -224,7 +224,10 @@ class Broker(Protocol):
 
     Optional methods that a broker may add and the runtime uses when present: ``read_blocks(topic,
     queue, start, end)`` (the records as ``RecordBlock`` columns; see ``read_blocks`` here),
-    ``data_version()`` (a number that changes when another connection committed) and
+    ``data_version()`` (a value, compared with ``==``, that changes when another connection
+    committed: a cheap look for a watcher that waits for input; ``RocketMQBroker``'s covers the
+    topics whose end offsets it was asked and its decision log), ``commits_version()`` (the same for
+    commit tags alone, where that is cheaper than ``data_version``) and
     ``delete_commits(job)`` (forget a job's commit tags when it is reset).
     """
 

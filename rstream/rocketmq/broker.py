@@ -147,6 +147,7 @@ class RocketMQBroker:
         self._log = _Log()
         self._lock = threading.RLock()
         self._groups: set[tuple[str, str]] = set()
+        self._watched: dict[str, _Topic] = {}  # the topics whose end offsets were asked (``data_version``)
         self._home: str | None = None
         self._rr = itertools.count(os.getpid())
 
@@ -255,10 +256,12 @@ class RocketMQBroker:
 
     def topics(self) -> list[TopicInfo]:
         out = []
-        for name, config in sorted(self._client.topic_configs(self.home_broker()).items()):
+        configs = self._client.topic_configs(self.home_broker())
+        compacts = self._refresh().compact
+        for name, config in sorted(configs.items()):
             if name == TXN_TOPIC or not config.get("perm", 0) & 6 == 6 or _system_topic(name):
                 continue
-            compact = name in self._refresh().compact
+            compact = name in compacts
             out.append(TopicInfo(name, int(config.get("writeQueueNums", 0)), compact))
         return out
 
@@ -267,6 +270,8 @@ class RocketMQBroker:
         self._client.delete_topic_in_broker(topic.broker, name)
         self._client.delete_topic_in_namesrv(name)
         self._topics.pop(name, None)
+        with self._lock:
+            self._watched.pop(name, None)
         self._log_append({"t": "forget", "topic": name})  # its commit tags, and its messages, go with it
         time.sleep(0.002)  # a topic made anew after this returns is stamped a later millisecond than its deletion
 
@@ -285,7 +290,7 @@ class RocketMQBroker:
         offset = self._client.send(topic.broker, TXN_TOPIC, 0, body, {"KEYS": str(entry.get("a", entry["t"]))},
                                    now_ms(), repeatable=True)  # the log's first word on an attempt counts
         if wait:
-            self._await(topic, 0, offset + 1)
+            self._refresh(until=offset + 1)
         return offset
 
     def _await(self, topic: _Topic, queue: int, end: int) -> None:
@@ -301,18 +306,38 @@ class RocketMQBroker:
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
 
-    def _refresh(self) -> _Log:
-        """Read the decision log to its end (what another process decided since)."""
+    def _refresh(self, until: int = 0) -> _Log:
+        """Read the decision log to its end (what another process decided since); with ``until``,
+        wait until a reader sees it reach that offset (an entry this object just appended: RocketMQ
+        acknowledges a send before it makes it readable, ``_await``).
+
+        One pull request when the log grew by fewer than ``_PULL`` entries, or not at all: its reply
+        says where the log ends (``maxOffset``), so no request asks that apart."""
         with self._lock:
             log = self._log
             topic = self._txn_topic()
-            end = self._client.max_offset(topic.broker, TXN_TOPIC, 0)
-            while log.next_offset < end:
-                messages, nxt = self._client.pull(topic.broker, TXN_TOPIC, 0, log.next_offset, _PULL, READER_GROUP)
+            deadline = pause = 0.0
+            while True:
+                messages, nxt, end = self._client.pull_log(topic.broker, TXN_TOPIC, 0, log.next_offset, _PULL,
+                                                           READER_GROUP)
                 for m in messages:
                     self._apply(log, m)
-                log.next_offset = max(nxt, log.next_offset + (0 if messages else 1))
-            return log
+                if messages:
+                    log.next_offset = max(nxt, messages[-1].offset + 1)
+                elif log.next_offset < end:  # a hole RocketMQ skipped (nothing readable there): step over it
+                    log.next_offset = max(nxt, log.next_offset + 1)
+                if log.next_offset < end:
+                    continue
+                if log.next_offset >= until:
+                    return log
+                if not deadline:
+                    deadline = time.monotonic() + self.timeout
+                    pause = 0.0005
+                elif time.monotonic() > deadline:
+                    raise BrokerError(f"RocketMQ acknowledged entry {until - 1} of {TXN_TOPIC} but did not make "
+                                      f"it readable within {self.timeout} s")
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)
 
     @staticmethod
     def _apply(log: _Log, m: PulledMessage) -> None:
@@ -361,7 +386,7 @@ class RocketMQBroker:
         the first record of an attempt still undecided (aborted by this reader if it waited past
         ``txn_timeout_ms``)."""
         queues = range(topic.info.queues) if queues is None else queues
-        ends = [self._client.max_offset(topic.broker, topic.info.name, q) for q in queues]
+        ends = self._raw_ends(topic, queues)
         log = self._refresh()  # after the ends: an attempt whose records they count was opened before
         out = []
         for q, end in zip(queues, ends):
@@ -378,9 +403,42 @@ class RocketMQBroker:
             out.append(end)
         return out
 
+    def _raw_ends(self, topic: _Topic, queues: Sequence[int]) -> list[int]:
+        """Per queue of ``queues``, its end as RocketMQ says it (records of undecided attempts
+        included): one ``GET_MAX_OFFSET`` for one queue, one ``GET_TOPIC_STATS_INFO`` for more."""
+        name = topic.info.name
+        if len(queues) > 1:
+            stats = self._client.topic_offsets(topic.broker, name)
+            if stats is not None and len(stats) >= topic.info.queues:
+                return [stats[q][1] for q in queues]
+            # deleted (or made anew) by another client since this object looked it up: ask as before
+        return [self._client.max_offset(topic.broker, name, q) for q in queues]
+
     # -- offsets --------------------------------------------------------------------------------
     def end_offsets(self, topic: str) -> list[int]:
-        return self._stable_ends(self._get(topic))
+        found = self._get(topic)
+        with self._lock:
+            self._watched[found.info.name] = found
+        return self._stable_ends(found)
+
+    def data_version(self) -> tuple[int, ...]:
+        """A value that changes when a record is stored in a topic whose ``end_offsets`` this object
+        was asked, or the decision log grows (an attempt opened, committed or aborted): what a started
+        job's idle source watches instead of reading every queue's end. One request per such topic
+        (``GET_TOPIC_STATS_INFO``) and one for the log (which it reads on, as ``_refresh`` does)."""
+        with self._lock:
+            watched = list(self._watched.values())
+        version = [self._refresh().next_offset]  # the log first: what it says of a record is stored after it
+        for topic in watched:
+            stats = self._client.topic_offsets(topic.broker, topic.info.name)
+            version += [end for _first, end in stats] if stats is not None else [-1]
+        return tuple(version)
+
+    def commits_version(self) -> int:
+        """A value that changes when the decision log grows, so whenever a commit tag may have: what a
+        task that waits for the other ranges of its batch to commit watches (one request, which reads
+        the log on), rather than ``data_version``, which asks every topic this object read the ends of."""
+        return self._refresh().next_offset
 
     def search_offset(self, topic: str, queue: int, timestamp_ms: int) -> int:
         found = self._queue(topic, queue)
@@ -536,8 +594,12 @@ class RocketMQBroker:
             return False
         attempt = uuid.uuid4().hex
         lows = {}
+        by_topic: dict[str, list[int]] = {}
         for (t, q) in writes:
-            lows[f"{t}/{q}"] = self._client.max_offset(targets[(t, q)].broker, t, q)
+            by_topic.setdefault(t, []).append(q)
+        for t, queues in by_topic.items():  # one request per topic (``_raw_ends``)
+            for q, low in zip(queues, self._raw_ends(targets[(t, queues[0])], queues)):
+                lows[f"{t}/{q}"] = low
         rng_list = None if tag is None else [tag.job, tag.topic, tag.queue, tag.start_offset]
         # readable before the records (RocketMQ makes its commit log readable in order): no wait
         self._log_append({"t": "open", "a": attempt, "range": rng_list, "at": lows}, wait=False)
@@ -556,8 +618,8 @@ class RocketMQBroker:
             entry["tag"] = {"job": tag.job, "topic": tag.topic, "queue": tag.queue, "start_offset": tag.start_offset,
                             "end_offset": tag.end_offset, "meta": tag.meta, "batch_id": tag.batch_id,
                             "info": tag.info, "outputs": outputs}
-        self._log_append(entry)
-        return self._refresh().decided.get(attempt, False)
+        self._log_append(entry)  # read back up to the commit: decided
+        return self._log.decided.get(attempt, False)
 
     # -- reading --------------------------------------------------------------------------------
     def _pulled(self, topic: _Topic, queue: int, start: int, end: int) -> Iterator[PulledMessage]:

@@ -12,6 +12,7 @@ object per process, a few calls per task.
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 import select
@@ -38,6 +39,7 @@ GET_MAX_OFFSET = 30
 GET_MIN_OFFSET = 31
 GET_ROUTEINFO_BY_TOPIC = 105
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+GET_TOPIC_STATS_INFO = 202
 GET_BROKER_CLUSTER_INFO = 106
 DELETE_TOPIC_IN_BROKER = 215
 DELETE_TOPIC_IN_NAMESRV = 216
@@ -84,6 +86,14 @@ SYSTEM_PROPERTIES = frozenset({
 
 _NAME, _SEP = "\x01", "\x02"  # MessageDecoder.NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 _UNQUOTED_KEY = re.compile(r'([{,])\s*(-?\d+)\s*:')  # fastjson writes a Map<Long, _>'s keys unquoted
+# a TopicStatsTable's entry: fastjson writes a Map<MessageQueue, TopicOffset>'s keys as objects
+_QUEUE_STATS = re.compile(r'"queueId":(\d+)[^{}]*\}:(\{[^{}]*\})')
+
+
+#: Requests this process sent, by request code (a send again after a busy refusal or a broken
+#: connection counts once more): what the bench and the tests count to say how many round trips
+#: an operation makes. Never reset here; take a copy before and subtract.
+REQUESTS: collections.Counter[int] = collections.Counter()
 
 
 class RemotingError(BrokerError):
@@ -170,6 +180,7 @@ class Connection:
                         self._sock = self._connect()
                     self._opaque += 1
                     frame = _encode(code, ext, body, self._opaque)
+                    REQUESTS[code] += 1
                     self._sock.settimeout(timeout or self.timeout)
                     sent = True
                     self._sock.sendall(frame)
@@ -479,6 +490,33 @@ class Client:
         if reply.code != SUCCESS:
             return [], next_offset
         return decode_messages(reply.body), next_offset
+
+    def pull_log(self, broker: str, topic: str, queue: int, offset: int, max_messages: int = 1024,
+                 group: str = "rstream-reader") -> tuple[list[PulledMessage], int, int]:
+        """``pull``, with the queue's end offset when the broker answered (its ``maxOffset``): one
+        request says what is new and whether that is all (-1: the reply said no end)."""
+        reply = self.conn(broker).call(PULL_MESSAGE, {
+            "consumerGroup": group, "topic": topic, "queueId": queue, "queueOffset": offset,
+            "maxMsgNums": max_messages, "sysFlag": _PULL_SUBSCRIPTION, "commitOffset": 0,
+            "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0, "expressionType": "TAG"},
+            ok=(SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED))
+        next_offset = int(reply.ext.get("nextBeginOffset", offset))
+        end = int(reply.ext.get("maxOffset", -1))
+        if reply.code != SUCCESS:
+            return [], next_offset, end
+        return decode_messages(reply.body), next_offset, end
+
+    def topic_offsets(self, broker: str, topic: str) -> list[tuple[int, int]] | None:
+        """``GET_TOPIC_STATS_INFO``: per queue of ``topic`` on ``broker``, its first and end offset
+        (``getMinOffsetInQueue``, ``getMaxOffsetInQueue``, as ``GET_MIN_OFFSET`` and ``GET_MAX_OFFSET``
+        answer them) in one request; None if the broker has no such topic."""
+        reply = self.conn(broker).call(GET_TOPIC_STATS_INFO, {"topic": topic}, ok=(SUCCESS, TOPIC_NOT_EXIST))
+        if reply.code == TOPIC_NOT_EXIST:
+            return None
+        found = {int(q): json.loads(stats) for q, stats in _QUEUE_STATS.findall(reply.body.decode("utf-8"))}
+        if sorted(found) != list(range(len(found))):
+            raise RemotingError(f"RocketMQ at {broker} answered topic {topic!r}'s stats with queues {sorted(found)}")
+        return [(int(found[q]["minOffset"]), int(found[q]["maxOffset"])) for q in range(len(found))]
 
     def max_offset(self, broker: str, topic: str, queue: int) -> int:
         return int(self.conn(broker).call(GET_MAX_OFFSET, {"topic": topic, "queueId": queue}).ext["offset"])

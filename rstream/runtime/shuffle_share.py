@@ -72,7 +72,8 @@ def run_with_share(cfg_blob: str, ranges: list[list[Any]], share: dict[str, Any]
 def _committed_all(broker: Broker, job: str, ranges: list[list[Any]], wait_s: float) -> bool:
     """Whether every range ``[topic, queue, start, end, batch]`` gets committed within ``wait_s``."""
     deadline = time.monotonic() + wait_s
-    version = getattr(broker, "data_version", None)
+    # commit tags are all that is waited on here: a broker that says when they may have changed is asked that
+    version = getattr(broker, "commits_version", None) or getattr(broker, "data_version", None)
     seen = None
     pending = list(ranges)
     while True:
