@@ -26,7 +26,7 @@ from rstream.processors.stateless import (
     SELECT_TIMESTAMP,
     TO_RSTREAM,
 )
-from rstream.processors.table import LEFT_TABLE_JOIN, TABLE, TABLE_JOIN
+from rstream.processors.table import LEFT_TABLE_JOIN, TABLE, TABLE_JOIN, TO_STREAM
 from rstream.processors.union import UNION
 from rstream.processors.window import WINDOW
 from rstream.serde import as_serializer
@@ -560,6 +560,18 @@ class RTable(Generic[K, V]):
     def node(self) -> LogicalNode:
         """The logical node this table comes out of."""
         return self._node
+
+    def to_stream(self) -> RStream[K, V | None]:
+        """The table's changelog as a stream (Kafka Streams' ``KTable.toStream()``): every update as a
+        record keyed by its key, at its data time, a delete as value ``None`` (also one of a key the
+        table did not hold). Shuffled by key first, so each key's updates come out of one queue in the
+        order of their source queue (as a join of this table applies them); across keys there is no
+        order. RocketMQ Streams 1.1 has no tables. Every price change, and a delisted sku as None::
+
+            prices = b.source("prices", JsonDeserializer()).key_by(lambda p: p["sku"]).map(lambda p: p["price"])
+            prices.to_table().to_stream().sink("price-changes", JsonSerializer(with_key=True))
+        """
+        return RStream(self._builder, self._builder.graph.add(TO_STREAM, [self._node]))
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return self._builder._repr_mimebundle_(include, exclude)
