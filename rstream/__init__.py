@@ -45,7 +45,7 @@ __version__ = "0.1.0"
 #: Spark source (the planner process Spark starts for every streaming query) does not load them.
 _LAZY = {
     **RUNTIME_NAMES, "RecordTrace": "rstream.runtime.trace", "TraceError": "rstream.runtime.trace",
-    **dict.fromkeys(["DslError", "GroupedStream", "JoinedStream", "RStream", "RTable", "StreamBuilder",
+    **dict.fromkeys(["DslError", "GroupedStream", "JoinedStream", "JoinResultStream", "RStream", "RTable", "StreamBuilder",
                      "TableJoinedStream", "WindowResultStream", "WindowStream"], "rstream.dsl"),
     "Topology": "rstream.graph",
     **dict.fromkeys(["Accumulator", "KeyedProcessFunction", "LateRecord", "ProcessingError", "RecordError",
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         DslError,
         GroupedStream,
         JoinedStream,
+        JoinResultStream,
         RStream,
         RTable,
         StreamBuilder,
@@ -140,6 +141,7 @@ __all__ = [
     "WindowResultStream",
     "WindowStream",
     "JoinedStream",
+    "JoinResultStream",
     "RTable",
     "TableJoinedStream",
     "get_spark",

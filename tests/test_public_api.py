@@ -11,7 +11,7 @@ PUBLIC = {
     "Topology", "UnhashableKeyError", "UnknownTopicError", "get_spark", "__version__",
     "SessionWindow", "SlidingWindow", "Time", "TimeType", "TumblingWindow", "WindowError", "WindowKey",
     "WindowStream", "JoinedStream", "RTable", "TableJoinedStream", "stop_spark", "RecordTrace", "TraceError", "KeyedProcessFunction",
-    "StateValueError", "LateRecord", "WindowResult", "WindowResultStream",
+    "StateValueError", "LateRecord", "WindowResult", "WindowResultStream", "JoinResultStream",
 }
 
 

@@ -26,7 +26,7 @@ from rstream.processors.stateless import (
     SELECT_TIMESTAMP,
     TO_RSTREAM,
 )
-from rstream.processors.table import LEFT_TABLE_JOIN, TABLE, TABLE_JOIN
+from rstream.processors.table import LEFT_TABLE_JOIN, TABLE, TABLE_JOIN, TO_STREAM
 from rstream.processors.union import UNION
 from rstream.processors.window import WINDOW
 from rstream.serde import as_serializer
@@ -90,6 +90,15 @@ class _Stream(Generic[K, V]):
 
 class RStream(_Stream[K, V]):
     """A stream of records. Functions get the record's value; the key rides along."""
+
+    def late(self) -> RStream[Any, LateRecord]:
+        """Only a windowed aggregation, a windowed join and an interval join have late records
+        (``WindowResultStream.late``, ``JoinResultStream.late``): call it on their result. Raises ``DslError``."""
+        raise DslError(
+            f"late() needs a windowed aggregation or a windowed or interval join, and {self._node.name} is not "
+            "one: call it on their result, e.g. .key_by(f).window(w).count().late() or "
+            "left.join(right).where(lk).equal_to(rk).window(w).apply(fn).late()"
+        )
 
     def map(self, fn: Callable[[V], V2]) -> RStream[K, V2]:
         """Replace each value by ``fn(value)``."""
@@ -300,7 +309,8 @@ class GroupedStream(_Stream[K, V]):
         return RTable(self._builder, self._add(TABLE))
 
     def late(self) -> RStream[Any, LateRecord]:
-        """Only a windowed aggregation has late records (``WindowResultStream.late``)."""
+        """Only a windowed aggregation (``WindowResultStream.late``) and a windowed or interval join
+        (``JoinResultStream.late``) have late records. Raises ``DslError``."""
         raise DslError(
             f"late() needs a windowed aggregation, and {self._node.name} is not one: "
             "call it on the result of an aggregation after window(w), e.g. .key_by(f).window(w).count().late()"
@@ -489,9 +499,10 @@ class JoinedStream(Generic[V, V2]):
         self._interval = (lo, hi)
         return self
 
-    def apply(self, fn: Callable[[V, V2], R]) -> RStream[Any, R]:
+    def apply(self, fn: Callable[[V, V2], R]) -> JoinResultStream[Any, R]:
         """Emit ``fn(left_value, right_value)`` for each match (``right_value`` is None for an
-        unmatched left record of a left join)."""
+        unmatched left record of a left join). A windowed or interval join's ``.late()`` is the
+        stream of the records that came too late for it."""
         _check_callable(fn, "apply")
         if self._left_key is None or self._right_key is None:
             raise DslError(f"{self._kind} needs .where(left_key) and .equal_to(right_key) before .apply(fn)")
@@ -502,13 +513,39 @@ class JoinedStream(Generic[V, V2]):
                 spec, [self._left.node, self._right.node], left_key=self._left_key, right_key=self._right_key,
                 lower=lower, upper=upper, fn=fn, detail=f"{describe_callable(fn)}\n{describe_interval(lower, upper)}",
             )
-            return RStream(self._left._builder, node)
+            return JoinResultStream(self._left._builder, node)
         detail = describe_callable(fn) + (f" {self._window.describe()}" if self._window else "")
         node = self._left._builder.graph.add(
             self._spec, [self._left.node, self._right.node], left_key=self._left_key,
             right_key=self._right_key, window=self._window, fn=fn, detail=detail,
         )
-        return RStream(self._left._builder, node)
+        return JoinResultStream(self._left._builder, node)
+
+
+class JoinResultStream(RStream[K, V]):
+    """What a join of two streams emits, and, with ``late()`` on a windowed or interval join, the
+    records that came too late to be joined."""
+
+    def late(self) -> RStream[Any, LateRecord]:
+        """The records this windowed or interval join dropped as late, as a stream: each keyed by its
+        join key, at its own data time, its value a ``LateRecord`` whose ``side`` says ``"left"`` or
+        ``"right"`` (and key, value, data_time, watermark, cause, reason, operator). They are the rows
+        of ``job.late_records()`` of this join, each once (written in the same commit as the join's
+        results). Flink's interval join has ``sideOutputLeftLateData`` / ``sideOutputRightLateData``
+        (its window join has no late output), Bytewax's ``join_window`` a late stream; Kafka Streams
+        and RocketMQ Streams drop them. Payments that came too late for their order::
+
+            paid = (orders.join(payments).where(lambda o: o["id"]).equal_to(lambda p: p["order"])
+                    .between(Time.minutes(-1), Time.minutes(10)).apply(lambda o, p: {**o, "paid": p["ts"]}))
+            paid.late().filter(lambda r: r.side == "right").map(lambda r: r.value).sink("late-payments")
+
+        Raises ``DslError`` on a join without a window: it keeps the latest value per key, and no
+        record is late for it."""
+        node = self._node
+        if node.spec in (JOIN, LEFT_JOIN) and node.params.get("window") is None:
+            raise DslError(f"{node.name} has no window: a join without .window(w) or .between(lower, upper) keeps "
+                           "the latest value per key and drops no record as late, so it has no late()")
+        return RStream(self._builder, self._add(LATE))
 
 
 class RTable(Generic[K, V]):
@@ -523,6 +560,18 @@ class RTable(Generic[K, V]):
     def node(self) -> LogicalNode:
         """The logical node this table comes out of."""
         return self._node
+
+    def to_stream(self) -> RStream[K, V | None]:
+        """The table's changelog as a stream (Kafka Streams' ``KTable.toStream()``): every update as a
+        record keyed by its key, at its data time, a delete as value ``None`` (also one of a key the
+        table did not hold). Shuffled by key first, so each key's updates come out of one queue in the
+        order of their source queue (as a join of this table applies them); across keys there is no
+        order. RocketMQ Streams 1.1 has no tables. Every price change, and a delisted sku as None::
+
+            prices = b.source("prices", JsonDeserializer()).key_by(lambda p: p["sku"]).map(lambda p: p["price"])
+            prices.to_table().to_stream().sink("price-changes", JsonSerializer(with_key=True))
+        """
+        return RStream(self._builder, self._builder.graph.add(TO_STREAM, [self._node]))
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return self._builder._repr_mimebundle_(include, exclude)

@@ -12,7 +12,8 @@ left join first emits ``fn(left, None)`` for a left record that met nobody, at d
 above the operator watermark (the minimum over the queues), so every partner it can have is still
 waiting. A record behind its source queue's watermark is late; so is one below the watermark the
 operator already passed while a source queue was idle (its partners may have been dropped): both go to
-the job's late-data topic, as a windowed join's do.
+the job's late-data topic, as a windowed join's do, and with ``joined.late()`` on as ``LateRecord``s
+saying their side (Flink's ``sideOutputLeftLateData`` and ``sideOutputRightLateData``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rstream.processors.base import LateCause, Processor, StreamContext, _short_repr
-from rstream.processors.join import LEFT, PairJoin
+from rstream.processors.join import LEFT, SIDE_NAMES, PairJoin
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register
 from rstream.processors.watermarks import finite
@@ -62,22 +63,18 @@ class IntervalJoinProcessor(PairJoin):
         """The data time after which a record of ``side`` at ``ts`` can meet no further partner."""
         return ts + self.upper if side == LEFT else ts - self.lower
 
-    def _late(self, key: Any, value: Any, ts: int, watermark: int, cause: LateCause, reason: str) -> None:
-        self.late += 1
-        self.ctx.late(self.name, key, value, ts, watermark, cause, reason)
-
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
         ctx = self.ctx
         side, carried = ctx.frame.side, ctx.frame.watermark
         if ts < carried:
             self._late(key, value, ts, carried, LateCause.BEHIND_WATERMARK,
-                       f"data time {ts} is behind its source queue's watermark {carried}")
+                       f"data time {ts} is behind its source queue's watermark {carried}", SIDE_NAMES[side])
             return
         if ts < self.horizon:
             self._late(key, value, ts, self.horizon, LateCause.INTERVAL_PASSED,
                        f"data time {ts} is behind the join's watermark {self.horizon}: records it could have "
-                       "met were already dropped while its source queue was idle")
+                       "met were already dropped while its source queue was idle", SIDE_NAMES[side])
             return
         store, name = self.store, self.name
         other_key = (1 - side, key)

@@ -5,6 +5,10 @@ sides have the key; a left join also emits ``fn(left, None)`` at once for a left
 no right value. With a window the sides are buffered per window; an inner join emits every pair
 in the same window, and a left join emits ``fn(left, None)`` for each left record still unmatched
 when its window closes.
+
+A windowed join's late records (behind their source queue's watermark, or for a window that already
+closed) go to the job's late-data topic and, with ``joined.late()``, on as ``LateRecord``s saying
+their side; a join without a window keeps the latest value per key and has no late records.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from rstream.time.watermark import NO_WATERMARK
 from rstream.time.windows import Window
 
 LEFT, RIGHT = 0, 1
+#: A side's name, as a join's ``LateRecord.side`` says it.
+SIDE_NAMES = ("left", "right")
 
 
 class PairJoin(WindowedOperator):
@@ -76,17 +82,15 @@ class JoinProcessor(PairJoin):
         ctx = self.ctx
         carried = ctx.frame.watermark
         if ts < carried:
-            self.late += 1
-            ctx.late(self.name, key, value, ts, carried, LateCause.BEHIND_WATERMARK,
-                     f"data time {ts} is behind its source queue's watermark {carried}")
+            self._late(key, value, ts, carried, LateCause.BEHIND_WATERMARK,
+                       f"data time {ts} is behind its source queue's watermark {carried}", SIDE_NAMES[side])
             return
         store, name, window = self.store, self.name, self.window
         assert window is not None  # (a windowed join's)
         for start, end in window.assign(ts):
             if end <= self.horizon:
-                self.late += 1
-                ctx.late(self.name, key, value, ts, self.horizon, LateCause.WINDOW_FIRED,
-                         f"its window [{start},{end}) already closed: its source queue was idle")
+                self._late(key, value, ts, self.horizon, LateCause.WINDOW_FIRED,
+                           f"its window [{start},{end}) already closed: its source queue was idle", SIDE_NAMES[side])
                 continue
             mine_key, other_key = (side, key, start, end), (1 - side, key, start, end)
             mine = store.get(name, mine_key)

@@ -1,12 +1,15 @@
-"""``.late()``: the late records of a windowed aggregation as a stream of their own.
+"""``.late()``: the late records of a windowed aggregation, a windowed join or an interval join as a
+stream of their own.
 
 RIP-58 and RocketMQ Streams call a record that comes after its window closed *late* and drop it;
 rstream records each one in the job's late-data topic (``job.late_records()``) and, with
-``.late()``, also hands it on as a stream (Flink's ``sideOutputLateData``, Bytewax's late stream
-of ``collect_window``). The window operator sends its late records to its ``LATE`` children
-instead of to its result children (``WindowedOperator.wire``), while it processes the record that
-was late: so whatever the late stream writes (a sink, a shuffle) is part of the same tagged append
-as the window's other outputs, and comes out once, also through a restart.
+``.late()``, also hands it on as a stream (Flink's ``sideOutputLateData`` on windows and
+``sideOutputLeftLateData`` / ``sideOutputRightLateData`` on interval joins, Bytewax's late stream
+of ``collect_window`` and ``join_window``). The window or join operator sends its late records to
+its ``LATE`` children instead of to its result children (``WindowedOperator.wire``), while it
+processes the record that was late: so whatever the late stream writes (a sink, a shuffle) is part
+of the same tagged append as the operator's other outputs, and comes out once, also through a
+restart.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ if TYPE_CHECKING:
 
 
 class LateRecord(NamedTuple):
-    """A record that came too late for its window, as ``.late()`` hands it on (its key is the
-    record's key, its data time the record's). ``cause`` is coded (``LateCause``), ``reason`` tells
-    it in words; ``watermark`` is what the record was judged by; ``operator`` is the window
-    operator (``COUNT-4``). ``value`` is None only for a record of a combined partial that running
-    its source range again did not give back (``reason`` says so)."""
+    """A record that came too late for its window (or a join's interval), as ``.late()`` hands it on
+    (its key is the record's key, its data time the record's). ``cause`` is coded (``LateCause``),
+    ``reason`` tells it in words; ``watermark`` is what the record was judged by; ``operator`` is the
+    window or join operator (``COUNT-4``, ``JOIN-5``); ``side`` is ``"left"`` or ``"right"`` for a
+    join's record, None for an aggregation's. ``value`` is None only for a record of a combined
+    partial that running its source range again did not give back (``reason`` says so)."""
 
     key: Any
     value: Any
@@ -35,9 +39,11 @@ class LateRecord(NamedTuple):
     cause: LateCause
     reason: str
     operator: str
+    side: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.value!r} at {self.data_time}: {self.cause}, watermark {self.watermark} ({self.operator})"
+        where = self.operator if self.side is None else f"{self.operator}, {self.side}"
+        return f"{self.value!r} at {self.data_time}: {self.cause}, watermark {self.watermark} ({where})"
 
     @property
     def late_ms(self) -> int:
@@ -46,7 +52,7 @@ class LateRecord(NamedTuple):
 
 
 class LateProcessor(Processor):
-    """Hands on the late records of the window operator it hangs from (its parent calls ``process``
+    """Hands on the late records of the window or join operator it hangs from (its parent calls ``process``
     with a ``LateRecord`` for each one; never with a result)."""
 
     #: Marks a child that takes its parent's late records, not its results (``WindowedOperator.wire``).
@@ -59,5 +65,6 @@ def _make(name: str, params: Mapping[str, Any], settings: JobProperties, sink_qu
 
 LATE_STYLE = NodeStyle("box", "#ffe3e3", "late data")
 
-#: ``windowed_result.late()``: a windowed aggregation's late records, drawn on an edge labelled "late".
+#: ``windowed_result.late()``, ``joined.late()``: a windowed aggregation's or join's late records, drawn on
+#: an edge labelled "late".
 LATE = register(OperatorSpec("late", LATE_STYLE, _make, side_output="late"))

@@ -19,6 +19,10 @@ Streams, only the stream side triggers a join), and stream records are not kept,
 is no right or full outer stream–table join: a table update finds no stream records to pair with,
 and a key the stream never brings would have to be emitted by the table alone, which is the table's
 own changelog, not a join.
+
+``table.to_stream()`` is that changelog (Kafka Streams' ``KTable.toStream()``): every update of the
+table as a keyed record, a delete as value ``None``, shuffled by key first, so each key's updates come
+out of one queue in the order of their source queue (as a join of the table applies them).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from typing import Any
 
 from rstream.processors.base import Processor
 from rstream.processors.metrics import OperatorMetrics
-from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Role, Shuffle, register
+from rstream.processors.spec import STATEFUL_STYLE, STATELESS_STYLE, OperatorSpec, Role, Shuffle, register
+from rstream.processors.stateless import PassProcessor
 from rstream.settings import JobProperties
 from rstream.state.store import MISSING
 
@@ -95,3 +100,12 @@ TABLE_JOIN = register(OperatorSpec("table_join", STATEFUL_STYLE, _table_join("in
 #: ``stream.left_join(table).where(key).apply(fn)``: ``fn(record, None)`` for a key the table lacks.
 LEFT_TABLE_JOIN = register(OperatorSpec("left_table_join", STATEFUL_STYLE, _table_join("left"),
                                         shuffle=Shuffle.JOIN, stateful=True))
+
+
+def _make_changelog(name: str, params: Mapping[str, Any], settings: JobProperties,
+                    sink_queues: Mapping[str, int]) -> Processor:
+    return PassProcessor(name)
+
+
+#: ``table.to_stream()``: the table's updates as a stream (shuffled by key, then passed on unchanged).
+TO_STREAM = register(OperatorSpec("to_stream", STATELESS_STYLE, _make_changelog, shuffle=Shuffle.BY_KEY))

@@ -115,6 +115,20 @@ class WindowedOperator(Processor):
         if self.horizon_changed:
             self.store.put(self.name, "__horizon__", self.horizon)
 
+    def _late(self, key: Any, value: Any, ts: int, watermark: int, cause: LateCause, reason: str,
+              side: str | None = None) -> None:
+        """A late record: counted, written to the job's late-data topic, and handed to the ``.late()``
+        children as a ``LateRecord`` (``side``: a join's ``"left"`` or ``"right"``)."""
+        self.late += 1
+        self.ctx.late(self.name, key, value, ts, watermark, cause, reason)
+        if self.late_forward is not None:
+            try:
+                self.late_forward(key, LateRecord(key, value, ts, watermark, cause, reason, self.name, side), ts)
+            except RecordError as err:  # user code after ``.late()``: that late record is a dead letter
+                if not self.ctx.settings.skip_data_error:
+                    raise
+                self.ctx.dead_letter(err, None, b"", ts)
+
 
 class WindowAggregateProcessor(WindowedOperator):
     """One windowed aggregation on one shuffle queue, folding with ``fold`` (the aggregation's spec
@@ -187,17 +201,6 @@ class WindowAggregateProcessor(WindowedOperator):
         for (key, start, end), acc in changed:
             self.early_emitted += 1
             forward(WindowKey(key, start, end), WindowResult(result(acc), False), end - 1)
-
-    def _late(self, key: Any, value: Any, ts: int, watermark: int, cause: LateCause, reason: str) -> None:
-        self.late += 1
-        self.ctx.late(self.name, key, value, ts, watermark, cause, reason)
-        if self.late_forward is not None:
-            try:
-                self.late_forward(key, LateRecord(key, value, ts, watermark, cause, reason, self.name), ts)
-            except RecordError as err:  # user code after ``.late()``: that late record is a dead letter
-                if not self.ctx.settings.skip_data_error:
-                    raise
-                self.ctx.dead_letter(err, None, b"", ts)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1

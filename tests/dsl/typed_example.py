@@ -6,7 +6,16 @@ from typing import Any
 
 from typing_extensions import assert_type
 
-from rstream import GroupedStream, RStream, RTable, StreamBuilder, TableJoinedStream
+from rstream import (
+    GroupedStream,
+    JoinResultStream,
+    LateRecord,
+    RStream,
+    RTable,
+    StreamBuilder,
+    TableJoinedStream,
+    TumblingWindow,
+)
 
 builder = StreamBuilder("typed")
 lines: RStream[Any, str] = builder.source("t")
@@ -27,6 +36,9 @@ assert_type(by_word.flat_map(list), GroupedStream[str, str])
 assert_type(by_word.count(len), GroupedStream[str, int])
 table = counts.to_table()
 assert_type(table, RTable[str, int])
+assert_type(table.to_stream(), RStream[str, int | None])
 assert_type(lengths.join(table), TableJoinedStream[int, int])
 assert_type(lengths.left_join(table).where(str).apply(lambda n, c: (n, c)), RStream[Any, tuple[int, int | None]])
-assert_type(lines.join(lengths).where(len).equal_to(lambda n: n).apply(lambda s, n: s), RStream[Any, str])
+joined = lines.join(lengths).where(len).equal_to(lambda n: n).window(TumblingWindow(1000)).apply(lambda s, n: s)
+assert_type(joined, JoinResultStream[Any, str])
+assert_type(joined.late(), RStream[Any, LateRecord])

@@ -1,5 +1,6 @@
 """Joins on Spark against the reference: JoinWindow, JoinWithoutWindow, left joins, two streams
-from the same topic, and an interval join (its state, trace and late records)."""
+from the same topic, an interval join (its state, trace and late records), and ``.late()`` of a
+windowed and an interval join."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import random
 from typing import Any
 
-from rstream import EmbeddedBroker, Time, TumblingWindow
+from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder, Time, TumblingWindow
 from tests.support.jobs import job_id
 from tests.support.joins import (
     emitted,
@@ -15,6 +16,8 @@ from tests.support.joins import (
     interval_join_job,
     interval_pairs,
     join_job,
+    join_late_stream,
+    reference_join_late,
     source_watermark,
     waiting_records,
     windowed_pairs,
@@ -108,3 +111,33 @@ def test_left_interval_join_against_the_reference_with_its_state_and_trace(broke
     assert any(v[1] is None for _, v in got) and any(v[1] is not None for _, v in got)
     assert len(job.late_records()) == len(late_l) + len(late_r) > 0
     assert job.state("LEFT_INTERVAL_JOIN-5").empty
+
+
+def test_the_late_records_of_a_windowed_and_an_interval_join_as_streams(broker: EmbeddedBroker, make_job: Any) -> None:
+    """``.late()`` of a windowed join and of an interval join in one job on Spark: each late sink holds
+    exactly the records the reference drops as late, with their side, once; the pairs are unchanged."""
+    lq = produce(broker, "left", events(120, 1, "L"))
+    rq = produce(broker, "right", events(90, 2, "R"))
+    b = StreamBuilder(job_id("jlate"), shuffle_queues=3)
+    left = b.source("left", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+    right = b.source("right", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
+    pair = (lambda lv, rv: [lv["v"], rv["v"]])  # noqa: E731
+    windowed = (left.join(right).where(lambda e: e["id"]).equal_to(lambda e: e["id"])
+                .window(TumblingWindow(Time.seconds(10))).apply(pair))
+    interval = (left.join(right).where(lambda e: e["id"]).equal_to(lambda e: e["id"])
+                .between(Time.seconds(-2), Time.seconds(3)).apply(pair))
+    windowed.sink("joined", JsonSerializer(with_key=True))
+    windowed.late().sink("late", JsonSerializer(with_key=True))
+    interval.sink("paired", JsonSerializer(with_key=True))
+    interval.late().sink("late-paired", JsonSerializer(with_key=True))
+    job = make_job(b, **EXACT)
+    job.run_until_idle()
+    lefts, _ = split_late(lq, lambda e: e["ts"], LATENESS)
+    rights, _ = split_late(rq, lambda e: e["ts"], LATENESS)
+    assert emitted(broker) == windowed_pairs(lefts, rights, 10_000, "inner")
+    assert emitted(broker, "paired") == interval_pairs(lefts, rights, -2000, 3000, "inner")
+    for topic, node in (("late", windowed.node), ("late-paired", interval.node)):
+        late = join_late_stream(broker, topic)
+        assert late == reference_join_late(lq, rq, LATENESS, node.name)
+        assert late, "the generated input has late records"
+    assert len(job.late_records()) == 2 * len(join_late_stream(broker, "late"))

@@ -1,5 +1,6 @@
 """A stream–table join on Spark: the wiring (both sides shuffled into one join topic, the table kept
-as the join's keyed state, queried and traced); the in-process tests check its semantics on generated input."""
+as the join's keyed state, queried and traced), and a table's changelog (``to_stream()``); the in-process
+tests check their semantics on generated input."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from rstream import EmbeddedBroker
 from tests.support.inprocess import emitted
 from tests.support.jobs import job_id
-from tests.support.tables import join_queue_records, replay, table_job
+from tests.support.tables import changelog, changelog_job, join_queue_records, replay, table_job
 
 
 def test_left_stream_table_join_on_spark(broker: EmbeddedBroker, make_job: Any) -> None:
@@ -41,3 +42,14 @@ def test_left_stream_table_join_on_spark(broker: EmbeddedBroker, make_job: Any) 
     state = hops[hops["kind"] == "state"]
     assert state[["key", "before", "after"]].values.tolist() == [["b", 3, None]]
     assert "sink" not in set(hops["kind"])
+
+
+def test_a_table_s_changelog_on_spark(broker: EmbeddedBroker, make_job: Any) -> None:
+    """``to_stream()`` on Spark: every update and delete once, each key's in one queue, in the order
+    of its source queue (one here), at its data time."""
+    broker.create_topic("prices", queues=1)
+    ups = [("a", 2), ("b", 3), ("a", None), ("b", None), ("c", 7), ("a", 5), ("x", None), ("c", 8)]
+    broker.send_batch("prices", [json.dumps({"k": k, "v": v, "ts": 1000 + i}) for i, (k, v) in enumerate(ups)])
+    make_job(changelog_job(job_id("changes"))).run_until_idle()
+    assert changelog(broker) == {"a": [(1000, 2), (1002, None), (1005, 5)], "b": [(1001, 3), (1003, None)],
+                                 "c": [(1004, 7), (1007, 8)], "x": [(1006, None)]}

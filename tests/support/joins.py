@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Any
 
 from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder
-from tests.support.reference import fixed_windows
+from tests.support.reference import fixed_windows, split_late
 
 
 def events(n: int, seed: int, side: str, keys: int = 6) -> list[dict[str, Any]]:
@@ -36,7 +36,7 @@ def windowed_pairs(lefts: list[dict[str, Any]], rights: list[dict[str, Any]], si
     return sorted(out)
 
 
-def join_job(name: str, how: str, window: Any, same_topic: bool = False) -> StreamBuilder:
+def join_job(name: str, how: str, window: Any, same_topic: bool = False, late: bool = False) -> StreamBuilder:
     b = StreamBuilder(name, shuffle_queues=3)
     if same_topic:
         both = b.source("events", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
@@ -48,7 +48,10 @@ def join_job(name: str, how: str, window: Any, same_topic: bool = False) -> Stre
     joined = joined.where(lambda e: e["id"]).equal_to(lambda e: e["id"])
     if window is not None:
         joined = joined.window(window)
-    joined.apply(lambda left, right: [left["v"], None if right is None else right["v"]]).sink("joined", JsonSerializer(with_key=True))
+    out = joined.apply(lambda left, right: [left["v"], None if right is None else right["v"]])
+    out.sink("joined", JsonSerializer(with_key=True))
+    if late:
+        out.late().sink("late", JsonSerializer(with_key=True))
     return b
 
 
@@ -66,17 +69,45 @@ def interval_pairs(lefts: list[dict[str, Any]], rights: list[dict[str, Any]], lo
     return sorted(out)
 
 
-def interval_join_job(name: str, how: str, lower: int, upper: int, shuffle_queues: int = 3) -> StreamBuilder:
+def interval_join_job(name: str, how: str, lower: int, upper: int, shuffle_queues: int = 3,
+                      late: bool = False) -> StreamBuilder:
     """``left`` joined with ``right`` (two topics of ``events``-like records) by ``id`` within
-    ``[lower, upper]``, each pair written to ``joined`` as ``[left v, right v]``."""
+    ``[lower, upper]``, each pair written to ``joined`` as ``[left v, right v]``; with ``late`` its
+    late records to ``late`` (``LateRecord``s as JSON, with keys)."""
     b = StreamBuilder(name, shuffle_queues=shuffle_queues)
     left = b.source("left", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
     right = b.source("right", JsonDeserializer()).select_timestamp(lambda e: e["ts"])
     joined = left.join(right) if how == "inner" else left.left_join(right)
-    (joined.where(lambda e: e["id"]).equal_to(lambda e: e["id"]).between(lower, upper)
-     .apply(lambda left, right: [left["v"], None if right is None else right["v"]])
-     .sink("joined", JsonSerializer(with_key=True)))
+    out = (joined.where(lambda e: e["id"]).equal_to(lambda e: e["id"]).between(lower, upper)
+           .apply(lambda left, right: [left["v"], None if right is None else right["v"]]))
+    out.sink("joined", JsonSerializer(with_key=True))
+    if late:
+        out.late().sink("late", JsonSerializer(with_key=True))
     return b
+
+
+def join_late_stream(broker: EmbeddedBroker, topic: str = "late") -> list[tuple[Any, ...]]:
+    """A join's late sink as ``(side, key, value as JSON, data_time, watermark, cause, operator)``, sorted."""
+    out = []
+    if not broker.has_topic(topic):
+        return out
+    for m in broker.read(topic):
+        doc = json.loads(m.body)
+        key, value, data_time, watermark, cause, _reason, operator, side = doc["value"]
+        assert doc["key"] == key
+        out.append((side, key, json.dumps(value), data_time, watermark, cause, operator))
+    return sorted(out)
+
+
+def reference_join_late(lq: dict[int, list[dict[str, Any]]], rq: dict[int, list[dict[str, Any]]], lateness: int,
+                        operator: str) -> list[tuple[Any, ...]]:
+    """The records a join drops as late by the plain rule (per source queue, behind its watermark),
+    as ``join_late_stream`` gives them."""
+    out = []
+    for side, queues in (("left", lq), ("right", rq)):
+        _on_time, late = split_late(queues, lambda e: e["ts"], lateness)
+        out += [(side, e["id"], json.dumps(e), e["ts"], wm, "behind watermark", operator) for e, wm in late]
+    return sorted(out)
 
 
 def join_state(job: Any, operator: str) -> dict[tuple[int, Any], list[Any]]:

@@ -64,7 +64,7 @@ def late_stream(broker: EmbeddedBroker, topic: str = "late") -> list[tuple[Any, 
     """The late sink's records as ``(key, value, data_time, watermark, cause, operator)``, sorted."""
     out = []
     for _q, _o, doc in messages(broker, topic):
-        key, value, data_time, watermark, cause, _reason, operator = doc["value"]
+        key, value, data_time, watermark, cause, _reason, operator, _side = doc["value"]
         assert doc["key"] == key
         out.append((key, json.dumps(value), data_time, watermark, cause, operator))
     return sorted(out)

@@ -69,3 +69,27 @@ def replay(records: list[tuple[int, Any, Any]], how: str) -> tuple[dict[Any, lis
         elif key in table or how == "left":
             out[key].append(enrich(value, table.get(key)))
     return dict(out), table
+
+
+def changelog_job(name: str, queues: int = 3) -> StreamBuilder:
+    """The table of ``prices`` (``{"k", "v", "ts"}``, ``v`` None deletes) and its changelog,
+    ``to_stream()``, written to ``changes`` with keys (each message's born time its data time)."""
+    b = StreamBuilder(name, shuffle_queues=queues)
+    prices = (b.source("prices", JsonDeserializer()).select_timestamp(lambda p: p["ts"])
+              .key_by(lambda p: p["k"]).map(lambda p: p["v"]).to_table())
+    prices.to_stream().sink("changes", JsonSerializer(with_key=True))
+    return b
+
+
+def changelog(broker: EmbeddedBroker, topic: str = "changes") -> dict[Any, list[tuple[int, Any]]]:
+    """Per key, ``(data time, value)`` of each record of ``topic`` in the order of its queue (each key
+    must be in one queue)."""
+    import json
+
+    out: dict[Any, list[tuple[int, Any]]] = defaultdict(list)
+    queue_of: dict[Any, int] = {}
+    for m in broker.read(topic):
+        doc = json.loads(m.body)
+        assert queue_of.setdefault(doc["key"], m.queue_id) == m.queue_id, f"key {doc['key']!r} in two queues"
+        out[doc["key"]].append((m.born_timestamp, doc["value"]))
+    return dict(out)
