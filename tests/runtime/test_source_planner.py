@@ -11,7 +11,7 @@ from rstream import EmbeddedBroker
 from rstream.broker import CommitTag
 from rstream.runtime.config import dump_blob
 from rstream.runtime.planning import shuffle_ranges
-from rstream.runtime.source import BATCH_KEY, RStreamStreamReader
+from rstream.runtime.source import BATCH_KEY, WATCH_MAX_S, WATCH_S, RStreamStreamReader, watch_pause
 
 JOB = "planner"
 
@@ -130,3 +130,19 @@ def test_window_topics_are_shared_except_in_the_batch_the_idle_flush_follows(bro
     assert begins(target=json.dumps({"src/0": 3}), flushatend="1") == [None]  # the flush follows this batch
     # a batch short of the target (more input than one range holds): the flush does not follow it
     assert begins(target=json.dumps({"src/0": 3}), flushatend="1", maxrecordsperqueue="2") == [{"sh/0": 0, "sh/1": 0}]
+
+
+def test_the_idle_watch_looks_less_often_the_longer_no_input_came(broker: EmbeddedBroker) -> None:
+    # within a second of the last input every 5 ms, then a pause growing with the idle time, to 40 ms
+    assert [watch_pause(s) for s in (0.0, 0.5, 0.99, 2.0, 4.0, 8.0, 3600.0)] == \
+        [WATCH_S, WATCH_S, WATCH_S, 2 * WATCH_S, 4 * WATCH_S, WATCH_MAX_S, WATCH_MAX_S]
+    initial = setup(broker)
+    r = reader(broker, initial, waitms="1")
+    first = r.latestOffset({**initial, BATCH_KEY: 0})  # input: three records
+    found_at = r._input_at
+    r._input_at -= 100  # as if it were long ago
+    r.latestOffset(first)  # nothing new: the time of the last input stays
+    assert r._input_at == found_at - 100
+    broker.send("src", "d")
+    r.latestOffset(first)  # new input: the watch is quick again
+    assert r._input_at > found_at - 100
