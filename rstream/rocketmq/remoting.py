@@ -481,15 +481,8 @@ class Client:
              group: str = "rstream-reader") -> tuple[list[PulledMessage], int]:
         """Up to ``max_messages`` messages from ``offset`` on, and the offset to go on from (the same
         when there is nothing new). Never blocks waiting for messages."""
-        reply = self.conn(broker).call(PULL_MESSAGE, {
-            "consumerGroup": group, "topic": topic, "queueId": queue, "queueOffset": offset,
-            "maxMsgNums": max_messages, "sysFlag": _PULL_SUBSCRIPTION, "commitOffset": 0,
-            "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0, "expressionType": "TAG"},
-            ok=(SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED))
-        next_offset = int(reply.ext.get("nextBeginOffset", offset))
-        if reply.code != SUCCESS:
-            return [], next_offset
-        return decode_messages(reply.body), next_offset
+        messages, next_offset, _end = self.pull_log(broker, topic, queue, offset, max_messages, group)
+        return messages, next_offset
 
     def pull_log(self, broker: str, topic: str, queue: int, offset: int, max_messages: int = 1024,
                  group: str = "rstream-reader") -> tuple[list[PulledMessage], int, int]:
