@@ -32,6 +32,7 @@ EXPECTED: dict[str, dict[str, Callable[[Any], bool]]] = {
     },
     "03_late_data": {
         "spark_dropped": lambda v: v == 1, "kafka_dropped": lambda v: v > 0, "late_records": lambda v: v > 2,
+        "early_results": lambda v: v > 0,
         "errors": lambda v: v == 0,
     },
     "04_state_and_replay": {
