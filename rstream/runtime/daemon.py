@@ -15,6 +15,7 @@ imports run. Spark gives Python workers ``OMP_NUM_THREADS`` = the task's CPUs (o
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -47,6 +48,9 @@ def preload() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["pyspark.worker"]:  # the tasks' daemon; Spark's planners have daemons too
         preload()
+        # what the imports made stays out of the collector's sight: a collection in a forked worker
+        # would otherwise write to (and so copy) every page holding those objects
+        gc.freeze()
     from pyspark.daemon import manager
 
     manager()

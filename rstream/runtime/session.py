@@ -67,8 +67,10 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
         "spark.app.name": "rstream",
         # the serial collector: a notebook's driver heap is small, and G1's regions, remembered sets and
         # threads cost about 100 MB more of the JVM's memory (notebook 03's peak PSS: 1345 -> 1171 MB);
-        # defaultJavaOptions, so a user's extraJavaOptions can still choose another collector
-        "spark.driver.defaultJavaOptions": "-XX:+UseSerialGC",
+        # a small first heap (the JVM's default is 1/64 of the machine's memory, whose young generation
+        # a streaming query then fills and keeps: 30 MB more on a 23 GB machine); defaultJavaOptions, so
+        # a user's extraJavaOptions can still choose otherwise
+        "spark.driver.defaultJavaOptions": "-XX:+UseSerialGC -Xms64m",
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,
         "spark.ui.enabled": "false",
