@@ -10,10 +10,8 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import shutil
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +21,7 @@ from rstream import DslError, EmbeddedBroker, JsonDeserializer, LateRecord, Stre
 from rstream.processors.base import LateCause
 from rstream.runtime.inprocess import InProcessJob
 from rstream.runtime.topics import late_topic_name
-from rstream.state.store import StateStore
+from tests.support.inprocess import run_through_a_crash_a_retry_and_lost_state
 from tests.support.joins import (
     emitted,
     interval_join_job,
@@ -155,33 +153,7 @@ def test_late_records_come_out_once_through_a_retry_a_crash_after_the_commit_and
     broker, root = fresh(tmp_path)
     builder = builder_of(join, "once")
     job = InProcessJob(builder.build(), broker, root / "job", props)
-    commit = StateStore.commit
-    crashed: list[str] = []
-
-    def crash_once(store: StateStore, *args: Any) -> Any:
-        if not crashed and "shuffleTopic" in store.state_topic:
-            crashed.append(store.state_topic)
-            raise RuntimeError("the task died after its commit")
-        return commit(store, *args)
-
-    for i, (lefts, rights) in enumerate(steps):
-        send(broker, lefts, rights)
-        if i == 1:
-            with mock.patch.object(StateStore, "commit", crash_once), pytest.raises(RuntimeError, match="died"):
-                job.run_until_idle(fire_idle=False)
-            job = InProcessJob(job.topology, broker, root / "job", props)  # a new driver, from the commits
-        if i == 3:
-            from rstream.runtime.commit import run_queue
-
-            again = [info for info in job.infos if "shuffleTopic" in info["topic"] and not info.get("skipped")][-1]
-            info = run_queue(job.cfg, again["topic"], again["queue"], again["start"], again["end"], again["batch"])
-            assert info["skipped"]
-            shutil.rmtree(root / "job" / "state")
-            job = InProcessJob(job.topology, broker, root / "job", props)
-        job.run_until_idle(fire_idle=False)
-    job.run_until_idle()
-    assert crashed
-    assert sum(info.get("replayed_keys", 0) for info in job.infos) > 0
+    run_through_a_crash_a_retry_and_lost_state(job, steps, lambda step: send(broker, *step), root, props)
     late = join_late_stream(broker)
     assert late == want_late and late, "the generated input has late records on both sides"
     assert {side for side, *_rest in late} == {"left", "right"}

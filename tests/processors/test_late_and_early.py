@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -34,8 +32,7 @@ from rstream import (
 )
 from rstream.runtime.inprocess import InProcessJob
 from rstream.runtime.topics import late_topic_name
-from rstream.state.store import StateStore
-from tests.support.inprocess import record_by_record
+from tests.support.inprocess import record_by_record, run_through_a_crash_a_retry_and_lost_state
 from tests.support.late import (
     EXACT,
     LATENESS,
@@ -236,33 +233,8 @@ def test_late_records_come_out_once_through_a_retry_a_crash_after_the_commit_and
     broker, root = fresh(tmp_path, 2)
     props = {**EXACT, "max_records_per_queue": 15}
     job = InProcessJob(late_job("once", TumblingWindow(2000)).build(), broker, root / "job", props)
-    commit = StateStore.commit
-    crashed: list[str] = []
-
-    def crash_once(store: StateStore, *args: Any) -> Any:
-        if not crashed and "shuffleTopic" in store.state_topic:
-            crashed.append(store.state_topic)
-            raise RuntimeError("the task died after its commit")
-        return commit(store, *args)
-
-    for i, step in enumerate(parts):
-        broker.send_batch("clicks", [json.dumps(e) for e in step])
-        if i == 1:
-            with mock.patch.object(StateStore, "commit", crash_once), pytest.raises(RuntimeError, match="died"):
-                job.run_until_idle(fire_idle=False)
-            job = InProcessJob(job.topology, broker, root / "job", props)  # a new driver, from the commits
-        if i == 3:
-            from rstream.runtime.commit import run_queue
-
-            again = [info for info in job.infos if "shuffleTopic" in info["topic"] and not info.get("skipped")][-1]
-            info = run_queue(job.cfg, again["topic"], again["queue"], again["start"], again["end"], again["batch"])
-            assert info["skipped"]
-            shutil.rmtree(root / "job" / "state")
-            job = InProcessJob(job.topology, broker, root / "job", props)
-        job.run_until_idle(fire_idle=False)
-    job.run_until_idle()
-    assert crashed
-    assert sum(info.get("replayed_keys", 0) for info in job.infos) > 0
+    run_through_a_crash_a_retry_and_lost_state(
+        job, parts, lambda step: broker.send_batch("clicks", [json.dumps(e) for e in step]), root, props)
     assert finals(broker) == want_results  # (early ones depend on where batches begin, which the crash moved)
     assert late_stream(broker) == want_late
     assert [s[:5] for s in want_late] == reference_late(per_queue(broker))

@@ -14,6 +14,7 @@ from typing import Any
 
 from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder, TumblingWindow
 from tests.support.reference import fixed_windows, split_late
+from tests.support.tables import replay
 
 T0 = 1_700_000_000_000
 LATENESS = 2000
@@ -116,17 +117,8 @@ def enrichments(records: list[tuple[int, Any, Any]]) -> tuple[list[tuple[str, An
     every ``(customer, [order v, tier])`` it emits, sorted as ``sink`` sorts, and the table at the end.
     Side 1 sets a customer's tier (None deletes it); side 0, an order, is enriched when its customer
     has one."""
-    table: dict[str, Any] = {}
-    out = []
-    for side, key, value in records:
-        if side == 1:
-            if value is None:
-                table.pop(key, None)
-            else:
-                table[key] = value
-        elif key in table:
-            out.append((key, enrich(value, table[key])))
-    return sorted(out, key=json.dumps), table
+    out, table = replay(records, "inner", enrich)
+    return sorted(((key, v) for key, values in out.items() for v in values), key=json.dumps), table
 
 
 def sink(broker: EmbeddedBroker, topic: str) -> list[tuple[str, Any]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,10 +15,14 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import pytest
+
 from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder
 from rstream.processors.chunk import ChunkedPipeline
 from rstream.processors.window import WindowAggregateProcessor
+from rstream.runtime.commit import run_queue
 from rstream.runtime.inprocess import InProcessJob
+from rstream.state.store import StateStore
 
 
 def produce(broker: EmbeddedBroker, topic: str, values: list[Any], queues: int = 2) -> dict[int, list[Any]]:
@@ -71,3 +76,38 @@ def record_by_record() -> Iterator[None]:
     with (mock.patch.object(ChunkedPipeline, "of", staticmethod(lambda *args: None)),
           mock.patch.object(WindowAggregateProcessor, "_sink_after", lambda self: None)):
         yield
+
+
+def run_through_a_crash_a_retry_and_lost_state(job: InProcessJob, steps: list[Any], send: Any, root: Path,
+                                               props: dict[str, Any]) -> InProcessJob:
+    """Run ``job`` (its data in ``root / "job"``) over ``steps``, ``send(step)`` putting each on the broker,
+    through three faults: at step 1 a shuffle task dies after its broker commit and before its state
+    store's (a new driver goes on from the commits), at step 3 the last shuffle range runs again (and
+    must be skipped as done) and the local state is deleted (replayed from the state topics). Then the
+    idle flush; returns the job that finished."""
+    commit = StateStore.commit
+    crashed: list[str] = []
+
+    def crash_once(store: StateStore, *args: Any) -> Any:
+        if not crashed and "shuffleTopic" in store.state_topic:
+            crashed.append(store.state_topic)
+            raise RuntimeError("the task died after its commit")
+        return commit(store, *args)
+
+    for i, step in enumerate(steps):
+        send(step)
+        if i == 1:
+            with mock.patch.object(StateStore, "commit", crash_once), pytest.raises(RuntimeError, match="died"):
+                job.run_until_idle(fire_idle=False)
+            job = InProcessJob(job.topology, job.broker, root / "job", props)  # a new driver, from the commits
+        if i == 3:
+            again = [info for info in job.infos if "shuffleTopic" in info["topic"] and not info.get("skipped")][-1]
+            info = run_queue(job.cfg, again["topic"], again["queue"], again["start"], again["end"], again["batch"])
+            assert info["skipped"]
+            shutil.rmtree(root / "job" / "state")
+            job = InProcessJob(job.topology, job.broker, root / "job", props)
+        job.run_until_idle(fire_idle=False)
+    job.run_until_idle()
+    assert crashed
+    assert sum(info.get("replayed_keys", 0) for info in job.infos) > 0
+    return job

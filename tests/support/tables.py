@@ -5,6 +5,7 @@ stored, so it sees each key's table updates and stream records in the order the 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
@@ -55,9 +56,11 @@ def join_queue_records(broker: EmbeddedBroker, topic: str) -> list[tuple[int, An
     return out
 
 
-def replay(records: list[tuple[int, Any, Any]], how: str) -> tuple[dict[Any, list[Any]], dict[Any, Any]]:
-    """The plain stream–table join over the join queue's records: per key, what it emits in order,
-    and the table at the end. Side 1 updates the table (None deletes); side 0 looks its key up."""
+def replay(records: list[tuple[int, Any, Any]], how: str,
+           enrich: Callable[[Any, Any], Any] = enrich) -> tuple[dict[Any, list[Any]], dict[Any, Any]]:
+    """The plain stream–table join over the join queue's records: per key, what it emits in order
+    (``enrich(value, the key's table value)``), and the table at the end. Side 1 updates the table
+    (None deletes); side 0 looks its key up."""
     table: dict[Any, Any] = {}
     out: dict[Any, list[Any]] = defaultdict(list)
     for side, key, value in records:
