@@ -228,8 +228,9 @@ class Connection:
 def _closed_by_peer(sock: socket.socket) -> bool:
     """Whether the server closed this idle connection (it never writes unasked: readable means closed)."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        if not readable:
+        poller = select.poll()  # not select.select, which refuses a descriptor above 1023
+        poller.register(sock, select.POLLIN)
+        if not poller.poll(0):
             return False
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except (OSError, ValueError):

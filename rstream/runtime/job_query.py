@@ -78,6 +78,26 @@ def _session_conf(spark: Any, key: str, value: str) -> Iterator[None]:
                 spark.conf.set(key, before)
 
 
+class _OnBatch:
+    """What Spark calls for each batch of one query. py4j keeps what it was handed until the JVM
+    collects its proxy, which may be never: this lets go of the job once its query has ended
+    (``release``), so a finished job's broker connections and state stores close with the job."""
+
+    __slots__ = ("driver",)
+
+    def __init__(self, driver: QueryDriver) -> None:
+        self.driver: QueryDriver | None = driver
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        driver = self.driver
+        if driver is None:
+            raise JobError(f"batch {batch_id} came after its query ended")
+        driver._on_batch(df, batch_id)
+
+    def release(self) -> None:
+        self.driver = None
+
+
 class QueryDriver:
     """One Spark Structured Streaming query per run of the job; the work is in its tasks. Reads the
     job's parts (``core``) and its progress (``progress_log``: what its commits say); owns the
@@ -89,6 +109,7 @@ class QueryDriver:
         self.progress_log = progress_log
         self.spark = spark
         self._query: Any = None
+        self._on_batch_call: _OnBatch | None = None  # what the current query calls
         self._lock = threading.RLock()
         self._batch_lock = threading.RLock()  # held while a batch's Spark jobs run (see ``tick``)
         self._failure: BaseException | None = None
@@ -176,8 +197,10 @@ class QueryDriver:
         if not available_now:
             options["waitMs"] = str(self.core.properties.trigger_interval_ms)
         df = self.spark.readStream.format("rstream").options(**options).load()
+        self._release_batch_call()  # the last query has ended (one query per checkpoint at a time)
+        self._on_batch_call = _OnBatch(self)
         writer = (
-            df.writeStream.foreachBatch(self._on_batch)
+            df.writeStream.foreachBatch(self._on_batch_call)
             .option("checkpointLocation", str(self.core.checkpoint_dir))
             .queryName(f"rstream-{self.core.job_id}")
         )
@@ -295,13 +318,15 @@ class QueryDriver:
                     # so a query started next with the same checkpoint never finds this one still active
                     query.awaitTermination()
                     break
-            except Exception:
+            except Exception:  # it failed (``_check_failure`` says how)
                 break
             if deadline is not None and time.monotonic() > deadline:
                 query.stop()
+                self._release_batch_call()
                 raise JobTimeoutError(f"job {self.core.job_id!r} was not idle after {timeout} s; it was stopped")
             if watch is not None:
                 watch.update()
+        self._release_batch_call(query)
         return self._restarted(query)
 
     def stop(self) -> None:
@@ -312,7 +337,20 @@ class QueryDriver:
             self._ticker = None
         if self._query is not None:
             self._query.stop()
+        self._release_batch_call()
         self._flush_printed()
+
+    def _release_batch_call(self, ended: Any = None) -> None:
+        """Let go of what the current query calls; with ``ended``, only if that query is no longer active."""
+        if ended is not None:
+            try:
+                if ended is not self._query or ended.isActive:
+                    return
+            except Exception:  # its JVM is gone: it runs no batch any more
+                pass
+        if self._on_batch_call is not None:
+            self._on_batch_call.release()
+            self._on_batch_call = None
 
     def _drained(self) -> bool:
         progress = self._query.lastProgress if self._query is not None else None
@@ -340,6 +378,7 @@ class QueryDriver:
         query = self._query
         if query is None or query.isActive:
             return
+        self._release_batch_call(query)
         if self._restarted(query):
             return
         exc = query.exception()

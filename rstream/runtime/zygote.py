@@ -88,7 +88,10 @@ class Zygote:
         """Whether the zygote serves (it says so on its stderr once its imports are done)."""
         assert self.proc is not None and self.proc.stderr is not None
         if not self._ready:
-            ready, _, _ = select.select([self.proc.stderr], [], [], timeout)
+            # poll, not select: a driver with more than 1024 open files (a long notebook) is fine
+            poller = select.poll()
+            poller.register(self.proc.stderr, select.POLLIN)
+            ready = poller.poll(timeout * 1000)
             self._ready = ready != [] and self.proc.stderr.readline().strip() == b"ready"
         return self._ready and self.proc.poll() is None
 

@@ -71,3 +71,22 @@ def test_a_server_busy_for_too_long_is_an_error(server: FakeServer) -> None:
         client.send_batch(server.addr, "t", 0, [(b"body", {})], 1)
     assert caught.value.code == SYSTEM_BUSY and len(server.requests) > 1
     client.close()
+
+
+def test_an_idle_connection_above_descriptor_1023_is_seen_open_then_closed() -> None:
+    """A kernel that ran many jobs has more than 1024 files open; ``select.select`` refuses such a
+    descriptor (the check once took every idle connection there for closed, and a zygote failed to start)."""
+    import os
+
+    from rstream.rocketmq.remoting import _closed_by_peer
+
+    ours, peer = socket.socketpair()
+    high = os.dup2(ours.fileno(), 1500)
+    ours.close()
+    sock = socket.socket(fileno=high)
+    try:
+        assert not _closed_by_peer(sock)
+        peer.close()
+        assert _closed_by_peer(sock)
+    finally:
+        sock.close()

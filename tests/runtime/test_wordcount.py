@@ -85,3 +85,41 @@ def test_wordcount_with_per_batch_emission(spark: Any, tmp_path_factory: Any, se
         assert counts == sorted(set(counts))  # each batch's update is higher than the last
     shuffled = sum(len(broker.read(t)) for t in job.topology.shuffle_topics)
     assert shuffled <= sum(expected.values())  # the combine never shuffles more than the words
+
+
+def test_a_finished_job_and_its_broker_leave_no_file_open(spark: Any, tmp_path: Any) -> None:
+    """py4j keeps what ``foreachBatch`` was handed for as long as the JVM keeps its proxy; a job must not
+    be kept with it: once the user drops a job that ran (a continuous run and a run until idle) and its
+    broker, nothing under their folders is open any more (a notebook runs hundreds of jobs in a kernel)."""
+    import gc
+    import os
+
+    from rstream import RocketMQStream
+
+    def open_under(folder: Any) -> list[str]:
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(folder)):
+                out.append(target)
+        return out
+
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("sentences", queues=2)
+    broker.send_batch("sentences", ["to be or not to be"])
+    job = RocketMQStream(wordcount(job_id("ended")).build(), {"data_dir": str(tmp_path), "trigger_interval_ms": 100},
+                         broker=broker, spark=spark)
+    job.run_until_idle(progress=False)
+    job.start()
+    broker.send_batch("sentences", ["be quick"])
+    job.run_until_idle(timeout=120, progress=False)
+    job.stop()
+    state = job.state()
+    assert dict(zip(state["key"], state["value"]))["be"] == 3
+    assert open_under(tmp_path), "the job and the broker should hold their files while in use"
+    del job, broker
+    gc.collect()
+    assert open_under(tmp_path) == []
