@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LINK = re.compile(r"\]\(([^)\s]+)\)")
+LINK = re.compile(r"\]\(([^)\s]+)\)|<img [^>]*src=\"([^\"]+)\"")
 
 
 def documents() -> list[tuple[Path, str]]:
@@ -23,7 +23,7 @@ def documents() -> list[tuple[Path, str]]:
 def test_relative_links_resolve_inside_the_repository() -> None:
     broken = []
     for path, text in documents():
-        for target in LINK.findall(text):
+        for target in (a or b for a, b in LINK.findall(text)):
             if target.startswith(("http://", "https://", "mailto:", "#")):
                 continue
             resolved = (path.parent / target.split("#", 1)[0]).resolve()
@@ -35,5 +35,20 @@ def test_relative_links_resolve_inside_the_repository() -> None:
 def test_in_page_anchors_exist() -> None:
     readme = (ROOT / "README.md").read_text()
     headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", readme, re.M)}
-    anchors = [a[1:] for a in LINK.findall(readme) if a.startswith("#")]
+    anchors = [a[1:] for a, _ in LINK.findall(readme) if a.startswith("#")]
     assert anchors and all(a in headings for a in anchors), (anchors, headings)
+
+
+def test_the_notebooks_figures_are_up_to_date() -> None:
+    """``notebooks/figures``: each topology is what ``notebooks/make_figures.py`` draws from its job now
+    (an rstream change that redraws it must redraw the figure), and the event-time chart a run made is there."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "notebooks" / "make_figures.py")
+    assert spec is not None and spec.loader is not None
+    maker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maker)
+    stale = [name for name, svg in maker.figures().items() if (maker.FIGURES / name).read_text() != svg]
+    assert not stale, f"run `python notebooks/make_figures.py`: {stale} differ from what rstream draws"
+    png = (maker.FIGURES / maker.EVENT_TIME).read_bytes()
+    assert png.startswith(b"\x89PNG"), "run `python notebooks/make_figures.py --run` for the event-time chart"

@@ -1,0 +1,84 @@
+"""Write ``notebooks/figures/``: the pictures the notebooks show in their text, so a reader sees them
+before running anything (on GitHub, on Binder before the kernel starts, in a notebook viewer).
+
+* ``00-topology.svg``: notebook 00's job drawn by rstream itself (``Topology.real_svg``, the
+  graphviz ``dot`` binary), from the same DSL calls as the notebook's cell. No Spark is needed; the tests
+  check that these are up to date (``figures()`` is what they compare).
+* ``02-event-time.png``: the event-time chart of notebook 02's first job, taken from a real run of the
+  notebook (``--run``: it executes the notebook headless, about a minute, and keeps the PNG the cell
+  ``chart.snapshot()`` shows). A run's processing times differ a little each time, so the tests only
+  check that the file is there.
+
+    python notebooks/make_figures.py          # the topologies
+    python notebooks/make_figures.py --run    # also the event-time chart
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FIGURES = HERE / "figures"
+EVENT_TIME = "02-event-time.png"
+
+
+def _greeting_words() -> str:
+    from rstream import StreamBuilder, TextDeserializer, TextSerializer
+
+    builder = StreamBuilder("greeting-words")
+    (builder.source("greetings", TextDeserializer())
+     .flat_map(str.split)
+     .key_by(lambda word: word)
+     .count()
+     .to_rstream()
+     .sink("greeting-counts", TextSerializer(with_key=True)))
+    return builder.build(combine=False).real_svg()  # as RIP-58 draws it: one shuffle record per word
+
+
+#: Per figure file, what draws it (each the job of the notebook's own cell, the same DSL calls).
+TOPOLOGIES: dict[str, Callable[[], str]] = {
+    "00-topology.svg": _greeting_words,
+}
+
+
+def figures() -> dict[str, str]:
+    """Per topology figure file name, the SVG text it must hold."""
+    return {name: svg if svg.endswith("\n") else svg + "\n" for name, svg in ((n, d()) for n, d in TOPOLOGIES.items())}
+
+
+def event_time_png() -> bytes:
+    """Run notebook 02 headless and return the PNG of its ``chart.snapshot()`` cell."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(HERE / "02_windows_and_watermarks.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(HERE)}}).execute()
+    for cell in nb.cells:
+        last_line = (cell.source.splitlines() or [""])[-1]
+        if cell.cell_type == "code" and last_line.startswith("chart.snapshot()"):
+            for output in cell.get("outputs", []):
+                data = output.get("data", {})
+                if "image/png" in data:
+                    return base64.b64decode(data["image/png"])
+                html = data.get("text/html", "")
+                if "data:image/png;base64," in html:
+                    return base64.b64decode(html.split("data:image/png;base64,", 1)[1].split('"', 1)[0])
+    raise SystemExit("notebook 02 ran, but its chart.snapshot() cell showed no PNG")
+
+
+def main(argv: list[str]) -> int:
+    FIGURES.mkdir(exist_ok=True)
+    for name, text in figures().items():
+        (FIGURES / name).write_text(text)
+        print(f"wrote {FIGURES / name}")
+    if "--run" in argv:
+        (FIGURES / EVENT_TIME).write_bytes(event_time_png())
+        print(f"wrote {FIGURES / EVENT_TIME}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
