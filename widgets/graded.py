@@ -364,6 +364,14 @@ def _json_sink(job: Any) -> str | None:
     return None
 
 
+def _same_numbers(predicted: Any, shown: dict[str, int]) -> bool:
+    """Exercise 1's comparison: ``{"shuffle": n, "sink": m}``, or the pair ``(n, m)`` in that order (a
+    prediction refused after the reveal cannot be retried, so its form must not fail it)."""
+    if isinstance(predicted, (list, tuple)) and len(predicted) == 2:
+        predicted = dict(zip(("shuffle", "sink"), predicted))
+    return isinstance(predicted, dict) and {k: predicted.get(k) for k in shown} == shown
+
+
 def _refusing(*refusals: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
     def refuse(job: Any) -> str | None:
         return next((why for why in (r(job) for r in refusals) if why), None)
@@ -379,8 +387,7 @@ _EX01 = Exercises("01", items={
         call="Count the words of the sentence, and its distinct words: one of them is the shuffle, the other "
              "the sink. my_prediction = {\"shuffle\": ..., \"sink\": ...}"),
         explain="COMBINE merges the repeats of a word before the shuffle; the count emits an update per word.",
-        same=lambda predicted, shown: (isinstance(predicted, dict)
-                                       and {k: predicted.get(k) for k in shown} == shown)),
+        same=_same_numbers),
     "Exercise 2": Exercise("debug", Hints(
         nudge="Look at the keys in the broken job's sink: what does it count?",
         concept="flat_map(fn) emits every item of fn(value). A str is itself iterable, one character at a "
