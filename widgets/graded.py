@@ -298,3 +298,111 @@ _ALL = {"02": _EX02, "03": _EX03}
 def exercises_of(notebook: str) -> Exercises:
     """The graded exercises of a notebook, by its number (``"02"``, ``"03"``)."""
     return _ALL[notebook]
+
+
+# notebook 01 ------------------------------------------------------------------------------------------
+# (registered in _ALL here, at the end, so that each notebook's section stays apart from the others)
+
+#: The broken job that Exercise 2 gives (by its id), and the topics of Exercises 1 and 2.
+EX01_BROKEN, EX01_QUOTES = "quote-words-broken", "quotes"
+
+
+def _words(broker: Any, topic: str) -> dict[str, int]:
+    """Per word, how often it occurs in the UTF-8 texts of ``topic`` (a body that is not UTF-8 is no text:
+    the job sends it to its dead-letter topic)."""
+    counts: dict[str, int] = {}
+    for message in broker.read(topic):
+        try:
+            text = message.body.decode()
+        except UnicodeDecodeError:
+            continue
+        for word in text.split():
+            counts[word] = counts.get(word, 0) + 1
+    return counts
+
+
+def _counts_written(facts: JobFacts) -> dict[Any, int]:
+    """Per key, the count a job's sink topics hold: the last update of a count is its largest."""
+    got: dict[Any, int] = {}
+    for records in facts.sinks.values():
+        for doc in records:
+            if not (isinstance(doc, dict) and "key" in doc and isinstance(doc.get("value"), int)):
+                raise _Off(f"The sink holds {doc!r}: a count is expected, written with "
+                           "JsonSerializer(with_key=True) as {\"key\": word, \"value\": count}.")
+            got[doc["key"]] = max(doc["value"], got.get(doc["key"], 0))
+    if not got:
+        raise _Off(f"The job's sink topics {list(facts.sinks)} hold no count: count per word, then "
+                   ".to_rstream().sink(topic, JsonSerializer(with_key=True)).")
+    return got
+
+
+def _same_counts(facts: JobFacts, expected: dict[str, int], what: str) -> str | None:
+    got = _counts_written(facts)
+    return None if got == expected else f"{_difference(got, expected)} {what}"
+
+
+def _quote_words(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _words(facts.broker, EX01_QUOTES),
+                        "The sink should hold, per word of the quotes, how often it occurs.")
+
+
+def _long_words(facts: JobFacts) -> str | None:
+    expected = {w: n for w, n in _words(facts.broker, "sentences").items() if len(w) >= 4}
+    return _same_counts(facts, expected, "The sink should hold every word of four letters or more in "
+                        "'sentences', and how often it occurs; no shorter word.")
+
+
+def _json_sink(job: Any) -> str | None:
+    """A ``refuse``: a job whose sink writes text (``the:3``, as the notebook's jobs) cannot be read."""
+    for topic in job.topology.sink_topics:
+        for message in job.broker.read(topic)[:1] if job.broker.has_topic(topic) else []:
+            try:
+                json.loads(message.body)
+            except ValueError:
+                return (f"The job's sink topic {topic!r} holds text ({message.body[:40]!r}), not JSON: "
+                        "sink with JsonSerializer(with_key=True), so the check can read each word and its count.")
+    return None
+
+
+def _same_numbers(predicted: Any, shown: dict[str, int]) -> bool:
+    """Exercise 1's comparison: ``{"shuffle": n, "sink": m}``, or the pair ``(n, m)`` in that order (a
+    prediction refused after the reveal cannot be retried, so its form must not fail it)."""
+    if isinstance(predicted, (list, tuple)) and len(predicted) == 2:
+        predicted = dict(zip(("shuffle", "sink"), predicted))
+    return isinstance(predicted, dict) and {k: predicted.get(k) for k in shown} == shown
+
+
+def _refusing(*refusals: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    def refuse(job: Any) -> str | None:
+        return next((why for why in (r(job) for r in refusals) if why), None)
+    return refuse
+
+
+_EX01 = Exercises("01", items={
+    "Exercise 1": Exercise("predict", Hints(
+        nudge="Follow the sentence through the three steps of the job: split, shuffle, count.",
+        concept="build() puts COMBINE before the shuffle sink (rstream's rewrite): it sends one record per "
+                "distinct word of a batch and source queue, saying how many times the word came. The count "
+                "still emits one update per word it stands for, as with RIP-58's plain shuffle.",
+        call="Count the words of the sentence, and its distinct words: one of them is the shuffle, the other "
+             "the sink. my_prediction = {\"shuffle\": ..., \"sink\": ...}"),
+        explain="COMBINE merges the repeats of a word before the shuffle; the count emits an update per word.",
+        same=_same_numbers),
+    "Exercise 2": Exercise("debug", Hints(
+        nudge="Look at the keys in the broken job's sink: what does it count?",
+        concept="flat_map(fn) emits every item of fn(value). A str is itself iterable, one character at a "
+                "time; str.split returns the words.",
+        call="A copy of quote_words with .flat_map(str.split) instead of .flat_map(lambda text: text); "
+             'build the job with a new id ("quote-words-fixed"), then run_until_idle(progress=False).'),
+        reads=EX01_QUOTES, judge=_judging(_quote_words),
+        refuse=_refusing(_not_the_given(EX01_BROKEN), _json_sink)),
+    "Exercise 3": Exercise("build", Hints(
+        nudge="It is the word count at the top of the notebook with one step added and another sink.",
+        concept="filter(fn) keeps the records for which fn(value) is true. Put it after the split and "
+                "before key_by, so the short words never cross the shuffle.",
+        call='.flat_map(str.split).filter(lambda word: len(word) >= 4).key_by(lambda word: word).count(), '
+             '.to_rstream().sink("long-word-counts", JsonSerializer(with_key=True)); then RocketMQStream('
+             'builder.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)}).run_until_idle()'),
+        reads="sentences", judge=_judging(_long_words), refuse=_json_sink),
+})
+_ALL["01"] = _EX01

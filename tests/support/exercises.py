@@ -15,6 +15,48 @@ from typing import Any
 #: Per notebook (file stem), per exercise: (what the shortcut is, its source). Each runs after the
 #: learner's untouched exercise and its check; the check runs again after it.
 SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
+    "01_wordcount": {
+        "Exercise 1": [
+            ("the prediction written after the run was shown",
+             'exercises.predict("Exercise 1", {"shuffle": 0, "sink": 0})  # a first guess\n'
+             'exercises.reveal("Exercise 1", run_to_be)  # the run is shown\n'
+             'exercises.predict("Exercise 1", run_to_be())  # then "predicted" from it'),
+            ("the right numbers typed in after the run was shown",
+             'exercises.predict("Exercise 1", {"shuffle": 4, "sink": 6})'),
+        ],
+        "Exercise 2": [
+            ("the broken job handed back", "fixed_job = broken_job"),
+            ("a Counter of the quotes' words, no job",
+             "fixed_job = dict(Counter(word for quote in QUOTES for word in quote.split()))"),
+            ("the counts typed in", 'fixed_job = {"to": 2, "be": 2, "is": 4, "the": 3}'),
+            ("the broken job under a new id, still broken",
+             'fixed_job = quote_words("quote-words-again")\nfixed_job.run_until_idle(progress=False)'),
+            ("the fixed job, never run",
+             'b = StreamBuilder("quote-words-unrun", shuffle_queues=2)\n'
+             '(b.source("quotes", TextDeserializer()).flat_map(str.split).key_by(lambda word: word).count()\n'
+             ' .to_rstream().sink("quote-words-unrun-counts", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
+            ("the notebook's word count of the sentences", "fixed_job = job"),
+        ],
+        "Exercise 3": [
+            ("counts typed in", 'long_job = {"quick": 50, "jumps": 25, "lazy": 50}'),
+            ("a plain Python count, no job",
+             "long_job = {word: n for word, n in python_counts().items() if len(word) >= 4}"),
+            ("the notebook's word count (every word, a text sink)", "long_job = job"),
+            ("the job of Exercise 2 (the quotes)", "long_job = broken_job"),
+            ("the long-words job, never run",
+             'b = StreamBuilder("long-words-unrun")\n'
+             '(b.source("sentences", TextDeserializer()).flat_map(str.split).filter(lambda w: len(w) >= 4)\n'
+             ' .key_by(lambda w: w).count().to_rstream().sink("long-unrun", JsonSerializer(with_key=True)))\n'
+             'long_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
+            ("a job that counts every word, the short ones too",
+             'b = StreamBuilder("all-words", shuffle_queues=2)\n'
+             '(b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             ' .to_rstream().sink("all-word-counts", JsonSerializer(with_key=True)))\n'
+             'long_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
+             "long_job.run_until_idle(progress=False)"),
+        ],
+    },
     "02_windows_and_watermarks": {
         "Exercise 1": [
             ("the prediction written after the run was shown",
