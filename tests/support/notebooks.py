@@ -26,6 +26,7 @@ EXPECTED: dict[str, dict[str, Callable[[Any], bool]]] = {
         "replayed_keys": lambda v: v > 0, "generator_sent": lambda v: v == 60,
         "errors": lambda v: v == 1,  # the one record sent that is not UTF-8: a dead letter
         "state_diff_rows": lambda v: v > 0, "batches": lambda v: v > 3,
+        "flood_lag_left": lambda v: v == 0,
     },
     "02_windows_and_watermarks": {
         "open_windows_when_held": lambda v: v > 0, "chart_spans_fired": lambda v: v >= 4, "errors": lambda v: v == 0,
