@@ -1,4 +1,4 @@
-"""The graded exercises of notebooks 02 and 03, kept in the package so that no check cell shows (or
+"""The graded exercises of notebooks 01, 02, 03 and 05, kept in the package so that no check cell shows (or
 computes, in plain sight) what the answer is. Each exercise is one of three kinds:
 
 * **predict, then run**: the learner records a prediction, a cell runs a job and shows what happened,
@@ -296,7 +296,7 @@ _ALL = {"02": _EX02, "03": _EX03}
 
 
 def exercises_of(notebook: str) -> Exercises:
-    """The graded exercises of a notebook, by its number (``"02"``, ``"03"``)."""
+    """The graded exercises of a notebook, by its number (``"01"``, ``"02"``, ``"03"``, ``"05"``)."""
     return _ALL[notebook]
 
 
@@ -406,3 +406,110 @@ _EX01 = Exercises("01", items={
         reads="sentences", judge=_judging(_long_words), refuse=_json_sink),
 })
 _ALL["01"] = _EX01
+
+# notebook 05 ------------------------------------------------------------------------------------------
+# (its own section: the exercises of 05_joins, registered in _ALL at its end)
+
+#: The broken job of Exercise 2 (by its id), and the bound of Exercise 3's interval join, in ms.
+EX05_BROKEN, EX05_WITHIN = "paid-in-window-broken", 3_000
+
+
+def _topic_records(broker: Any, topic: str) -> list[dict[str, Any]]:
+    return [record for _queue, records in records_by_queue(broker, topic) for record in records]
+
+
+def _joined(facts: JobFacts) -> list[tuple[Any, Any]]:
+    """Every ``(key, value)`` a job's sinks wrote (``JsonSerializer(with_key=True)``), over all its sinks."""
+    return [(doc["key"], doc["value"]) for records in facts.sinks.values() for doc in records
+            if isinstance(doc, dict) and "key" in doc and "value" in doc]
+
+
+def _no_result(facts: JobFacts) -> str:
+    return (f"The job's sink topics {list(facts.sinks)} hold no result: sink the join with "
+            "JsonSerializer(with_key=True).")
+
+
+def _paid_in_window(facts: JobFacts) -> str | None:
+    """Exercise 2: every order of ``shop-events`` once, ``paid`` when a payment of it is in its 10 s window."""
+    events = _topic_records(facts.broker, "shop-events")
+    payments = [e for e in events if e.get("type") == "payment"]
+    expected = {o["order"]: any(p["order"] == o["order"] and p["ts"] // 10_000 == o["ts"] // 10_000
+                                for p in payments)
+                for o in events if o.get("type") == "order"}
+    got = _joined(facts)
+    if not got:
+        return _no_result(facts)
+    twice = sorted({k for k, _v in got if [key for key, _ in got].count(k) > 1}, key=str)
+    if twice:
+        return (f"Orders {twice} come out more than once: a left join in tumbling windows emits each order "
+                "once, with its payment or without.")
+    if not all(isinstance(v, dict) and "paid" in v for _k, v in got):
+        return "Each result's value should be a dict with 'paid', as the broken job's apply makes it."
+    answer = {k: bool(v["paid"]) for k, v in got}
+    if answer == expected:
+        return None
+    return (f"{_difference(answer, expected)} An order is paid when a payment of it is in the same 10 s "
+            "window; look at which records the join's two sides hold.")
+
+
+def _paid_within(facts: JobFacts) -> str | None:
+    """Exercise 3: the orders with a payment 0 to 3 s after them (both bounds included), each once."""
+    if "payments" not in facts.sources:
+        return f"The job reads {list(facts.sources)}; it should join 'orders' with 'payments'."
+    ordered = {o["order"]: o["ts"] for o in _topic_records(facts.broker, "orders")}
+    expected = sorted(p["order"] for p in _topic_records(facts.broker, "payments")
+                      if p["order"] in ordered and 0 <= p["ts"] - ordered[p["order"]] <= EX05_WITHIN)
+    got = _joined(facts)
+    if not got:
+        return _no_result(facts)
+    keys = sorted((k for k, _v in got), key=str)
+    if keys == expected:
+        return None
+    missing = sorted(set(expected) - set(keys))
+    extra = sorted(set(keys) - set(expected), key=str)
+    parts = [f"{len(keys)} results, {len(expected)} expected"]
+    if missing:
+        parts.append(f"not paired but should be: {missing}")
+    if extra:
+        parts.append(f"should not come out: {extra}")
+    if len(set(keys)) < len(keys):
+        parts.append("some orders come out more than once")
+    return ("; ".join(parts) + ". An inner interval join emits an order only with a payment 0 to 3 s after "
+            "it, both bounds included.")
+
+
+def _same_times_out(predicted: Any, shown: dict[str, int]) -> bool:
+    return (isinstance(predicted, dict)
+            and {str(k): int(v) for k, v in predicted.items() if v} == shown)
+
+
+_EX05 = Exercises("05", items={
+    "Exercise 1": Exercise("predict", Hints(
+        nudge="For each paid order, list the sliding windows that hold its order's time, then keep those "
+              "that also hold its payment's time.",
+        concept="A window join pairs an order and its payment in every window that holds both. Windows of 10 s "
+                "that start every 5 s: each time is in two of them. Count the starts s (multiples of 5 s, "
+                "negative ones too) with s <= both times < s + 10 s.",
+        call="o0 (ordered at 1 s, paid at 3 s): [-5 s, 5 s) and [0 s, 10 s) hold both, so 2. o2 (4 s, paid "
+             "at 8.5 s): only [0 s, 10 s), so 1. Do the same for the others; o4 has no payment."),
+        explain="A sliding window join emits a pair once per window the two records share.",
+        same=_same_times_out),
+    "Exercise 2": Exercise("debug", Hints(
+        nudge="Every order comes out paid, even o4, which was never paid. What does the payment side hold?",
+        concept="Both sides come from one topic through a filter each. If both filters keep the same records, "
+                "every order meets itself in its own window, so every order looks paid.",
+        call='payment_side = events.filter(lambda e: e["type"] == "payment"); a new job id, '
+             "run_until_idle(progress=False)."),
+        reads="shop-events", judge=_judging(_paid_in_window),
+        refuse=_not_the_given(EX05_BROKEN)),
+    "Exercise 3": Exercise("build", Hints(
+        nudge="It is the interval join of the notebook with two things changed.",
+        concept="between(lower, upper) pairs an order at l with a payment at r when lower <= r - l <= upper. "
+                "An inner join (join, not left_join) emits only the pairs, no order without a payment.",
+        call='orders.join(payments).where(lambda o: o["order"]).equal_to(lambda p: p["order"])'
+             ".between(Time.seconds(0), Time.seconds(3)).apply(...).sink(new topic, "
+             "JsonSerializer(with_key=True)); RocketMQStream(..., properties=PROPS).run_until_idle()"),
+        reads="orders", judge=_judging(_paid_within)),
+})
+
+_ALL["05"] = _EX05

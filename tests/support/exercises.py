@@ -1,4 +1,4 @@
-"""The shortcuts a learner could take through the graded exercises of notebooks 02 and 03, and how to
+"""The shortcuts a learner could take through the graded exercises of notebooks 01, 02, 03 and 05, and how to
 try them in a real kernel: each shortcut is spliced in right after its exercise's check cell, followed by
 the check again, and the verdict that second check shows must not be "right".
 
@@ -110,6 +110,50 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              'chosen_job = RocketMQStream(readings_per_window("pick-16000").build(), broker=broker, spark=spark,\n'
              '                            properties={"data_dir": str(DATA), "allowed_lateness_ms": 16_000})\n'
              "chosen_job.run_until_idle(progress=False)"),
+        ],
+    },
+    "05_joins": {
+        "Exercise 1": [
+            ("the prediction written after the run was shown",
+             'exercises.predict("Exercise 1", {"o0": 1})  # a first guess\n'
+             'exercises.reveal("Exercise 1", run_sliding)  # the run is shown\n'
+             '# then "predicted" by copying what it showed\n'
+             'exercises.predict("Exercise 1", {"o0": 2, "o1": 2, "o2": 1, "o3": 1, "o5": 1, "o6": 1, "o7": 1})'),
+        ],
+        "Exercise 2": [
+            ("the broken job handed back", "fixed_job = broken_job"),
+            ("the answer typed in as a dict",
+             'fixed_job = {"o0": True, "o1": True, "o2": True, "o3": True, "o4": False, "o5": True,\n'
+             '             "o6": True, "o7": False}'),
+            ("a plain Python dict comprehension over ORDERS and PAYMENTS, no job",
+             'fixed_job = {o["order"]: any(p["order"] == o["order"] and window_of(p["ts"]) == window_of(o["ts"])\n'
+             '                             for p in PAYMENTS) for o in ORDERS}'),
+            ("the broken job under a new id, still broken",
+             'fixed_job = paid_in_window("paid-in-window-again")\nfixed_job.run_until_idle(progress=False)'),
+            ("the notebook's left join of orders and payments (two topics, not shop-events)", "fixed_job = job"),
+            ("the notebook's inner join from shop-events (no unpaid orders)", "fixed_job = job3"),
+            ("the fixed job, never run",
+             'b = StreamBuilder("paid-in-window-unrun", shuffle_queues=2)\n'
+             'ev = b.source("shop-events", JsonDeserializer()).select_timestamp(lambda e: e["ts"])\n'
+             '(ev.filter(lambda e: e["type"] == "order").left_join(ev.filter(lambda e: e["type"] == "payment"))\n'
+             ' .where(lambda o: o["order"]).equal_to(lambda p: p["order"]).window(TumblingWindow(Time.seconds(10)))\n'
+             ' .apply(lambda o, p: {"paid": p is not None}).sink("unrun-orders", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties=PROPS)'),
+        ],
+        "Exercise 3": [
+            ("the order ids typed in", 'quick_job = ["o0", "o1", "o7"]'),
+            ("a plain Python computation with the notebook's paid_within, no job",
+             'quick_job = sorted(o["order"] for o in ORDERS if paid_within(o, 0, 3_000))'),
+            ("the notebook's interval join (a left join, within 5 s)", "quick_job = interval_job"),
+            ("the job of Exercise 2 (another question, another topic)", "quick_job = broken_job"),
+            ("the job, never run",
+             'b = StreamBuilder("paid-quickly-unrun", shuffle_queues=2)\n'
+             'qo = b.source("orders", JsonDeserializer()).select_timestamp(lambda o: o["ts"])\n'
+             'qp = b.source("payments", JsonDeserializer()).select_timestamp(lambda p: p["ts"])\n'
+             '(qo.join(qp).where(lambda o: o["order"]).equal_to(lambda p: p["order"])\n'
+             ' .between(Time.seconds(0), Time.seconds(3)).apply(lambda o, p: p["ts"] - o["ts"])\n'
+             ' .sink("unrun-quick", JsonSerializer(with_key=True)))\n'
+             'quick_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties=PROPS)'),
         ],
     },
 }

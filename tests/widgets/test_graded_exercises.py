@@ -25,7 +25,7 @@ from rstream.widgets.exercises import (
     predict,
     reveal,
 )
-from rstream.widgets.graded import EX02_BROKEN, EX03_CHOICES, exercises_of, split_by_rule
+from rstream.widgets.graded import EX02_BROKEN, EX03_CHOICES, EX05_BROKEN, exercises_of, split_by_rule
 
 pytestmark = pytest.mark.unit
 
@@ -224,3 +224,68 @@ def test_notebook_02_prediction_may_write_windows_as_lists_or_tuples() -> None:
     assert repr(note).startswith("Exercise 1 · prediction recorded")
     ex.reveal("Exercise 1", lambda: {"watermark": 11_000, "fired": [(0, 10_000)]})
     assert repr(ex.check("Exercise 1")).startswith("✔ Exercise 1: right.")
+
+
+# notebook 05 ------------------------------------------------------------------------------------------
+
+def joined(broker: EmbeddedBroker, topic: str, pairs: list[tuple[str, Any]]) -> str:
+    broker.create_topic(topic, queues=1)
+    broker.send_batch(topic, [json.dumps({"key": k, "value": v}) for k, v in pairs], progress=False)
+    return topic
+
+
+@pytest.fixture
+def shop(tmp_path: Path) -> EmbeddedBroker:
+    """o0 paid 2 s later in its window; o1 paid 3 s later across the 10 s edge; o2 never paid; o3 paid 4 s
+    later. The same records in orders/payments and, with a type, in shop-events."""
+    broker = EmbeddedBroker(tmp_path / "broker")
+    orders = [{"order": "o0", "amount": 5, "ts": 1_000}, {"order": "o1", "amount": 7, "ts": 8_000},
+              {"order": "o2", "amount": 9, "ts": 12_000}, {"order": "o3", "amount": 3, "ts": 13_000}]
+    payments = [{"order": "o0", "ts": 3_000}, {"order": "o1", "ts": 11_000}, {"order": "o3", "ts": 17_000}]
+    for topic, records in {"orders": orders, "payments": payments,
+                           "shop-events": [dict(o, type="order") for o in orders]
+                           + [dict(p, type="payment") for p in payments]}.items():
+        broker.create_topic(topic, queues=1)
+        broker.send_batch(topic, [json.dumps(r) for r in records], progress=False)
+    return broker
+
+
+def test_notebook_05_debug_exercise_wants_each_order_once_paid_in_its_window(shop: EmbeddedBroker) -> None:
+    ex = exercises_of("05")
+    right = [("o0", {"paid": True}), ("o1", {"paid": False}), ("o2", {"paid": False}), ("o3", {"paid": True})]
+    fixed = StandIn(shop, "fixed", "shop-events", [joined(shop, "fixed-orders", right)])
+    assert ex.check("Exercise 2", fixed).verdict == RIGHT
+    all_paid = [(k, {"paid": True}) for k, _v in right]  # the broken job: each order met itself
+    again = ex.check("Exercise 2", StandIn(shop, "again", "shop-events", [joined(shop, "again-orders", all_paid)]))
+    assert again.verdict == WRONG and "'o1'" in again.message
+    given = StandIn(shop, EX05_BROKEN, "shop-events", [joined(shop, "given-orders", right)])
+    assert "broken job itself" in ex.check("Exercise 2", given).message
+    twice = StandIn(shop, "twice", "shop-events", [joined(shop, "twice-orders", right + right[:1])])
+    assert "more than once" in ex.check("Exercise 2", twice).message
+    inner = [("o0", {"paid_after_ms": 2_000}), ("o3", {"paid_after_ms": 4_000})]  # no 'paid', no unpaid order
+    assert ex.check("Exercise 2", StandIn(shop, "in", "shop-events", [joined(shop, "in", inner)])).verdict == WRONG
+    orders_topic = StandIn(shop, "two", "orders", [joined(shop, "two-orders", right)])
+    assert "should read 'shop-events'" in ex.check("Exercise 2", orders_topic).message
+
+
+def test_notebook_05_build_exercise_wants_the_orders_paid_within_3_s(shop: EmbeddedBroker) -> None:
+    ex = exercises_of("05")
+
+    def job(job_id: str, pairs: list[tuple[str, Any]], sources: tuple[str, ...] = ("orders", "payments")) -> StandIn:
+        stand_in = StandIn(shop, job_id, "orders", [joined(shop, f"{job_id}-out", pairs)])
+        stand_in.topology.source_topics = list(sources)
+        return stand_in
+
+    assert ex.check("Exercise 3", job("q", [("o0", 2_000), ("o1", 3_000)])).verdict == RIGHT  # 3 s included
+    left = ex.check("Exercise 3", job("l", [("o0", 2_000), ("o1", 3_000), ("o2", None), ("o3", None)]))
+    assert left.verdict == WRONG and "should not come out: ['o2', 'o3']" in left.message
+    exclusive = ex.check("Exercise 3", job("x", [("o0", 2_000)]))  # the 3 s bound left out
+    assert "not paired but should be: ['o1']" in exclusive.message
+    assert "'payments'" in ex.check("Exercise 3", job("o", [("o0", 0), ("o1", 0)], ("orders",))).message
+
+
+def test_notebook_05_prediction_counts_each_order_s_pairs() -> None:
+    ex = exercises_of("05")
+    ex.predict("Exercise 1", {"o0": 2, "o2": 1, "o4": 0})  # an order written with 0 is one that never comes out
+    ex.reveal("Exercise 1", lambda: {"o0": 2, "o2": 1})
+    assert ex.check("Exercise 1").verdict == RIGHT
