@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.exercises import runs_shown_before_a_prediction
 from tests.support.notebooks import problems
 from tools.browser import (
     NOTEBOOK_TIMEOUT,
@@ -224,6 +225,8 @@ def test_notebook_runs_clean_in_jupyterlab(name: str, lab: JupyterLab, page: Any
         assert {t["window"] for t in run.tables} == {"normal", "narrow"}, run.tables
     # what the lesson says it shows, read from the notebook's outputs (its teaching cells assert nothing)
     assert problems(Path(name).stem, run.notebook, solved=False) == [], run.report()
+    # untouched, no prediction was made: no "predict, then run" exercise may show its run
+    assert runs_shown_before_a_prediction(run.notebook) == []
     # Run All left the kernel up (its release button is only drawn); the harness then clicked the button, as
     # a learner does when done, and release() ended the kernel through the server: nothing of it keeps memory
     assert run.released and "shuts down now" in run.released, f"{name}: release button said {run.released!r}"

@@ -1,6 +1,6 @@
 """The shortcuts a learner could take through the graded exercises of notebooks 01, 02, 03 and 05, and how to
-try them in a real kernel: each shortcut is spliced in right after its exercise's check cell, followed by
-the check again, and the verdict that second check shows must not be "right".
+try them in a real kernel: each shortcut is spliced into the solution right after its exercise's check cell
+(which said "right"), followed by the check again, and the verdict that second check shows must not be "right".
 
 A shortcut is what passed the look-up exercises without the skill: a value typed in, a plain Python or
 pandas computation instead of a job, the broken job handed back unchanged, a job never run, a job of the
@@ -195,3 +195,17 @@ def shortcut_verdicts(notebook: Any) -> dict[str, str]:
             verdict = re.search(r"Exercise [^:]+: (right|not yet|not quite)\b", outputs_text(cell))
             found[cell.metadata["rstream"]["shortcut"]] = verdict.group(1) if verdict else "(no verdict)"
     return found
+
+
+#: How a "predict, then run" exercise's run cell ends (its run shows only once a prediction is recorded).
+REVEAL_MARK = "# runs only once you have predicted"
+
+
+def runs_shown_before_a_prediction(notebook: Any) -> list[str]:
+    """In a learner's notebook run untouched (no prediction made): the outputs of the run cells that
+    showed their run anyway (none may)."""
+    from tests.support.notebooks import outputs_text
+
+    cells = [c for c in notebook["cells"]
+             if c["cell_type"] == "code" and "".join(c["source"]).rstrip().endswith(REVEAL_MARK)]
+    return [outputs_text(c) for c in cells if "the run shows" in outputs_text(c)]
