@@ -513,3 +513,78 @@ _EX05 = Exercises("05", items={
 })
 
 _ALL["05"] = _EX05
+
+# notebook 00 ------------------------------------------------------------------------------------------
+# (its own section: the exercises of 00_start_here, registered in _ALL at its end)
+
+#: The broken job of Exercise 2 (by its id), the notebook's own word count (by its id), and their topic.
+EX00_BROKEN, EX00_NOTEBOOK_JOB, EX00_GREETINGS = "greeting-words-broken", "greeting-words", "greetings"
+
+
+def _first_words(broker: Any, topic: str) -> dict[str, int]:
+    """Per first word, how many texts of ``topic`` begin with it (a text with no word has none)."""
+    counts: dict[str, int] = {}
+    for message in broker.read(topic):
+        try:
+            words = message.body.decode().split()
+        except UnicodeDecodeError:
+            continue
+        if words:
+            counts[words[0]] = counts.get(words[0], 0) + 1
+    return counts
+
+
+def _greeting_words(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _words(facts.broker, EX00_GREETINGS),
+                        "The sink should hold, per word of the greetings, how often it occurs.")
+
+
+def _greetings_per_first_word(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _first_words(facts.broker, EX00_GREETINGS),
+                        "The sink should hold, per first word, how many greetings begin with it.")
+
+
+def _not_the_notebooks_job(job: Any) -> str | None:
+    """A ``refuse``: the word count from the top of notebook 00 is not an answer to an exercise."""
+    if job.job_id == EX00_NOTEBOOK_JOB:
+        return ("That is the word count from the top of the notebook (job 'greeting-words'), not a new job. "
+                "Build your own job, with a new id, and run it.")
+    return None
+
+
+def _same_number(predicted: Any, shown: Any) -> bool:
+    """Exercise 1's comparison: one number (a bool is no number)."""
+    return isinstance(predicted, (int, float)) and not isinstance(predicted, bool) and predicted == shown
+
+
+_EX00 = Exercises("00", items={
+    "Exercise 1": Exercise("predict", Hints(
+        nudge="Count words, not greetings. And a word that comes twice: how many times is it counted?",
+        concept="count() keeps one count per word. Each word it reads makes that word's count one bigger, "
+                "and the job writes the new count to the sink topic: one message for every word read, "
+                "even when the same word comes twice.",
+        call="Count the words of each of the two greetings (a repeated word counts again), then add: "
+             "my_prediction = words of the first + words of the second."),
+        explain="The job writes one updated count for every word it reads, a repeated word too.",
+        same=_same_number),
+    "Exercise 2": Exercise("debug", Hints(
+        nudge="Look at the keys in the broken job's counts: are they words?",
+        concept="A job counts whatever reaches count(). Each greeting must first be split into its words "
+                "(flat_map gives one record per word); only then key each word by itself.",
+        call='Copy the job, add .flat_map(str.split) right after .source(...), and keep key_by(lambda word: '
+             'word); give it a new id ("greeting-words-fixed"), then run_until_idle(progress=False).'),
+        reads=EX00_GREETINGS, judge=_judging(_greeting_words),
+        refuse=_refusing(_not_the_given(EX00_BROKEN), _not_the_notebooks_job, _json_sink)),
+    "Exercise 3": Exercise("build", Hints(
+        nudge="It is the word count at the top of the notebook, but each greeting gives one word only.",
+        concept="map(fn) turns each record into one new record: here a greeting into its first word. "
+                "Then key each first word by itself and count, as for all the words.",
+        call='.map(lambda text: text.split()[0]).key_by(lambda word: word).count().to_rstream()'
+             '.sink("first-word-counts", JsonSerializer(with_key=True)); then RocketMQStream('
+             'first_builder.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'
+             ".run_until_idle(progress=False)"),
+        reads=EX00_GREETINGS, judge=_judging(_greetings_per_first_word),
+        refuse=_refusing(_not_the_notebooks_job, _json_sink)),
+})
+
+_ALL["00"] = _EX00

@@ -156,6 +156,51 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              'quick_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties=PROPS)'),
         ],
     },
+    "00_start_here": {
+        "Exercise 1": [
+            ("the prediction written after the run was shown",
+             'exercises.predict("Exercise 1", 2)  # a first guess: one per greeting\n'
+             'exercises.reveal("Exercise 1", run_more)  # the run is shown\n'
+             'exercises.predict("Exercise 1", run_more())  # then "predicted" from it'),
+            ("the right number typed in after the run was shown", 'exercises.predict("Exercise 1", 6)'),
+        ],
+        "Exercise 2": [
+            ("the broken job handed back", "fixed_job = broken_job"),
+            ("a Counter of the greetings' words, no job",
+             "from collections import Counter\n\n"
+             'fixed_job = dict(Counter(w for m in broker.read("greetings") for w in m.body.decode().split()))'),
+            ("the counts typed in", 'fixed_job = {"hello": 26, "good": 3, "stream": 2, "broker": 2}'),
+            ("the broken job under a new id, still broken",
+             'fixed_job = greeting_words("greeting-words-again")\nfixed_job.run_until_idle(progress=False)'),
+            ("the fixed job, never run",
+             'b = StreamBuilder("greeting-words-unrun")\n'
+             '(b.source("greetings", TextDeserializer()).flat_map(str.split).key_by(lambda word: word).count()\n'
+             ' .to_rstream().sink("greeting-words-unrun-counts", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
+            ("the notebook's greeting-words job (a text sink)", "fixed_job = job"),
+        ],
+        "Exercise 3": [
+            ("the counts typed in", 'first_job = {"hello": 24, "good": 3, "hi": 1}'),
+            ("a plain Python Counter of the first words, no job",
+             "from collections import Counter\n\n"
+             'first_job = Counter(m.body.decode().split()[0] for m in broker.read("greetings"))'),
+            ("the notebook's greeting-words job (every word, a text sink)", "first_job = job"),
+            ("the broken job of Exercise 2 (whole greetings)", "first_job = broken_job"),
+            ("the broken job of Exercise 2 under a new id",
+             'first_job = greeting_words("first-words-again")\nfirst_job.run_until_idle(progress=False)'),
+            ("a job that counts every word, not the first ones",
+             'b = StreamBuilder("every-word")\n'
+             '(b.source("greetings", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             ' .to_rstream().sink("every-word-counts", JsonSerializer(with_key=True)))\n'
+             'first_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
+             "first_job.run_until_idle(progress=False)"),
+            ("the first-words job, never run",
+             'b = StreamBuilder("first-words-unrun")\n'
+             '(b.source("greetings", TextDeserializer()).map(lambda text: text.split()[0]).key_by(lambda w: w)\n'
+             ' .count().to_rstream().sink("first-words-unrun-counts", JsonSerializer(with_key=True)))\n'
+             'first_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
+        ],
+    },
 }
 
 _CHECK_CALL = re.compile(r'^exercises\.check\("(Exercise \d+)"')

@@ -1,0 +1,109 @@
+"""Notebook 00's graded exercises without Spark: the references computed from a real embedded broker's
+``greetings``, judged against stand-ins for a job (what a check reads of a ``RocketMQStream``)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from rstream import EmbeddedBroker
+from rstream.widgets.exercises import NOT_YET, RIGHT, WRONG
+from rstream.widgets.graded import EX00_BROKEN, EX00_NOTEBOOK_JOB, exercises_of
+
+pytestmark = pytest.mark.unit
+
+GREETINGS = ["hello stream", "hello broker", "good morning stream", "hi notebook", "hello hello notebook"]
+
+
+class StandIn:
+    """What a check reads of a job, and nothing else: no Spark."""
+
+    def __init__(self, broker: EmbeddedBroker, job_id: str, sink: str, batches: int = 1) -> None:
+        self.job_id, self.broker, self.properties = job_id, broker, SimpleNamespace(data_dir="x")
+        self.topology = SimpleNamespace(source_topics=["greetings"], sink_topics=[sink])
+        self._batches = batches
+
+    def history(self) -> list[int]:
+        return list(range(self._batches))
+
+    def lag(self) -> pd.DataFrame:
+        return pd.DataFrame({"queue": [0], "lag": [0]})
+
+    def late_records(self) -> None:
+        return None
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> EmbeddedBroker:
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("greetings", queues=2)
+    broker.send_batch("greetings", GREETINGS, progress=False)
+    return broker
+
+
+def job_writing(broker: EmbeddedBroker, job_id: str, counts: dict[str, int], text: bool = False) -> StandIn:
+    """A stand-in whose sink topic holds ``counts``, as updates 1, 2, ... per key (as a count writes them)."""
+    topic = f"{job_id}-counts"
+    broker.create_topic(topic, queues=1)
+    bodies = [f"{k}:{i}" if text else json.dumps({"key": k, "value": i})
+              for k, n in counts.items() for i in range(1, n + 1)]
+    broker.send_batch(topic, bodies, progress=False)
+    return StandIn(broker, job_id, topic)
+
+
+def words() -> dict[str, int]:
+    return dict(Counter(w for g in GREETINGS for w in g.split()))
+
+
+def first_words() -> dict[str, int]:
+    return dict(Counter(g.split()[0] for g in GREETINGS))
+
+
+def test_exercise_1_wants_the_number_the_run_showed_predicted_before_it() -> None:
+    ex = exercises_of("00")
+    assert ex.check("Exercise 1").verdict == NOT_YET
+    ex.predict("Exercise 1", 6)
+    ex.reveal("Exercise 1", lambda: 6)
+    assert ex.check("Exercise 1").verdict == RIGHT
+    same = ex.items["Exercise 1"].same
+    assert same is not None
+    assert same(6, 6) and same(6.0, 6)
+    assert not same("6", 6) and not same(True, 1) and not same(5, 6) and not same([6], 6)
+
+
+def test_exercise_2_wants_the_words_counted_by_a_new_job(broker: EmbeddedBroker) -> None:
+    ex = exercises_of("00")
+    assert ex.check("Exercise 2").verdict == NOT_YET
+    assert ex.check("Exercise 2", job_writing(broker, "fixed", words())).verdict == RIGHT
+    sentences = ex.check("Exercise 2", job_writing(broker, "sentences", dict(Counter(GREETINGS))))
+    assert sentences.verdict == WRONG and "keys missing" in sentences.message
+    assert ex.check("Exercise 2", words()).verdict == WRONG  # a count typed in, no job
+    given = ex.check("Exercise 2", job_writing(broker, EX00_BROKEN, words()))
+    assert given.verdict == WRONG and "broken job itself" in given.message
+    notebooks = ex.check("Exercise 2", job_writing(broker, EX00_NOTEBOOK_JOB, words(), text=True))
+    assert notebooks.verdict == WRONG and "top of the notebook" in notebooks.message
+    text = ex.check("Exercise 2", job_writing(broker, "text-sink", words(), text=True))
+    assert text.verdict == WRONG and "not JSON" in text.message
+    unrun = StandIn(broker, "unrun", "fixed-counts", batches=0)
+    assert "has not run" in ex.check("Exercise 2", unrun).message
+
+
+def test_exercise_3_wants_the_greetings_counted_per_first_word(broker: EmbeddedBroker) -> None:
+    ex = exercises_of("00")
+    assert ex.check("Exercise 3").verdict == NOT_YET
+    assert ex.check("Exercise 3", job_writing(broker, "first", first_words())).verdict == RIGHT
+    every = ex.check("Exercise 3", job_writing(broker, "every", words()))
+    assert every.verdict == WRONG and "first word" in every.message
+    assert ex.check("Exercise 3", first_words()).verdict == WRONG
+    notebooks = ex.check("Exercise 3", job_writing(broker, EX00_NOTEBOOK_JOB, words(), text=True))
+    assert notebooks.verdict == WRONG and "top of the notebook" in notebooks.message
+
+
+def test_a_greeting_with_no_word_has_no_first_word(broker: EmbeddedBroker) -> None:
+    broker.send_batch("greetings", ["", "   "], progress=False)
+    assert exercises_of("00").check("Exercise 3", job_writing(broker, "first", first_words())).verdict == RIGHT
