@@ -588,3 +588,109 @@ _EX00 = Exercises("00", items={
 })
 
 _ALL["00"] = _EX00
+
+# notebook 04 ------------------------------------------------------------------------------------------
+# (its own section: the exercises of 04_state_and_replay, registered in _ALL at its end)
+
+#: The broken job of Exercise 2 (by its id), and the topics Exercises 2 and 3 read.
+EX04_BROKEN, EX04_ORDERS, EX04_MOVES = "unpaid-broken", "shop-orders", "moves"
+
+
+def _keyed_values(facts: JobFacts) -> list[tuple[Any, Any]]:
+    """Every ``(key, value)`` a job's sinks wrote (``JsonSerializer(with_key=True)``); raises ``_Off`` when
+    a sink holds anything else, or nothing."""
+    got = []
+    for topic, records in facts.sinks.items():
+        for doc in records:
+            if not (isinstance(doc, dict) and "key" in doc and "value" in doc):
+                raise _Off(f"The sink {topic!r} holds {doc!r}: write with JsonSerializer(with_key=True), so "
+                           "each message is {\"key\": ..., \"value\": ...}.")
+            got.append((doc["key"], doc["value"]))
+    if not got:
+        raise _Off(f"The job's sink topics {list(facts.sinks)} hold nothing.")
+    return got
+
+
+def _unpaid_alerts(facts: JobFacts) -> str | None:
+    """Exercise 2: one alert per order of ``shop-orders`` created and never paid, and no other."""
+    events = _topic_records(facts.broker, EX04_ORDERS)
+    paid = {e["order"] for e in events if e.get("type") == "paid"}
+    expected = sorted({e["order"] for e in events if e.get("type") == "created"} - paid)
+    keys = sorted(str(k) for k, _v in _keyed_values(facts))
+    if keys == expected:
+        return None
+    extra = sorted(set(keys) - set(expected))
+    missing = sorted(set(expected) - set(keys))
+    parts = [f"{len(keys)} alerts, {len(expected)} expected"]
+    if extra:
+        parts.append(f"alerts for orders that were paid: {extra}")
+    if missing:
+        parts.append(f"no alert for unpaid orders: {missing}")
+    if len(set(keys)) < len(keys):
+        parts.append("some orders alert more than once")
+    return "; ".join(parts) + ". A paid order must raise no alert, an unpaid one exactly one."
+
+
+def _overdrawn(facts: JobFacts) -> str | None:
+    """Exercise 3: per account of ``moves``, every balance below zero after one of its moves."""
+    balances: dict[str, int] = {}
+    expected: dict[str, list[int]] = {}
+    for move in _topic_records(facts.broker, EX04_MOVES):
+        balances[move["account"]] = balances.get(move["account"], 0) + move["amount"]
+        if balances[move["account"]] < 0:
+            expected.setdefault(move["account"], []).append(balances[move["account"]])
+    got: dict[str, list[Any]] = {}
+    for key, value in _keyed_values(facts):
+        got.setdefault(str(key), []).append(value)
+    got = {k: _sorted(v) for k, v in got.items()}
+    expected = {k: sorted(v) for k, v in expected.items()}
+    if got == expected:
+        return None
+    return (f"{_difference(got, expected)} Per account, the sink should hold its balance after every move that "
+            "left it below zero (the running sum of the amounts, in the order of the topic), and nothing else.")
+
+
+def _sorted(values: list[Any]) -> list[Any]:
+    try:
+        return sorted(values)
+    except TypeError:  # values of mixed kinds: not balances, and the check says so
+        return values
+
+
+def _same_pair(predicted: Any, shown: dict[str, int]) -> bool:
+    """Exercise 1's comparison: ``{"messages": n, "after_compaction": m}``, or the pair ``(n, m)``."""
+    if isinstance(predicted, (list, tuple)) and len(predicted) == 2:
+        predicted = dict(zip(("messages", "after_compaction"), predicted))
+    return isinstance(predicted, dict) and {k: predicted.get(k) for k in shown} == shown
+
+
+_EX04 = Exercises("04", items={
+    "Exercise 1": Exercise("predict", Hints(
+        nudge="Go round by round: which accounts does each round change?",
+        concept="After each batch, the state topic gets one message per key the batch changed, with the key's "
+                "value at the end of the batch (RIP-58's changelog). Compaction keeps the latest message "
+                "per key and drops the others.",
+        call="Round 1 changes a and b, so 2 messages, not 3. Do the same for rounds 2 and 3 and add up; "
+             "after compaction, count the distinct accounts. my_prediction = {\"messages\": ..., "
+             "\"after_compaction\": ...}"),
+        explain="A batch writes one state message per changed key, however many records changed it.",
+        same=_same_pair),
+    "Exercise 2": Exercise("debug", Hints(
+        nudge="Look at the broken job's alerts: which orders alert that were paid?",
+        concept="A payment clears the order's value, but its timer stays registered and still fires. "
+                "on_timer must decide from the state whether the order is still unpaid.",
+        call="In on_timer: if ctx.state.get() is not None: forward the alert, then ctx.state.clear(). "
+             'A new job id ("unpaid-fixed"), run_until_idle(progress=False).'),
+        reads=EX04_ORDERS, judge=_judging(_unpaid_alerts),
+        refuse=_not_the_given(EX04_BROKEN)),
+    "Exercise 3": Exercise("build", Hints(
+        nudge="It is the balance job of the top of the notebook, with one step added and another sink.",
+        concept="sum emits the new balance after every record (RocketMQ Streams does the same). "
+                "After to_rstream(), filter(fn) gets that balance as its value and keeps what fn accepts.",
+        call='key_by(lambda m: m["account"]).sum(lambda m: m["amount"]).to_rstream()'
+             '.filter(lambda balance: balance < 0).sink("overdrawn", JsonSerializer(with_key=True)); '
+             'RocketMQStream(..., properties={"data_dir": str(DATA)}).run_until_idle(progress=False)'),
+        reads=EX04_MOVES, judge=_judging(_overdrawn)),
+})
+
+_ALL["04"] = _EX04

@@ -1,4 +1,4 @@
-"""The shortcuts a learner could take through the graded exercises of notebooks 01, 02, 03 and 05, and how to
+"""The shortcuts a learner could take through the graded exercises of notebooks 01 to 05, and how to
 try them in a real kernel: each shortcut is spliced into the solution right after its exercise's check cell
 (which said "right"), followed by the check again, and the verdict that second check shows must not be "right".
 
@@ -110,6 +110,56 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              'chosen_job = RocketMQStream(readings_per_window("pick-16000").build(), broker=broker, spark=spark,\n'
              '                            properties={"data_dir": str(DATA), "allowed_lateness_ms": 16_000})\n'
              "chosen_job.run_until_idle(progress=False)"),
+        ],
+    },
+    "04_state_and_replay": {
+        "Exercise 1": [
+            ("the prediction written after the run was shown",
+             'exercises.predict("Exercise 1", {"messages": 8, "after_compaction": 3})  # a first guess\n'
+             'exercises.reveal("Exercise 1", run_rounds)  # the run is shown\n'
+             'exercises.predict("Exercise 1", run_rounds())  # then "predicted" from it'),
+            ("the right numbers typed in after the run was shown",
+             'exercises.predict("Exercise 1", (5, 3))'),
+        ],
+        "Exercise 2": [
+            ("the broken job handed back", "fixed_job = broken_job"),
+            ("the unpaid orders typed in", 'fixed_job = ["o2", "o5"]'),
+            ("a plain Python set difference over SHOP_ORDERS, no job",
+             'fixed_job = sorted({e["order"] for e in SHOP_ORDERS}\n'
+             '                   - {e["order"] for e in SHOP_ORDERS if e["type"] == "paid"})'),
+            ("the broken job under a new id, still broken",
+             'fixed_job = unpaid_job("unpaid-again", UnpaidAgain())\nfixed_job.run_until_idle(progress=False)'),
+            ("a right job (the notebook's Unpaid), never run",
+             'fixed_job = unpaid_job("unpaid-unrun", Unpaid())'),
+            ("the notebook's unpaid-orders job (web-orders and app-orders)", "fixed_job = orders_job"),
+        ],
+        "Exercise 3": [
+            ("the overdrawn balances typed in", 'overdrawn_job = {"a": [-20, -30], "b": [-20, -30], "c": [-5]}'),
+            ("a plain Python running sum over MOVES, no job",
+             "running, overdrawn_job = defaultdict(int), defaultdict(list)\n"
+             "for account, amount in MOVES:\n"
+             "    running[account] += amount\n"
+             "    if running[account] < 0:\n"
+             "        overdrawn_job[account].append(running[account])"),
+            ("the notebook's balance job (transactions, a text sink)", "overdrawn_job = job"),
+            ("the job of Exercise 2 (another question, another topic)", "overdrawn_job = broken_job"),
+            ("the job, never run",
+             'b = StreamBuilder("overdrawn-unrun", shuffle_queues=2)\n'
+             '(b.source("moves", JsonDeserializer()).key_by(lambda m: m["account"]).sum(lambda m: m["amount"])\n'
+             ' .to_rstream().filter(lambda v: v < 0).sink("overdrawn-unrun", JsonSerializer(with_key=True)))\n'
+             'overdrawn_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
+            ("every balance, not only those below zero",
+             'b = StreamBuilder("every-balance", shuffle_queues=2)\n'
+             '(b.source("moves", JsonDeserializer()).key_by(lambda m: m["account"]).sum(lambda m: m["amount"])\n'
+             ' .to_rstream().sink("every-balance", JsonSerializer(with_key=True)))\n'
+             'overdrawn_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
+             "overdrawn_job.run_until_idle(progress=False)"),
+            ("the negative moves summed, not the balances that went negative",
+             'b = StreamBuilder("negative-moves", shuffle_queues=2)\n'
+             '(b.source("moves", JsonDeserializer()).filter(lambda m: m["amount"] < 0).key_by(lambda m: m["account"])\n'
+             ' .sum(lambda m: m["amount"]).to_rstream().sink("negative-moves", JsonSerializer(with_key=True)))\n'
+             'overdrawn_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
+             "overdrawn_job.run_until_idle(progress=False)"),
         ],
     },
     "05_joins": {

@@ -1,0 +1,60 @@
+"""Notebook 04's graded exercises without Spark: the checks judged from a real embedded broker's records
+against stand-ins for a job (as tests/widgets/test_graded_exercises.py does for the other notebooks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rstream import EmbeddedBroker
+from rstream.widgets.exercises import RIGHT, WRONG
+from rstream.widgets.graded import EX04_BROKEN, exercises_of
+from tests.widgets.test_graded_exercises import StandIn
+
+pytestmark = pytest.mark.unit
+
+EX = exercises_of("04")
+MOVES = [("a", 50), ("b", -20), ("a", -70), ("c", 10), ("b", 30), ("a", -10), ("c", -15), ("a", 40), ("b", -40)]
+
+
+def written(broker: EmbeddedBroker, topic: str, pairs: list[tuple[str, Any]]) -> str:
+    broker.create_topic(topic, queues=2)
+    for i, (key, value) in enumerate(pairs):
+        broker.send_batch(topic, [json.dumps({"key": key, "value": value})], queue=i % 2)
+    return topic
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> EmbeddedBroker:
+    b = EmbeddedBroker(tmp_path / "broker")
+    b.create_topic("moves", queues=1)
+    b.send_batch("moves", [json.dumps({"account": a, "amount": x}) for a, x in MOVES])
+    orders = [{"order": "o1", "type": "created", "ts": 0}, {"order": "o2", "type": "created", "ts": 1},
+              {"order": "o1", "type": "paid", "ts": 2}, {"order": "o3", "type": "created", "ts": 3}]
+    b.create_topic("shop-orders", queues=1)
+    b.send_batch("shop-orders", [json.dumps(e) for e in orders])
+    return b
+
+
+def test_the_build_exercise_wants_every_balance_below_zero_per_account(broker: EmbeddedBroker) -> None:
+    right = [("b", -20), ("a", -20), ("a", -30), ("c", -5), ("b", -30)]
+    job = StandIn(broker, "overdrawn", "moves", [written(broker, "overdrawn", right)])
+    assert EX.check("Exercise 3", job).verdict == RIGHT
+    every = StandIn(broker, "all", "moves", [written(broker, "all", [*right, ("a", 50)])])
+    assert EX.check("Exercise 3", every).verdict == WRONG
+    text = StandIn(broker, "text", "moves", [written(broker, "text", [])])
+    broker.send_batch("text", ["b:-20"])
+    assert EX.check("Exercise 3", text).verdict == WRONG
+
+
+def test_the_debug_exercise_wants_one_alert_per_unpaid_order(broker: EmbeddedBroker) -> None:
+    fixed = StandIn(broker, "unpaid-fixed", "shop-orders", [written(broker, "f", [("o2", 1), ("o3", 1)])])
+    assert EX.check("Exercise 2", fixed).verdict == RIGHT
+    every = StandIn(broker, "unpaid-again", "shop-orders", [written(broker, "e", [("o1", 1), ("o2", 1), ("o3", 1)])])
+    result = EX.check("Exercise 2", every)
+    assert result.verdict == WRONG and "['o1']" in result.message
+    given = StandIn(broker, EX04_BROKEN, "shop-orders", ["f"])
+    assert EX.check("Exercise 2", given).verdict == WRONG
