@@ -237,7 +237,8 @@ def _jsons(broker: Any, topic: str) -> list[Any]:
 @dataclass(frozen=True)
 class JobFacts:
     """What a check found on the broker about a learner's job (the process, not an answer typed in):
-    that it ran, what it read, and its sink and late-data topics as the broker holds them."""
+    that it ran, what it read, its sink and late-data topics as the broker holds them, and the keys its
+    state still holds (``job.state()``, read back from its state topics)."""
 
     job_id: str
     broker: Any
@@ -247,6 +248,7 @@ class JobFacts:
     sinks: dict[str, list[Any]]
     late: list[dict[str, Any]]
     settings: dict[str, Any]
+    state_keys: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, job: Any) -> JobFacts:
@@ -257,10 +259,12 @@ class JobFacts:
         props = job.properties
         settings = ({f.name: getattr(props, f.name) for f in dataclasses.fields(props)}
                     if dataclasses.is_dataclass(props) else dict(vars(props)))
+        state = job.state() if hasattr(job, "state") else None
         return cls(job_id=job.job_id, broker=broker, batches=len(job.history()), sources=tuple(topology.source_topics),
                    records_left=int(lag["lag"].sum()) if len(lag) else 0,
                    sinks={t: _jsons(broker, t) for t in topology.sink_topics},
-                   late=[] if late is None or not len(late) else late.to_dict("records"), settings=settings)
+                   late=[] if late is None or not len(late) else late.to_dict("records"), settings=settings,
+                   state_keys=() if state is None or not len(state) else tuple(sorted(map(str, state["key"]))))
 
 
 def _is_job(answer: Any) -> bool:

@@ -132,6 +132,13 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("a right job (the notebook's Unpaid), never run",
              'fixed_job = unpaid_job("unpaid-unrun", Unpaid())'),
             ("the notebook's unpaid-orders job (web-orders and app-orders)", "fixed_job = orders_job"),
+            ("a fix that alerts right but never clears the state of an unpaid order",
+             "class AlertsOnly(UnpaidAgain):\n"
+             "    def on_timer(self, order, timestamp, ctx):\n"
+             "        if ctx.state.get() is not None:  # still unpaid: alert, but keep the state forever\n"
+             '            ctx.forward(order, {"created": ctx.state.get(), "alert_at": timestamp})\n'
+             "\n\n"
+             'fixed_job = unpaid_job("unpaid-keeps-state", AlertsOnly())\nfixed_job.run_until_idle(progress=False)'),
         ],
         "Exercise 3": [
             ("the overdrawn balances typed in", 'overdrawn_job = {"a": [-20, -30], "b": [-20, -30], "c": [-5]}'),
