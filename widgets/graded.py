@@ -533,7 +533,12 @@ class LostExecutor:
 def executors_lost(spark: Any) -> list[LostExecutor]:
     """The executors this Spark application lost, oldest first: Spark's own record (the driver's status
     store, which keeps dead executors with their remove time and reason), not anything the notebook says."""
-    listed = spark.sparkContext._jsc.sc().statusStore().executorList(False)
+    context = spark.sparkContext._jsc.sc()
+    try:  # the store is kept by a listener: let it take in the events already posted (a loss just now)
+        context.listenerBus().waitUntilEmpty(2_000)
+    except Exception:
+        pass
+    listed = context.statusStore().executorList(False)
     lost = []
     for i in range(listed.size()):
         summary = listed.apply(i)
