@@ -1,4 +1,4 @@
-"""The graded exercises of notebooks 01, 02, 03 and 05, kept in the package so that no check cell shows (or
+"""The graded exercises of notebooks 00 to 06, kept in the package so that no check cell shows (or
 computes, in plain sight) what the answer is. Each exercise is one of three kinds:
 
 * **predict, then run**: the learner records a prediction, a cell runs a job and shows what happened,
@@ -296,7 +296,7 @@ _ALL = {"02": _EX02, "03": _EX03}
 
 
 def exercises_of(notebook: str) -> Exercises:
-    """The graded exercises of a notebook, by its number (``"01"``, ``"02"``, ``"03"``, ``"05"``)."""
+    """The graded exercises of a notebook, by its number (``"00"`` to ``"06"``)."""
     return _ALL[notebook]
 
 
@@ -698,3 +698,222 @@ _EX04 = Exercises("04", items={
 })
 
 _ALL["04"] = _EX04
+# notebook 06 ------------------------------------------------------------------------------------------
+# (its own section: the exercises of 06_scaling_and_failure, registered in _ALL at its end)
+
+#: The source topic of notebook 06's jobs.
+EX06_SOURCE = "sentences"
+
+
+@dataclass(frozen=True)
+class LostExecutor:
+    """An executor Spark's driver lost: its name as a job's progress gives it, when, and Spark's reason."""
+
+    executor: str
+    lost_ms: int
+    reason: str
+
+
+def executors_lost(spark: Any) -> list[LostExecutor]:
+    """The executors this Spark application lost, oldest first: Spark's own record (the driver's status
+    store, which keeps dead executors with their remove time and reason), not anything the notebook says."""
+    context = spark.sparkContext._jsc.sc()
+    try:  # the store is kept by a listener: let it take in the events already posted (a loss just now)
+        context.listenerBus().waitUntilEmpty(2_000)
+    except Exception:
+        pass
+    listed = context.statusStore().executorList(False)
+    lost = []
+    for i in range(listed.size()):
+        summary = listed.apply(i)
+        if summary.isActive() or summary.id() == "driver" or not summary.removeTime().isDefined():
+            continue
+        reason = str(summary.removeReason().get()) if summary.removeReason().isDefined() else ""
+        lost.append(LostExecutor(f"executor-{summary.id()}", int(summary.removeTime().get().getTime()), reason))
+    return sorted(lost, key=lambda e: e.lost_ms)
+
+
+def cluster_cores(spark: Any) -> int:
+    """How many cores the Spark application may use at once (``spark.cores.max`` on a LocalCluster)."""
+    cores = spark.sparkContext.getConf().get("spark.cores.max")
+    return int(cores) if cores else int(spark.sparkContext.defaultParallelism)
+
+
+def _sentence_words(broker: Any) -> dict[str, int]:
+    return _words(broker, EX06_SOURCE)
+
+
+def _running_counts(broker: Any, topic: str) -> dict[str, list[int]]:
+    """Per word, the counts a sink topic holds, in the order written (per queue, by offset); a body is
+    ``word:n`` (``TextSerializer(with_key=True)``) or ``{"key": word, "value": n}``."""
+    out: dict[str, list[int]] = {}
+    for message in sorted(broker.read(topic), key=lambda m: (m.queue_id, m.offset)):
+        text = message.body.decode(errors="replace")
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and "key" in doc and isinstance(doc.get("value"), int):
+            word, n = str(doc["key"]), int(doc["value"])
+        else:
+            word, _, count = text.rpartition(":")
+            if not count.strip().isdigit():
+                raise _Off(f"The sink {topic!r} holds {text[:40]!r}: a count per word is expected.")
+            n = int(count)
+        out.setdefault(word, []).append(n)
+    return out
+
+
+#: Exercise 2: per lost executor that a check counted, the job and its last batch then. A loss counts for
+#: one run of the job: a job that ran on after it needs another kill (checking again unchanged is fine).
+_CREDITED: dict[str, tuple[str, int]] = {}
+
+
+def _check_survived(exercise: str, job: Any, hints: Hints) -> Graded:
+    """Exercise 2: an executor was lost while ``job`` ran (Spark's record, a loss after the notebook's own
+    kill, not counted before for a job that has run since), the job committed a batch of new sentences
+    after it and read them all, and its counts (state and sink) equal the words of the broker's
+    ``sentences``, every running count 1, 2, ..., n once."""
+    from .exercises import NOT_YET, RIGHT, WRONG
+
+    def wrong(message: str) -> Graded:
+        return Graded(exercise, WRONG, message, hints)
+
+    if job is None or job is Ellipsis:
+        return Graded(exercise, NOT_YET, "Put the job in the cell above, run it, then this one.", hints)
+    if not all(hasattr(job, name) for name in ("topology", "broker", "history", "lag", "state", "spark")):
+        return wrong(f"A job (a RocketMQStream that ran through a kill) is expected; your answer is of type "
+                     f"{type(job).__name__}. Counts typed in or computed without the job say nothing about "
+                     "what survived the kill.")
+    history = job.history()
+    if not history:
+        return wrong(f"Job {job.job_id!r} has not run yet (no committed batch).")
+    if EX06_SOURCE not in job.topology.source_topics:
+        return wrong(f"Job {job.job_id!r} reads {list(job.topology.source_topics)}, not {EX06_SOURCE!r}.")
+    try:
+        lost = executors_lost(job.spark)
+    except Exception as exc:
+        return wrong(f"Could not read Spark's record of its executors ({type(exc).__name__}: {exc}): does "
+                     "the job run on the cluster?")
+    if len(lost) < 2:
+        return wrong(f"Spark lost {len(lost)} executor(s) in this application"
+                     + (f" ({lost[0].executor}, the one the notebook killed above)" if lost else "")
+                     + ". Kill another one while the job runs: cluster.kill_executor(...).")
+    last = lost[-1]
+    last_batch = max((b.batch_id for b in history if b.records_in), default=-1)  # not an idle trigger's
+    before = [b for b in history if b.timestamp_ms and b.timestamp_ms < last.lost_ms]
+    after = [b for b in history if b.timestamp_ms > last.lost_ms
+             and any(q.topic == EX06_SOURCE and q.records_in for q in b.queues)]
+    if not before:
+        return wrong(f"Job {job.job_id!r} committed no batch before {last.executor} was lost: the kill must "
+                     "come while the job runs.")
+    if not after:
+        return wrong(f"Spark lost {last.executor}, but job {job.job_id!r} has read no sentence since: send a "
+                     "round after the kill, then run_until_idle(), so the job runs past the loss.")
+    credited = _CREDITED.get(last.executor)
+    if credited is not None and credited != (job.job_id, last_batch):
+        return wrong(f"No executor was lost since this check counted the loss of {last.executor} (for job "
+                     f"{credited[0]!r}, up to batch {credited[1]}); the job has run on since. A loss counts "
+                     "once: kill another executor, then send a round.")
+    ran_on_lost = sorted({b.batch_id for b in after for q in b.queues if q.executor == last.executor})
+    if ran_on_lost:
+        return wrong(f"Batches {ran_on_lost} ran on {last.executor} after Spark lost it: that is not a loss.")
+    lag = job.lag()
+    left = int(lag["lag"].sum()) if len(lag) else 0
+    if left:
+        return wrong(f"Job {job.job_id!r} has {left} records left to read: run_until_idle() until it is done.")
+    expected = _sentence_words(job.broker)
+    try:
+        state = job.state()
+        counts = {str(k): int(v) for k, v in zip(state["key"], state["value"])}
+        running = {w: n for topic in job.topology.sink_topics
+                   for w, n in _running_counts(job.broker, topic).items()}
+    except _Off as off:
+        return wrong(str(off))
+    except Exception as exc:
+        return wrong(f"Could not read the job's counts ({type(exc).__name__}: {exc}).")
+    if counts != expected:
+        return wrong(f"The job's state: {_difference(counts, expected)} Every word of 'sentences' should be "
+                     "counted once, across the kill.")
+    gaps = sorted(w for w, n in expected.items() if running.get(w) != list(range(1, n + 1)))
+    if gaps:
+        return wrong(f"The sink's running counts of {gaps[:3]} are not 1, 2, ..., n once each: something was "
+                     "lost or written twice.")
+    _CREDITED[last.executor] = (job.job_id, last_batch)
+    executors = sorted({q.executor for b in after for q in b.queues})
+    return Graded(exercise, RIGHT, f"Spark lost {last.executor}; job {job.job_id!r} then committed "
+                  f"{len(after)} batch(es) of new sentences on {', '.join(executors)}, replaying "
+                  f"{sum(b.replayed_keys for b in after)} keys, and every count is exact. Well done.")
+
+
+def _one_per_core(job: Any) -> str | None:
+    """Exercise 3's ``refuse``: as many shuffle queues as the cluster has cores, and (once it ran) every one
+    of them carried words."""
+    topics = dict(job.topology.shuffle_topics)
+    cores = cluster_cores(job.spark)
+    if len(topics) != 1:
+        return f"The job has {len(topics)} shuffle topics; a word count has one (key_by, then count)."
+    (topic, queues), = topics.items()
+    if queues != cores:
+        many = "more" if queues > cores else "fewer"
+        return (f"The job's shuffle topic has {queues} queue(s), {many} than the cluster's {cores} cores: "
+                "each queue is one counting task per batch. Give it as many queues as there are cores.")
+    if job.history() and job.broker.has_topic(topic):
+        idle = [q for q, end in enumerate(job.broker.end_offsets(topic)) if not end]
+        if idle:
+            return f"Shuffle queues {idle} of {topic!r} never carried a word: no task counted on them."
+    return None
+
+
+def _sentence_counts(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _sentence_words(facts.broker),
+                        "The sink should hold, per word of 'sentences', how often it occurs.")
+
+
+def _same_executor_count(predicted: Any, shown: dict[str, int]) -> bool:
+    return (isinstance(predicted, int) and not isinstance(predicted, bool)
+            and predicted == shown["most executors counting in one batch"])
+
+
+class _Exercises06(Exercises):
+    """Notebook 06's exercises: Exercise 2 is checked by ``_check_survived`` (a job through a kill, its
+    sink written as text), the others as every notebook's."""
+
+    def check(self, exercise: str, answer: Any = None) -> Graded:
+        spec = self.items[exercise]
+        if spec.kind == "survive":
+            return _check_survived(exercise, answer, spec.hints)
+        return super().check(exercise, answer)
+
+
+_EX06 = _Exercises06("06", items={
+    "Exercise 1": Exercise("predict", Hints(
+        nudge="Count the tasks that count words in one batch. Which topic do they read, and how many "
+              "queues does it have?",
+        concept="The count reads the shuffle topic. One task per queue per batch, and one queue's task "
+                "runs on one executor at a time. So the shuffle topic's queues cap how many executors "
+                "count at once, whatever the cluster has.",
+        call="shuffle_queues=1: one counting task per batch. my_prediction = the number of executors "
+             "that one task can run on at once."),
+        explain="The number of queues caps parallelism: a core with no queue to run has nothing to count.",
+        same=_same_executor_count),
+    "Exercise 2": Exercise("survive", Hints(
+        nudge="Do what the 'Lose an executor' cell does, once more, then hand over the job.",
+        concept="Spark keeps a record of the executors it lost. The check reads it: a loss after the "
+                "notebook's first kill, while the job runs, and a round of sentences counted after it.",
+        call='cluster.kill_executor(cluster.executors()[0]); broker.send_batch("sentences", '
+             "sentences(6)); job.run_until_idle(progress=False); survivor = job")),
+    "Exercise 3": Exercise("build", Hints(
+        nudge="It is the word count of the notebook with another shuffle_queues and a JSON sink.",
+        concept="Each shuffle queue is one counting task per batch, and a task uses one core. As many "
+                "queues as cores lets every core count at once; the cluster's cores are in "
+                "cluster.master_state()['cores'].",
+        call='from rstream import JsonSerializer; StreamBuilder("per-core-count", '
+             'shuffle_queues=cluster.master_state()["cores"]); '
+             '.flat_map(str.split).key_by(lambda w: w).count().to_rstream().sink("per-core-counts", '
+             'JsonSerializer(with_key=True)); RocketMQStream(..., properties={"data_dir": str(DATA / "job")})'
+             ".run_until_idle(progress=False)"),
+        reads=EX06_SOURCE, judge=_judging(_sentence_counts), refuse=_one_per_core),
+})
+
+_ALL["06"] = _EX06

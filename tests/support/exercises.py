@@ -1,4 +1,4 @@
-"""The shortcuts a learner could take through the graded exercises of notebooks 01 to 05, and how to
+"""The shortcuts a learner could take through the graded exercises of notebooks 00 to 06, and how to
 try them in a real kernel: each shortcut is spliced into the solution right after its exercise's check cell
 (which said "right"), followed by the check again, and the verdict that second check shows must not be "right".
 
@@ -256,6 +256,48 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              '(b.source("greetings", TextDeserializer()).map(lambda text: text.split()[0]).key_by(lambda w: w)\n'
              ' .count().to_rstream().sink("first-words-unrun-counts", JsonSerializer(with_key=True)))\n'
              'first_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
+        ],
+    },
+    "06_scaling_and_failure": {
+        "Exercise 1": [
+            ("the prediction copied from the run, after it was shown",
+             'shown = run_one_queue()  # the run, again\n'
+             'exercises.predict("Exercise 1", shown["most executors counting in one batch"])'),
+            ("the right number typed in after the run was shown", 'exercises.predict("Exercise 1", 1)'),
+        ],
+        "Exercise 2": [
+            ("a Counter of the sentences' words, no job", "survivor = python_counts()"),
+            ("the counts typed in", 'survivor = {"stream": 112, "state": 112, "topic": 112}'),
+            ("no executor killed: one more round, the job run to the end",
+             'broker.send_batch("sentences", sentences(7))\njob.run_until_idle(progress=False)\nsurvivor = job'),
+            ("a word count never run (a new id)",
+             'b = StreamBuilder("cluster-wordcount-unrun", shuffle_queues=4)\n'
+             '(b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             ' .to_rstream().sink("unrun-counts", TextSerializer(with_key=True)))\n'
+             'survivor = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                          properties={"data_dir": str(DATA / "job")})'),
+            ("another job of the notebook (Exercise 1's)", "survivor = one_queue_runs[0]"),
+            ("an executor killed, but no round counted after it",
+             "cluster.kill_executor(cluster.executors()[0])\nsurvivor = job"),
+        ],
+        "Exercise 3": [
+            ("the counts typed in", 'per_core_job = {"stream": 120, "state": 120}'),
+            ("a Counter of the sentences' words, no job", "per_core_job = python_counts()"),
+            ("the notebook's job (four shuffle queues, a text sink)", "per_core_job = job"),
+            ("the job of Exercise 1 (one shuffle queue)", "per_core_job = one_queue_runs[0]"),
+            ("the per-core job, never run (a new id)",
+             'b = StreamBuilder("per-core-unrun", shuffle_queues=cluster.master_state()["cores"])\n'
+             '(b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             ' .to_rstream().sink("per-core-unrun-counts", JsonSerializer(with_key=True)))\n'
+             'per_core_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                              properties={"data_dir": str(DATA / "job")})'),
+            ("a word count with four shuffle queues (more than cores), run to the end",
+             'b = StreamBuilder("four-queue-count", shuffle_queues=4)\n'
+             '(b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             ' .to_rstream().sink("four-queue-counts", JsonSerializer(with_key=True)))\n'
+             'per_core_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                              properties={"data_dir": str(DATA / "job")})\n'
+             "per_core_job.run_until_idle(progress=False)"),
         ],
     },
 }
