@@ -52,3 +52,13 @@ def test_the_notebooks_figures_are_up_to_date() -> None:
     assert not stale, f"run `python notebooks/make_figures.py`: {stale} differ from what rstream draws"
     png = (maker.FIGURES / maker.EVENT_TIME).read_bytes()
     assert png.startswith(b"\x89PNG"), "run `python notebooks/make_figures.py --run` for the event-time chart"
+
+
+def test_every_notebook_cell_has_its_own_id() -> None:
+    """nbformat 4.5 cells carry an id (JupyterLab keeps them; nbformat warns today and will refuse later)."""
+    missing = []
+    for path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
+        ids = [c.get("id") for c in json.loads(path.read_text())["cells"]]
+        if None in ids or len(set(ids)) != len(ids):
+            missing.append(path.name)
+    assert missing == []

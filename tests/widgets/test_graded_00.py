@@ -6,36 +6,17 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 
 from rstream import EmbeddedBroker
 from rstream.widgets.exercises import NOT_YET, RIGHT, WRONG
 from rstream.widgets.graded import EX00_BROKEN, EX00_NOTEBOOK_JOB, exercises_of
+from tests.support.graded import StandIn
 
 pytestmark = pytest.mark.unit
 
 GREETINGS = ["hello stream", "hello broker", "good morning stream", "hi notebook", "hello hello notebook"]
-
-
-class StandIn:
-    """What a check reads of a job, and nothing else: no Spark."""
-
-    def __init__(self, broker: EmbeddedBroker, job_id: str, sink: str, batches: int = 1) -> None:
-        self.job_id, self.broker, self.properties = job_id, broker, SimpleNamespace(data_dir="x")
-        self.topology = SimpleNamespace(source_topics=["greetings"], sink_topics=[sink])
-        self._batches = batches
-
-    def history(self) -> list[int]:
-        return list(range(self._batches))
-
-    def lag(self) -> pd.DataFrame:
-        return pd.DataFrame({"queue": [0], "lag": [0]})
-
-    def late_records(self) -> None:
-        return None
 
 
 @pytest.fixture
@@ -53,7 +34,7 @@ def job_writing(broker: EmbeddedBroker, job_id: str, counts: dict[str, int], tex
     bodies = [f"{k}:{i}" if text else json.dumps({"key": k, "value": i})
               for k, n in counts.items() for i in range(1, n + 1)]
     broker.send_batch(topic, bodies, progress=False)
-    return StandIn(broker, job_id, topic)
+    return StandIn(broker, job_id, "greetings", [topic])
 
 
 def words() -> dict[str, int]:
@@ -89,7 +70,7 @@ def test_exercise_2_wants_the_words_counted_by_a_new_job(broker: EmbeddedBroker)
     assert notebooks.verdict == WRONG and "top of the notebook" in notebooks.message
     text = ex.check("Exercise 2", job_writing(broker, "text-sink", words(), text=True))
     assert text.verdict == WRONG and "not JSON" in text.message
-    unrun = StandIn(broker, "unrun", "fixed-counts", batches=0)
+    unrun = StandIn(broker, "unrun", "greetings", ["fixed-counts"], batches=0)
     assert "has not run" in ex.check("Exercise 2", unrun).message
 
 

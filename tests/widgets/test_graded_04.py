@@ -12,7 +12,7 @@ import pytest
 from rstream import EmbeddedBroker
 from rstream.widgets.exercises import RIGHT, WRONG
 from rstream.widgets.graded import EX04_BROKEN, exercises_of
-from tests.widgets.test_graded_exercises import StandIn
+from tests.support.graded import StandIn
 
 pytestmark = pytest.mark.unit
 
@@ -58,3 +58,7 @@ def test_the_debug_exercise_wants_one_alert_per_unpaid_order(broker: EmbeddedBro
     assert result.verdict == WRONG and "['o1']" in result.message
     given = StandIn(broker, EX04_BROKEN, "shop-orders", ["f"])
     assert EX.check("Exercise 2", given).verdict == WRONG
+    # the right alerts from a job that still keeps the unpaid orders' state: refused, naming them
+    kept = StandIn(broker, "unpaid-kept", "shop-orders", ["f"], state={"o2": 1, "o3": 3})
+    result = EX.check("Exercise 2", kept)
+    assert result.verdict == WRONG and "['o2', 'o3']" in result.message

@@ -5,12 +5,9 @@ checks, judged from a real embedded broker's records against stand-ins for a job
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import pandas as pd
 import pytest
 
 from rstream import EmbeddedBroker
@@ -26,34 +23,11 @@ from rstream.widgets.exercises import (
     reveal,
 )
 from rstream.widgets.graded import EX02_BROKEN, EX03_CHOICES, EX05_BROKEN, exercises_of, split_by_rule
+from tests.support.graded import StandIn
 
 pytestmark = pytest.mark.unit
 
 HINTS = Hints(nudge="look here", concept="the rule is", call="do_this()")
-
-
-@dataclass(frozen=True)
-class Props:
-    allowed_lateness_ms: int
-
-
-class StandIn:
-    """What a check reads of a job, and nothing else: no Spark."""
-
-    def __init__(self, broker: EmbeddedBroker, job_id: str, reads: str, sinks: list[str], lateness: int = 2_000,
-                 batches: int = 1, left: int = 0, late: int = 0) -> None:
-        self.job_id, self.broker, self.properties = job_id, broker, Props(lateness)
-        self.topology = SimpleNamespace(source_topics=[reads], sink_topics=sinks)
-        self._batches, self._left, self._late = batches, left, late
-
-    def history(self) -> list[int]:
-        return list(range(self._batches))
-
-    def lag(self) -> pd.DataFrame:
-        return pd.DataFrame({"queue": [0], "lag": [self._left]})
-
-    def late_records(self) -> pd.DataFrame:
-        return pd.DataFrame({"key": ["k"] * self._late, "data_time": [0] * self._late})
 
 
 def sink(broker: EmbeddedBroker, topic: str, windows: dict[tuple[Any, int, int], Any]) -> str:
