@@ -307,15 +307,20 @@ def exercises_of(notebook: str) -> Exercises:
 EX01_BROKEN, EX01_QUOTES = "quote-words-broken", "quotes"
 
 
-def _words(broker: Any, topic: str) -> dict[str, int]:
-    """Per word, how often it occurs in the UTF-8 texts of ``topic`` (a body that is not UTF-8 is no text:
-    the job sends it to its dead-letter topic)."""
-    counts: dict[str, int] = {}
+def _texts(broker: Any, topic: str) -> Iterator[str]:
+    """The UTF-8 texts of ``topic`` (a body that is not UTF-8 is no text: the job sends it to its
+    dead-letter topic)."""
     for message in broker.read(topic):
         try:
-            text = message.body.decode()
+            yield message.body.decode()
         except UnicodeDecodeError:
             continue
+
+
+def _words(broker: Any, topic: str) -> dict[str, int]:
+    """Per word, how often it occurs in the texts of ``topic``."""
+    counts: dict[str, int] = {}
+    for text in _texts(broker, topic):
         for word in text.split():
             counts[word] = counts.get(word, 0) + 1
     return counts
@@ -364,12 +369,14 @@ def _json_sink(job: Any) -> str | None:
     return None
 
 
-def _same_numbers(predicted: Any, shown: dict[str, int]) -> bool:
-    """Exercise 1's comparison: ``{"shuffle": n, "sink": m}``, or the pair ``(n, m)`` in that order (a
+def _same_named(*names: str) -> Callable[[Any, dict[str, int]], bool]:
+    """A prediction's comparison: ``{names[0]: n, names[1]: m}``, or the pair ``(n, m)`` in that order (a
     prediction refused after the reveal cannot be retried, so its form must not fail it)."""
-    if isinstance(predicted, (list, tuple)) and len(predicted) == 2:
-        predicted = dict(zip(("shuffle", "sink"), predicted))
-    return isinstance(predicted, dict) and {k: predicted.get(k) for k in shown} == shown
+    def same(predicted: Any, shown: dict[str, int]) -> bool:
+        if isinstance(predicted, (list, tuple)) and len(predicted) == len(names):
+            predicted = dict(zip(names, predicted))
+        return isinstance(predicted, dict) and {k: predicted.get(k) for k in shown} == shown
+    return same
 
 
 def _refusing(*refusals: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
@@ -387,7 +394,7 @@ _EX01 = Exercises("01", items={
         call="Count the words of the sentence, and its distinct words: one of them is the shuffle, the other "
              "the sink. my_prediction = {\"shuffle\": ..., \"sink\": ...}"),
         explain="COMBINE merges the repeats of a word before the shuffle; the count emits an update per word.",
-        same=_same_numbers),
+        same=_same_named("shuffle", "sink")),
     "Exercise 2": Exercise("debug", Hints(
         nudge="Look at the keys in the broken job's sink: what does it count?",
         concept="flat_map(fn) emits every item of fn(value). A str is itself iterable, one character at a "
@@ -524,11 +531,7 @@ EX00_BROKEN, EX00_NOTEBOOK_JOB, EX00_GREETINGS = "greeting-words-broken", "greet
 def _first_words(broker: Any, topic: str) -> dict[str, int]:
     """Per first word, how many texts of ``topic`` begin with it (a text with no word has none)."""
     counts: dict[str, int] = {}
-    for message in broker.read(topic):
-        try:
-            words = message.body.decode().split()
-        except UnicodeDecodeError:
-            continue
+    for words in (text.split() for text in _texts(broker, topic)):
         if words:
             counts[words[0]] = counts.get(words[0], 0) + 1
     return counts
@@ -661,13 +664,6 @@ def _sorted(values: list[Any]) -> list[Any]:
         return values
 
 
-def _same_pair(predicted: Any, shown: dict[str, int]) -> bool:
-    """Exercise 1's comparison: ``{"messages": n, "after_compaction": m}``, or the pair ``(n, m)``."""
-    if isinstance(predicted, (list, tuple)) and len(predicted) == 2:
-        predicted = dict(zip(("messages", "after_compaction"), predicted))
-    return isinstance(predicted, dict) and {k: predicted.get(k) for k in shown} == shown
-
-
 _EX04 = Exercises("04", items={
     "Exercise 1": Exercise("predict", Hints(
         nudge="Go round by round: which accounts does each round change?",
@@ -678,7 +674,7 @@ _EX04 = Exercises("04", items={
              "after compaction, count the distinct accounts. my_prediction = {\"messages\": ..., "
              "\"after_compaction\": ...}"),
         explain="A batch writes one state message per changed key, however many records changed it.",
-        same=_same_pair),
+        same=_same_named("messages", "after_compaction")),
     "Exercise 2": Exercise("debug", Hints(
         nudge="Look at the broken job's alerts: which orders alert that were paid?",
         concept="A payment clears the order's value, but its timer stays registered and still fires. "
