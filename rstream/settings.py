@@ -24,6 +24,13 @@ class AggregateEmit(TextEnum):
     BATCH = "batch"  # each key's result once per micro-batch, combined before the shuffle
 
 
+class Guarantee(TextEnum):
+    """What a crash may do to a job's sink (the ``processing_guarantee`` job property)."""
+
+    EXACTLY_ONCE = "exactly_once"  # sink records, state, shuffle and offsets in one commit
+    AT_LEAST_ONCE = "at_least_once"  # sink records first, then the commit: a crash between repeats them
+
+
 class ConsumeFrom(TextEnum):
     """Where a new job starts reading its source topics (the ``consume_from`` job property)."""
 
@@ -69,6 +76,12 @@ class JobProperties:
       default: one Spark job per batch instead of two; for windows and joins also in the batch that
       ``run_until_idle``'s idle flush follows: its tasks send the flush); False: always as a second
       Spark job, which the driver starts when the first has ended.
+    - ``processing_guarantee``: ``"exactly_once"`` (default: a range's sink records go to the broker
+      in the same transaction as its state changes, shuffle records and commit tag, so a rerun writes
+      nothing twice) or ``"at_least_once"`` (its sink records are appended first, on their own, then
+      the rest with the commit tag: a task that dies between the two leaves its sink records without
+      a commit, and the rerun writes them again, as RocketMQ Streams 1.1 and Kafka Streams'
+      ``at_least_once`` do; for teaching, or a sink that tolerates repeats).
     Combining before the shuffle is no job property: it is a rewrite of the topology, chosen at the
     second build (``builder.build(combine=...)``) and drawn there as a ``COMBINE`` node.
     """
@@ -86,12 +99,14 @@ class JobProperties:
     idle_timeout_ms: int = 2000
     aggregate_emit: AggregateEmit = AggregateEmit.RECORD
     shuffle_in_source_job: bool = True
+    processing_guarantee: Guarantee = Guarantee.EXACTLY_ONCE
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         set_(self, "consume_from", _enum(ConsumeFrom, "consume_from", self.consume_from))
         set_(self, "aggregate_emit", _enum(AggregateEmit, "aggregate_emit", self.aggregate_emit))
         set_(self, "time_type", _enum(TimeType, "time_type", self.time_type))
+        set_(self, "processing_guarantee", _enum(Guarantee, "processing_guarantee", self.processing_guarantee))
         for name in ("allowed_lateness_ms", "idle_timeout_ms"):
             if int(getattr(self, name)) < 0:
                 raise JobError(f"{name} must not be negative, got {getattr(self, name)!r}")

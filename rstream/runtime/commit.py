@@ -19,6 +19,7 @@ from rstream.broker.base import Broker, CommitTag, read_blocks
 from rstream.errors import RStreamError
 from rstream.runtime.config import TaskConfig, config_from_blob, dump_blob, executor_name, state_folder
 from rstream.runtime.queue_run import QueueRun
+from rstream.settings import Guarantee
 from rstream.state.store import StateStore
 
 
@@ -81,8 +82,14 @@ def _run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, ba
         if store is not None:
             info["state_keys"] = store.prepare()
         info["millis"] = (time.perf_counter() - began) * 1000
+        sinks = [tq for tq in records if tq[0] in cfg.topology.sink_topics]
+        if sinks and cfg.settings.processing_guarantee is Guarantee.AT_LEAST_ONCE:
+            broker.append({tq: records.pop(tq) for tq in sinks})  # on their own; the commit follows
+        if sinks:
+            crash_if_asked(cfg, "before_commit")
         written = broker.append(records, CommitTag(job, topic, queue, start, end, run.meta(), batch,
                                                    json.dumps(info, default=str)))
+        crash_if_asked(cfg, "after_commit")
         if store is not None:
             if written:
                 store.commit(end)
@@ -96,6 +103,27 @@ def _run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, ba
             store.close()
     info["millis"] = (time.perf_counter() - began) * 1000
     return info
+
+
+#: Where a task may be made to die, for a lesson or a test (``RocketMQStream.crash_once(point)``): a
+#: range with sink records, once they are written at least once (or, exactly once, before anything
+#: is), before its commit; any range, right after its commit.
+CRASH_POINTS = ("before_commit", "after_commit")
+
+
+def crash_file(job_dir: str | os.PathLike[str], point: str) -> str:
+    """The file that arms ``point`` once: the first task of the job that reaches it removes it and dies."""
+    return os.path.join(job_dir, "crash-once", point)
+
+
+def crash_if_asked(cfg: TaskConfig, point: str) -> None:
+    """Die here, as a killed process does (no cleanup, no exception to report), if ``point`` is armed
+    for this job; the task that removes the file is the only one that dies."""
+    try:
+        os.unlink(crash_file(os.path.dirname(cfg.state_dir), point))
+    except FileNotFoundError:
+        return
+    os._exit(137)
 
 
 def _skipped(topic: str, queue: int, start: int, end: int, batch: int, began: float) -> dict[str, Any]:

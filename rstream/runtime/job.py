@@ -14,6 +14,7 @@ from typing import Any
 
 from rstream.broker.base import Broker, CommitTag
 from rstream.graph.topology import Topology
+from rstream.runtime.commit import CRASH_POINTS, crash_file
 from rstream.runtime.config import TaskConfig
 from rstream.runtime.job_core import JobCore
 from rstream.runtime.job_progress import ProgressLog
@@ -229,6 +230,22 @@ class RocketMQStream:
         """Delete every local RocksDB folder of this job; the next batch replays them from the
         state topics (what losing an executor does)."""
         self._state.delete_local_state()
+
+    def crash_once(self, point: str = "before_commit") -> None:
+        """For a lesson or a test: the next task of this job that reaches ``point`` dies there, once,
+        as a killed process does (no cleanup, nothing reported). ``"before_commit"``: a task with
+        sink records to write, once they are written (``processing_guarantee="at_least_once"``) or
+        before anything is (``"exactly_once"``: they go with the commit), before its commit.
+        ``"after_commit"``: any task, once its commit is written and before Spark hears back.
+        Spark then retries the task (on a cluster: ``spark.task.maxFailures``); in ``local`` mode
+        the batch fails instead, and the job's next run starts it again from its checkpoint. The task
+        finds the request in the job's folder, so it must be on the executors' disk (a local master,
+        or a cluster on this machine)."""
+        if point not in CRASH_POINTS:
+            raise JobError(f"crash_once takes one of {list(CRASH_POINTS)}, not {point!r}")
+        path = Path(crash_file(self.job_dir, point))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
 
     def reset(self) -> None:
         """Forget everything this job did: checkpoint, local state, commit tags, and its shuffle and

@@ -29,6 +29,7 @@ from rstream.runtime.config import TaskConfig
 from rstream.runtime.queue_run import QueueRun
 from rstream.runtime.topic_decoder import DLQ, LATE, SHUFFLE, SINK, SOURCE, decode_message, topic_role
 from rstream.serde.codec import decode, encode
+from rstream.settings import Guarantee
 from rstream.shuffle import wire
 from rstream.state.store import StateError, StateStore, is_bookkeeping, is_timer, split_state_key, state_key
 from rstream.time.windows import WindowResult
@@ -416,10 +417,15 @@ class Tracer:
     def __init__(self, core: JobCore, progress_log: ProgressLog) -> None:
         self.topology, self.job_id, self.broker, self.job_dir = core.topology, core.job_id, core.broker, core.job_dir
         self.task_config = core.task_config
+        self.guarantee = core.properties.processing_guarantee
         self.queue_tags = progress_log.queue_tags
 
     def trace(self, topic: str, queue: int, offset: int) -> RecordTrace:
         """Trace the record at ``topic``/``queue``/``offset`` (a source or shuffle topic of the job)."""
+        if self.guarantee is Guarantee.AT_LEAST_ONCE:
+            raise TraceError(f"job {self.job_id!r} runs at least once: its sink records are written apart from "
+                             "their commit tag, which is where a trace finds them; trace a job run with "
+                             "processing_guarantee='exactly_once' (the default)")
         return trace(self, topic, queue, offset)
 
 
