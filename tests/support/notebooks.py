@@ -40,6 +40,7 @@ EXPECTED: dict[str, dict[str, Callable[[Any], bool]]] = {
     "04_state_and_replay": {
         "stale_copy_replayed": lambda v: v > 0, "compaction_removed": lambda v: v > 0, "errors": lambda v: v == 0,
         "alerts": lambda v: v > 0, "orders_waiting_in_state": lambda v: v == 2,
+        "driver_killed_mid_stream": lambda v: v is True,
     },
     "05_joins": {
         "late_records": lambda v: v == 0, "errors": lambda v: v == 0, "interval_join_unpaid": lambda v: v == 1,
