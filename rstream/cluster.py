@@ -190,6 +190,9 @@ class LocalCluster:
     450m per executor). A 2-worker cluster with a running application takes about 1.1 GB resident
     (daemons 3 x 150 MB, executors 2 x 200 MB, their Python workers 4 x 50 MB).
 
+    ``add_worker()`` starts one more worker while the cluster runs (scaling out): ``max_workers``
+    (default ``workers``) is how many it may grow to, and a session from ``spark()`` asks for their cores.
+
     A Python process holds one SparkContext: to run on the cluster, stop a local session first
     (``spark.stop()``), then ``cluster.spark()``. ``stop()`` stops a session still attached to it.
 
@@ -212,6 +215,7 @@ class LocalCluster:
         host: str = "127.0.0.1",
         worker_host: str | None = None,
         worker_prefix: Sequence[str] = (),
+        max_workers: int | None = None,
     ) -> None:
         if workers < 1 or cores_per_worker < 1:
             raise ClusterError(f"a cluster needs at least 1 worker with 1 core (got workers={workers}, "
@@ -226,6 +230,9 @@ class LocalCluster:
                                "e.g. ['ip', 'netns', 'exec', 'ns1']")
         self.worker_prefix = [str(word) for word in worker_prefix]
         self.workers = workers
+        self.max_workers = workers if max_workers is None else max_workers
+        if self.max_workers < workers:
+            raise ClusterError(f"max_workers={max_workers} is below workers={workers}")
         self.cores_per_worker = cores_per_worker
         # in MB, spelled out: Spark reads a bare number as bytes in some places and as MB in others
         self.worker_memory = f"{_parse_memory(worker_memory) // 2**20}m"
@@ -305,19 +312,39 @@ class LocalCluster:
         try:
             self._start_master(home, deadline)
             for i in range(self.workers):
-                name = f"worker-{i}"
-                args = ["--host", self.worker_host, "--port", "0", "--webui-port", "0",
-                        "--cores", str(self.cores_per_worker), "--memory", self.worker_memory,
-                        "--work-dir", str(self._work_dir / "workers" / name), self.master_url]
-                env = {WORKER_ENV: name, "SPARK_LOCAL_DIRS": str(self._work_dir / "local" / name),
-                       "SPARK_LOCAL_IP": self.worker_host}  # what its executors inherit and bind to
-                self._launch(home, name, _WORKER_CLASS, args, env, prefix=self.worker_prefix)
+                self._launch_worker(home, i)
             self._wait_for_workers(deadline)
         except BaseException:
             self.stop()
             raise
         self.start_seconds = time.monotonic() - began
         return self
+
+    def add_worker(self) -> str:
+        """Start one more worker, as ``start()`` starts each, and return its name (``worker-<n>``) once
+        the master has it ALIVE. An application running on the cluster gets an executor there at once
+        if its ``spark.cores.max`` leaves room: ``spark()`` asks for the cores of ``max_workers``
+        workers. ``ClusterError`` when the cluster is not running, or already has ``max_workers``."""
+        if not self.running:
+            raise ClusterError("the cluster is not running: call start() first")
+        if self.workers >= self.max_workers:
+            raise ClusterError(f"the cluster has {self.workers} workers, its max_workers: an application asks "
+                               f"for at most max_workers x cores_per_worker cores (spark.cores.max), so another "
+                               "worker would get no executor; make the cluster with a larger max_workers")
+        name = self._launch_worker(spark_home(), self.workers)
+        self.workers += 1
+        self._wait_for_workers(time.monotonic() + self.start_timeout)
+        return name
+
+    def _launch_worker(self, home: Path, i: int) -> str:
+        name = f"worker-{i}"
+        args = ["--host", self.worker_host, "--port", "0", "--webui-port", "0",
+                "--cores", str(self.cores_per_worker), "--memory", self.worker_memory,
+                "--work-dir", str(self._work_dir / "workers" / name), self.master_url]
+        env = {WORKER_ENV: name, "SPARK_LOCAL_DIRS": str(self._work_dir / "local" / name),
+               "SPARK_LOCAL_IP": self.worker_host}  # what its executors inherit and bind to
+        self._launch(home, name, _WORKER_CLASS, args, env, prefix=self.worker_prefix)
+        return name
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop every process of the cluster (SIGTERM, SIGKILL after ``grace`` s) and check none is left.
@@ -644,13 +671,13 @@ class LocalCluster:
             "spark.driver.bindAddress": self.host,
             "spark.executor.memory": self.worker_memory,
             "spark.executor.cores": str(self.cores_per_worker),
-            "spark.cores.max": str(self.workers * self.cores_per_worker),
+            "spark.cores.max": str(self.max_workers * self.cores_per_worker),
             "spark.executor.defaultJavaOptions": _EXECUTOR_JAVA_OPTS,
             # the driver only plans batches here (tasks run on the executors): a small JVM will do
             "spark.driver.memory": "512m",
             "spark.driver.defaultJavaOptions": _EXECUTOR_JAVA_OPTS,
-            # the first job waits (up to 60 s) until every executor registered, so tasks spread out
-            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            # the first job waits (up to 60 s) until every worker's executor registered, so tasks spread out
+            "spark.scheduler.minRegisteredResourcesRatio": str(self.workers / self.max_workers),
             "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
         }
 

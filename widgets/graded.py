@@ -898,7 +898,7 @@ _EX06 = _Exercises06("06", items={
         concept="Spark keeps a record of the executors it lost. The check reads it: a loss after the "
                 "notebook's first kill, while the job runs, and a round of sentences counted after it.",
         call='cluster.kill_executor(cluster.executors()[0]); broker.send_batch("sentences", '
-             "sentences(6)); job.run_until_idle(progress=False); survivor = job")),
+             "sentences(9)); job.run_until_idle(progress=False); survivor = job")),
     "Exercise 3": Exercise("build", Hints(
         nudge="It is the word count of the notebook with another shuffle_queues and a JSON sink.",
         concept="Each shuffle queue is one counting task per batch, and a task uses one core. As many "

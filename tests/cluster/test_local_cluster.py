@@ -329,4 +329,11 @@ def test_bad_settings_say_what_to_do(tmp_path: Path) -> None:
     idle = LocalCluster(work_dir=tmp_path)
     with pytest.raises(ClusterError, match="start"):
         idle.spark()
+    with pytest.raises(ClusterError, match="start"):
+        idle.add_worker()
     idle.stop()  # never started: nothing to do, no error
+    with pytest.raises(ClusterError, match="max_workers=1 is below workers=2"):
+        LocalCluster(workers=2, max_workers=1, work_dir=tmp_path)
+    growing = LocalCluster(workers=1, max_workers=3, cores_per_worker=2, work_dir=tmp_path).spark_conf()
+    # the session asks for the cores of every worker the cluster may grow to, and waits for those it has
+    assert (growing["spark.cores.max"], growing["spark.scheduler.minRegisteredResourcesRatio"]) == ("6", str(1 / 3))
