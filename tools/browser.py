@@ -392,10 +392,12 @@ def kernel_tree_rss(kernel: psutil.Process | None) -> int:
     return kernel_tree_memory(kernel, pss=False)[0]
 
 
-def kernel_tree_memory(kernel: psutil.Process | None, pss: bool = True) -> tuple[int, int]:
+def kernel_tree_memory(kernel: psutil.Process | None, pss: bool = True,
+                       parts: dict[str, int] | None = None) -> tuple[int, int]:
     """``(rss, pss)`` bytes of ``kernel`` and all its descendants. RSS counts a page shared by forked
     processes (Spark's Python workers) once per process; PSS splits it between them, so the PSS sum is
-    what the machine (or a Binder pod's memory limit) really holds for the tree."""
+    what the machine (or a Binder pod's memory limit) really holds for the tree. ``parts``, if given,
+    gets the PSS per kind of process (``process_kind``)."""
     if kernel is None:
         return 0, 0
     try:
@@ -408,9 +410,29 @@ def kernel_tree_memory(kernel: psutil.Process | None, pss: bool = True) -> tuple
             if pss:
                 info = p.memory_full_info()
                 rss, proportional = rss + info.rss, proportional + info.pss
+                if parts is not None:
+                    kind = "kernel" if p is kernel else process_kind(p.cmdline())
+                    parts[kind] = parts.get(kind, 0) + info.pss
             else:
                 rss += p.memory_info().rss
     return rss, proportional
+
+
+def process_kind(argv: list[str]) -> str:
+    """What a process of a kernel's tree is, for a memory breakdown: ``java <main class>``, the Python
+    module it runs (``python -m <module> [its first argument]``), or its program."""
+    if not argv:
+        return "?"
+    program = os.path.basename(argv[0])
+    if program == "java":
+        main = next((a for a in argv[1:] if not a.startswith("-") and "." in a and "/" not in a), "")
+        return f"java {main.rsplit('.', 1)[-1]}".strip()
+    if "-m" in argv[:-1]:
+        at = argv.index("-m")
+        module = argv[at + 1]
+        first = argv[at + 2] if len(argv) > at + 2 and not argv[at + 2].startswith(("-", "/")) else ""
+        return f"python -m {module} {first}".strip()
+    return program
 
 
 def residual_memory(kernel: psutil.Process | None, wait: float = 10.0) -> int:
@@ -729,6 +751,8 @@ class NotebookRun:
     #: The kernel tree's peak PSS while cells ran, and its PSS afterwards (once its release button was
     #: clicked, where it has one): what an open kernel keeps while a learner goes on to the next notebook.
     peak_pss_mb: float = 0.0
+    #: That peak per kind of process (``process_kind``), in MB: where a notebook's memory goes.
+    peak_parts_mb: dict[str, int] = dataclasses.field(default_factory=dict)
     residual_pss_mb: float = 0.0
     #: What the notebook's release button said once the harness clicked it (None: it has none).
     released: str | None = None
@@ -788,6 +812,7 @@ class NotebookRun:
         return {
             "notebook": self.name, "passed": self.passed, "duration_s": round(self.duration_s, 1),
             "peak_kernel_tree_rss_mb": round(self.peak_rss_mb, 1), "peak_kernel_tree_pss_mb": round(self.peak_pss_mb, 1),
+            "peak_kernel_tree_pss_by_kind_mb": self.peak_parts_mb,
             "residual_kernel_tree_pss_mb": round(self.residual_pss_mb, 1), "released": self.released,
             "code_cells": len(self.cells),
             "problems": self.problems(), "live_widgets": {k: len(v) for k, v in self.live.items()},
@@ -886,6 +911,7 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
     page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click(timeout=60_000)
 
     peak, peak_pss, kernel, argv0 = 0, 0, None, None
+    peak_parts: dict[str, int] = {}
     live: dict[str, list[str]] = {}
     finished, state, samples = False, {}, 0
     while True:
@@ -895,7 +921,10 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
             if kernel is not None:
                 with contextlib.suppress(psutil.Error):
                     argv0 = kernel.cmdline()[0]
-        rss, pss = kernel_tree_memory(kernel)
+        parts: dict[str, int] = {}
+        rss, pss = kernel_tree_memory(kernel, parts=parts)
+        if pss > peak_pss:
+            peak_parts = parts
         peak, peak_pss = max(peak, rss), max(peak_pss, pss)
         samples += 1
         if samples % 4 == 0:
@@ -923,6 +952,7 @@ def run_notebook(page: Any, name: str, lab: JupyterLab, artifacts: Path | None =
         name=name, duration_s=duration, finished=finished, run_value=state.get("value"),
         run_error=state.get("error"), kernel_status=state.get("kernel", "?"), kernel_argv0=argv0,
         peak_rss_mb=peak / 2**20, peak_pss_mb=peak_pss / 2**20,
+        peak_parts_mb={k: round(v / 2**20) for k, v in sorted(peak_parts.items(), key=lambda kv: -kv[1])},
         residual_pss_mb=0.0,  # measured below: after the release button's click, where the notebook has one
         cells=[CellReport(**c) for c in collected["cells"]], live=live,
         offsite_requests=log.offsite[offsite_before:], remote_connections=lab.remote_connections[connections_before:],
