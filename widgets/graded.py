@@ -949,7 +949,8 @@ _EX07 = Exercises("07", items={
               "consumer group start?",
         concept="The count writes one updated count to its sink per word it reads, a repeated word too. "
                 "A consumer group moves past every message it received and acknowledged: it gets only what "
-                "came after. A new group (on a fresh topic) starts at the beginning of every queue.",
+                "came after. A new group starts at the beginning of each queue (while the queue's first message "
+                "is still in the broker's memory, as on this fresh topic).",
         call="Round 2, 'rocket rocket ship', is 3 words, so 3 new messages in the sink; the new group gets "
              "round 1's 3 as well. my_prediction = {\"same_group_again\": ..., \"new_group\": ...}"),
         explain="A group receives what it has not acknowledged yet; the sink holds one update per word read.",
