@@ -1,4 +1,4 @@
-"""The graded exercises of notebooks 00 to 06, kept in the package so that no check cell shows (or
+"""The graded exercises of notebooks 00 to 07, kept in the package so that no check cell shows (or
 computes, in plain sight) what the answer is. Each exercise is one of three kinds:
 
 * **predict, then run**: the learner records a prediction, a cell runs a job and shows what happened,
@@ -296,7 +296,7 @@ _ALL = {"02": _EX02, "03": _EX03}
 
 
 def exercises_of(notebook: str) -> Exercises:
-    """The graded exercises of a notebook, by its number (``"00"`` to ``"06"``)."""
+    """The graded exercises of a notebook, by its number (``"00"`` to ``"07"``)."""
     return _ALL[notebook]
 
 
@@ -913,3 +913,67 @@ _EX06 = _Exercises06("06", items={
 })
 
 _ALL["06"] = _EX06
+
+# notebook 07 ------------------------------------------------------------------------------------------
+# (its own section: the exercises of 07_rocketmq, registered in _ALL at its end)
+
+#: The broken job of Exercise 2 (by its id), the notebook's own word count (by its id), and the topics
+#: Exercises 2 and 3 read (on the RocketMQ broker).
+EX07_BROKEN, EX07_NOTEBOOK_JOB, EX07_LAUNCHES, EX07_SENTENCES = (
+    "launch-counts-broken", "wordcount", "launch-log", "sentences")
+
+
+def _not_the_rocketmq_word_count(job: Any) -> str | None:
+    """A ``refuse``: the word count that notebook 07 runs on RocketMQ is not an answer to an exercise."""
+    if job.job_id == EX07_NOTEBOOK_JOB:
+        return ("That is the notebook's word count (job 'wordcount'), not a new job: build your own, with a "
+                "new id, and run it.")
+    return None
+
+
+def _launches_per_rocket(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _first_words(facts.broker, EX07_LAUNCHES),
+                        "The sink should hold, per rocket (the first word of a line of 'launch-log'), how "
+                        "many launches it made.")
+
+
+def _sentences_per_first_word(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _first_words(facts.broker, EX07_SENTENCES),
+                        "The sink should hold, per first word, how many sentences of 'sentences' begin "
+                        "with it.")
+
+
+_EX07 = Exercises("07", items={
+    "Exercise 1": Exercise("predict", Hints(
+        nudge="Two questions: how many messages does each round add to the sink, and where does each "
+              "consumer group start?",
+        concept="The count writes one updated count to its sink per word it reads, a repeated word too. "
+                "A consumer group moves past every message it received and acknowledged: it gets only what "
+                "came after. A new group starts at the beginning of each queue (while the queue's first message "
+                "is still in the broker's memory, as on this fresh topic).",
+        call="Round 2, 'rocket rocket ship', is 3 words, so 3 new messages in the sink; the new group gets "
+             "round 1's 3 as well. my_prediction = {\"same_group_again\": ..., \"new_group\": ...}"),
+        explain="A group receives what it has not acknowledged yet; the sink holds one update per word read.",
+        same=_same_named("same_group_again", "new_group")),
+    "Exercise 2": Exercise("debug", Hints(
+        nudge="Read the broken job's sink as the downstream application does: what does one message hold?",
+        concept="A sink's serializer decides the bytes of each message. TextSerializer(with_key=True) writes "
+                "'falcon:3', which is not JSON; JsonSerializer(with_key=True) writes {\"key\": ..., "
+                "\"value\": ...}.",
+        call="A copy of launch_counts with .sink(..., JsonSerializer(with_key=True)); a new job id "
+             '("launch-counts-fixed") and a new sink topic, then run_until_idle(progress=False).'),
+        reads=EX07_LAUNCHES, judge=_judging(_launches_per_rocket),
+        refuse=_refusing(_not_the_given(EX07_BROKEN), _not_the_rocketmq_word_count, _json_sink)),
+    "Exercise 3": Exercise("build", Hints(
+        nudge="It is the notebook's word count, with each sentence giving one word only and a JSON sink.",
+        concept="map(fn) turns each sentence into one record, its first word; key it by itself and count. "
+                "On RocketMQ, the job's shuffle, state and sink topics are created when it starts.",
+        call='StreamBuilder("first-words"); .source("sentences", TextDeserializer()).map(lambda s: '
+             's.split()[0]).key_by(lambda w: w).count().to_rstream().sink("first-word-counts", '
+             'JsonSerializer(with_key=True)); RocketMQStream(..., broker=broker, spark=spark, properties='
+             '{"data_dir": str(DATA / "job")}).run_until_idle(progress=False)'),
+        reads=EX07_SENTENCES, judge=_judging(_sentences_per_first_word),
+        refuse=_refusing(_not_the_rocketmq_word_count, _json_sink)),
+})
+
+_ALL["07"] = _EX07

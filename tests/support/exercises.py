@@ -1,4 +1,4 @@
-"""The shortcuts a learner could take through the graded exercises of notebooks 00 to 06, and how to
+"""The shortcuts a learner could take through the graded exercises of notebooks 00 to 07, and how to
 try them in a real kernel: each shortcut is spliced into the solution right after its exercise's check cell
 (which said "right"), followed by the check again, and the verdict that second check shows must not be "right".
 
@@ -298,6 +298,45 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              'per_core_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
              '                              properties={"data_dir": str(DATA / "job")})\n'
              "per_core_job.run_until_idle(progress=False)"),
+        ],
+    },
+    "07_rocketmq": {
+        "Exercise 1": [
+            ("the prediction copied from the run, after it was shown",
+             'exercises.predict("Exercise 1", run_groups())  # the run again, then "predicted" from it'),
+            ("the right numbers typed in after the run was shown",
+             'exercises.predict("Exercise 1", {"same_group_again": 3, "new_group": 6})'),
+        ],
+        "Exercise 2": [
+            ("the broken job handed back", "fixed_job = broken_job"),
+            ("a Counter of the rockets, no job",
+             "fixed_job = dict(Counter(line.split()[0] for line in LAUNCHES))"),
+            ("the counts typed in", 'fixed_job = {"falcon": 4, "electron": 3, "ariane": 2, "vega": 1}'),
+            ("the broken job under a new id, still writing text",
+             'fixed_job = launch_counts("launch-counts-again")\nfixed_job.run_until_idle(progress=False)'),
+            ("the fixed job, never run", 'fixed_job = launch_counts_fixed("launch-counts-unrun")'),
+            ("the notebook's word count of the sentences", "fixed_job = job"),
+        ],
+        "Exercise 3": [
+            ("the counts typed in", 'first_job = {"notebook": 26, "queue": 26, "rocket": 19}'),
+            ("a Counter of the first words, no job",
+             'first_job = Counter(m.body.decode().split()[0] for m in broker.read("sentences"))'),
+            ("the notebook's word count (every word, a text sink)", "first_job = job"),
+            ("the broken job of Exercise 2 (the launch log)", "first_job = broken_job"),
+            ("the first-words job, never run (a new id)",
+             'b = StreamBuilder("first-words-unrun")\n'
+             '(b.source("sentences", TextDeserializer()).map(lambda text: text.split()[0])\n'
+             ' .key_by(lambda w: w).count().to_rstream()\n'
+             ' .sink("first-words-unrun-counts", JsonSerializer(with_key=True)))\n'
+             'first_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                           properties={"data_dir": str(DATA / "job")})'),
+            ("a job that counts every word, not the first ones",
+             'b = StreamBuilder("every-word", shuffle_queues=2)\n'
+             '(b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             ' .to_rstream().sink("every-word-counts", JsonSerializer(with_key=True)))\n'
+             'first_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                           properties={"data_dir": str(DATA / "job")})\n'
+             "first_job.run_until_idle(progress=False)"),
         ],
     },
 }

@@ -1,0 +1,119 @@
+"""Notebook 07's graded exercises without Spark or RocketMQ: the checks judged from a real embedded broker's
+records (what the RocketMQ broker would hold, committed) against stand-ins for a job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rstream import EmbeddedBroker
+from rstream.widgets.exercises import NOT_YET, RIGHT, WRONG, check_prediction, predict, reveal
+from rstream.widgets.graded import EX07_BROKEN, EX07_NOTEBOOK_JOB, exercises_of
+from tests.support.graded import StandIn
+
+pytestmark = pytest.mark.unit
+
+EX = exercises_of("07")
+LAUNCHES = ["falcon lifted off", "electron lifted off", "falcon lifted off", "vega lifted off"]
+SENTENCES = ["rocket ships fly", "stream of records", "rocket science", "state"]
+
+
+def written(broker: EmbeddedBroker, topic: str, pairs: list[tuple[str, Any]]) -> str:
+    broker.create_topic(topic, queues=2)
+    for i, (key, value) in enumerate(pairs):
+        broker.send_batch(topic, [json.dumps({"key": key, "value": value})], queue=i % 2)
+    return topic
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> EmbeddedBroker:
+    b = EmbeddedBroker(tmp_path / "broker")
+    b.create_topic("launch-log", queues=2)
+    b.send_batch("launch-log", LAUNCHES)
+    b.create_topic("sentences", queues=2)
+    b.send_batch("sentences", SENTENCES)
+    return b
+
+
+RIGHT_LAUNCHES = [("falcon", 1), ("electron", 1), ("falcon", 2), ("vega", 1)]
+
+
+def test_the_debug_exercise_wants_json_counts_per_rocket(broker: EmbeddedBroker) -> None:
+    fixed = StandIn(broker, "launch-counts-fixed", "launch-log", [written(broker, "fixed", RIGHT_LAUNCHES)])
+    found = EX.check("Exercise 2", fixed)
+    assert found.verdict == RIGHT, found.message
+    off = StandIn(broker, "off", "launch-log", [written(broker, "off", [("falcon", 1), ("vega", 1)])])
+    found = EX.check("Exercise 2", off)
+    assert found.verdict == WRONG and "'electron'" in found.message
+
+
+def test_the_debug_exercise_refuses_a_text_sink_the_broken_job_and_the_notebook_s_job(
+        broker: EmbeddedBroker) -> None:
+    broker.create_topic("text-out", queues=1)
+    broker.send_batch("text-out", ["falcon:1", "electron:1", "falcon:2", "vega:1"])
+    text = EX.check("Exercise 2", StandIn(broker, "launch-counts-again", "launch-log", ["text-out"]))
+    assert text.verdict == WRONG and "JsonSerializer" in text.message
+    given = StandIn(broker, EX07_BROKEN, "launch-log", [written(broker, "given", RIGHT_LAUNCHES)])
+    assert "broken job itself" in EX.check("Exercise 2", given).message
+    notebook = StandIn(broker, EX07_NOTEBOOK_JOB, "sentences", [written(broker, "wc", [("rocket", 2)])])
+    assert "notebook's word count" in EX.check("Exercise 2", notebook).message
+
+
+@pytest.mark.parametrize("exercise", ["Exercise 2", "Exercise 3"])
+@pytest.mark.parametrize("answer", [{"falcon": 2, "electron": 1, "vega": 1}, 4, ["falcon"]])
+def test_results_typed_in_are_refused(exercise: str, answer: Any) -> None:
+    found = EX.check(exercise, answer)
+    assert found.verdict == WRONG and "A job" in found.message
+
+
+@pytest.mark.parametrize("exercise", ["Exercise 2", "Exercise 3"])
+def test_no_answer_is_not_yet(exercise: str) -> None:
+    assert EX.check(exercise, None).verdict == NOT_YET
+
+
+def test_a_job_never_run_or_with_records_left_is_refused(broker: EmbeddedBroker) -> None:
+    sink = written(broker, "fixed", RIGHT_LAUNCHES)
+    never = EX.check("Exercise 2", StandIn(broker, "unrun", "launch-log", [sink], batches=0))
+    assert never.verdict == WRONG and "has not run" in never.message
+    left = EX.check("Exercise 2", StandIn(broker, "left", "launch-log", [sink], left=3))
+    assert left.verdict == WRONG and "3 records left" in left.message
+
+
+def test_the_build_exercise_wants_the_sentences_per_first_word(broker: EmbeddedBroker) -> None:
+    right = [("rocket", 1), ("stream", 1), ("rocket", 2), ("state", 1)]
+    job = StandIn(broker, "first-words", "sentences", [written(broker, "first", right)])
+    found = EX.check("Exercise 3", job)
+    assert found.verdict == RIGHT, found.message
+    every = [("rocket", 1), ("ships", 1), ("fly", 1), ("stream", 1), ("of", 1), ("records", 1), ("rocket", 2),
+             ("science", 1), ("state", 1)]
+    assert EX.check("Exercise 3", StandIn(broker, "every-word", "sentences",
+                                          [written(broker, "every", every)])).verdict == WRONG
+    other = StandIn(broker, "launch-counts-fixed", "launch-log", [written(broker, "launch", RIGHT_LAUNCHES)])
+    found = EX.check("Exercise 3", other)
+    assert found.verdict == WRONG and "'sentences'" in found.message
+    notebook = StandIn(broker, EX07_NOTEBOOK_JOB, "sentences", [written(broker, "nb", right)])
+    assert EX.check("Exercise 3", notebook).verdict == WRONG
+
+
+def test_exercise_1_compares_two_named_numbers() -> None:
+    same = EX.items["Exercise 1"].same
+    assert same is not None
+    shown = {"same_group_again": 3, "new_group": 6}
+    assert same({"same_group_again": 3, "new_group": 6}, shown) and same((3, 6), shown)
+    assert not same({"same_group_again": 6, "new_group": 6}, shown)
+    assert not same({"same_group_again": 2, "new_group": 5}, shown) and not same(9, shown)
+
+
+def test_exercise_1_refuses_a_prediction_made_after_the_run() -> None:
+    ex = exercises_of("07")
+    key = "07-test/Exercise 1"  # a ledger of this test's own, not the notebook's
+    shown = {"same_group_again": 3, "new_group": 6}
+    predict("Exercise 1", {"same_group_again": 0, "new_group": 0}, ledger=key)
+    reveal("Exercise 1", lambda: shown, ledger=key)
+    predict("Exercise 1", shown, ledger=key)
+    spec = ex.items["Exercise 1"]
+    found = check_prediction("Exercise 1", spec.hints, same=spec.same, ledger=key)
+    assert found.verdict == WRONG and "after the run" in found.message
