@@ -945,16 +945,15 @@ def _sentences_per_first_word(facts: JobFacts) -> str | None:
 
 _EX07 = Exercises("07", items={
     "Exercise 1": Exercise("predict", Hints(
-        nudge="Two questions: how many messages does each round add to the sink, and where does each "
-              "consumer group start?",
-        concept="The count writes one updated count to its sink per word it reads, a repeated word too. "
-                "A consumer group moves past every message it received and acknowledged: it gets only what "
-                "came after. A new group starts at the beginning of each queue (while the queue's first message "
-                "is still in the broker's memory, as on this fresh topic).",
-        call="Round 2, 'rocket rocket ship', is 3 words, so 3 new messages in the sink; the new group gets "
-             "round 1's 3 as well. my_prediction = {\"same_group_again\": ..., \"new_group\": ...}"),
-        explain="A group receives what it has not acknowledged yet; the sink holds one update per word read.",
-        same=_same_named("same_group_again", "new_group")),
+        nudge="Two questions: how many times does the job read the word 'rocket', and what decides the queue "
+              "of a sink message?",
+        concept="The count writes one updated count per word it reads, a repeated word too (RocketMQ Streams' "
+                "model). A sink sends a message with a key to the queue of a hash of that key, so all of one "
+                "key's messages go to one queue, in order.",
+        call="'rocket' is read 4 times (1 + 1 + 2): 4 messages, each a new count, all in the queue of its hash. "
+             "my_prediction = {\"rocket_messages\": ..., \"queues_with_rocket\": ...}"),
+        explain="One updated count per word read; one queue per key, by a hash of the key.",
+        same=_same_named("rocket_messages", "queues_with_rocket")),
     "Exercise 2": Exercise("debug", Hints(
         nudge="Read the broken job's sink as the downstream application does: what does one message hold?",
         concept="A sink's serializer decides the bytes of each message. TextSerializer(with_key=True) writes "

@@ -303,9 +303,9 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "07_rocketmq": {
         "Exercise 1": [
             ("the prediction copied from the run, after it was shown",
-             'exercises.predict("Exercise 1", run_groups())  # the run again, then "predicted" from it'),
+             'exercises.predict("Exercise 1", run_keyed())  # the run again, then "predicted" from it'),
             ("the right numbers typed in after the run was shown",
-             'exercises.predict("Exercise 1", {"same_group_again": 3, "new_group": 6})'),
+             'exercises.predict("Exercise 1", {"rocket_messages": 4, "queues_with_rocket": 1})'),
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),

@@ -101,17 +101,17 @@ def test_the_build_exercise_wants_the_sentences_per_first_word(broker: EmbeddedB
 def test_exercise_1_compares_two_named_numbers() -> None:
     same = EX.items["Exercise 1"].same
     assert same is not None
-    shown = {"same_group_again": 3, "new_group": 6}
-    assert same({"same_group_again": 3, "new_group": 6}, shown) and same((3, 6), shown)
-    assert not same({"same_group_again": 6, "new_group": 6}, shown)
-    assert not same({"same_group_again": 2, "new_group": 5}, shown) and not same(9, shown)
+    shown = {"rocket_messages": 4, "queues_with_rocket": 1}
+    assert same({"rocket_messages": 4, "queues_with_rocket": 1}, shown) and same((4, 1), shown)
+    assert not same({"rocket_messages": 1, "queues_with_rocket": 1}, shown)  # one final count: not per record
+    assert not same({"rocket_messages": 4, "queues_with_rocket": 4}, shown) and not same(4, shown)
 
 
 def test_exercise_1_refuses_a_prediction_made_after_the_run() -> None:
     ex = exercises_of("07")
     key = "07-test/Exercise 1"  # a ledger of this test's own, not the notebook's
-    shown = {"same_group_again": 3, "new_group": 6}
-    predict("Exercise 1", {"same_group_again": 0, "new_group": 0}, ledger=key)
+    shown = {"rocket_messages": 4, "queues_with_rocket": 1}
+    predict("Exercise 1", {"rocket_messages": 3, "queues_with_rocket": 2}, ledger=key)
     reveal("Exercise 1", lambda: shown, ledger=key)
     predict("Exercise 1", shown, ledger=key)
     spec = ex.items["Exercise 1"]
