@@ -17,7 +17,9 @@ from tests.support.jobs import (
     WORDCOUNT_TO_KILL,
     assert_exact_counts,
     broker_arg,
+    crash_then_finish,
     job_id,
+    repeated_counts,
     sink_values,
     wordcount,
 )
@@ -44,6 +46,19 @@ def test_word_count_is_exact(rocket_broker: Any, make_rocket_job: Any) -> None:
     assert dict(zip(state["key"], state["value"])) == {w: int(vs[-1]) for w, vs in
                                                        sink_values(rocket_broker, "counts").items()}
     assert len(job.progress) > 1 and job.state_diff(0, len(job.progress) - 1) is not None
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_a_task_killed_between_its_sink_write_and_its_commit(rocket_broker: Any, make_rocket_job: Any,
+                                                            guarantee: str) -> None:
+    """At least once, the dead range's sink records are read back twice from RocketMQ (they were sent
+    without an attempt, so they count); exactly once, every running count once."""
+    text = _sentences(40)
+    crash_then_finish(rocket_broker, make_rocket_job, text, guarantee, "before_commit")
+    if guarantee == "at_least_once":
+        assert repeated_counts(rocket_broker, "counts", text) > 0
+    else:
+        assert_exact_counts(rocket_broker, "counts", text)
 
 
 def test_windows_with_late_data_through_a_restart_that_lost_local_state(rocket_broker: Any,

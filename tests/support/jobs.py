@@ -46,6 +46,38 @@ def assert_exact_counts(broker: EmbeddedBroker, sink: str, sentences: list[str])
     assert {w: [int(v) for v in vs] for w, vs in got.items()} == {w: list(range(1, n + 1)) for w, n in expected.items()}
 
 
+def crash_then_finish(broker: Any, make_job: Any, sentences: list[str], guarantee: str, point: str) -> Any:
+    """A word count of ``sentences`` whose first task to reach ``point`` dies there (``crash_once``): in
+    local mode its batch fails, and the same job made again goes on from its checkpoint to the end."""
+    import pytest
+
+    from rstream import JobError
+
+    broker.create_topic("sentences", queues=2)
+    broker.send_batch("sentences", sentences)
+    name = job_id(f"{guarantee}-{point}".replace("_", "-"))
+    job = make_job(wordcount(name), processing_guarantee=guarantee)
+    job.crash_once(point)
+    with pytest.raises(JobError, match="crashed|exited"):
+        job.run_until_idle(progress=False)
+    again = make_job(wordcount(name), processing_guarantee=guarantee)  # the same job, from its checkpoint
+    again.run_until_idle(progress=False)
+    return again
+
+
+def repeated_counts(broker: Any, sink: str, sentences: list[str]) -> int:
+    """How many running counts a word count wrote twice, at least once, after a task died between its
+    sink write and its commit: per word the sink must hold 1, ..., m, then k, ..., m again (the range's
+    rerun from the same commit, before the queue's next range), then m + 1, ..., n, and nothing else."""
+    expected = Counter(w for s in sentences for w in s.split())
+    got = {w: [int(v) for v in vs] for w, vs in sink_values(broker, sink).items()}
+    assert set(got) == set(expected)
+    for w, n in expected.items():
+        assert any(got[w] == [*range(1, m + 1), *range(k, m + 1), *range(m + 1, n + 1)]
+                   for m in range(0, n + 1) for k in range(1, m + 2)), (w, got[w])
+    return sum(len(vs) for vs in got.values()) - sum(expected.values())
+
+
 #: A word count started in a process of its own, to be killed with SIGKILL mid-batch: ``python -c
 #: WORDCOUNT_TO_KILL <broker> <data_dir> <spark tmp dir> <job id>``, the broker as ``broker_arg`` gives it.
 WORDCOUNT_TO_KILL = textwrap.dedent("""
