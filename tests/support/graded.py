@@ -4,8 +4,10 @@ real embedded broker holding what the job would have written."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 import pandas as pd
 
@@ -38,3 +40,12 @@ class StandIn:
 
     def state(self) -> pd.DataFrame:
         return pd.DataFrame({"key": list(self._state), "value": list(self._state.values())})
+
+
+def written(broker: EmbeddedBroker, topic: str, pairs: list[tuple[str, Any]]) -> str:
+    """A sink topic of two queues holding ``{"key": ..., "value": ...}`` per pair (what
+    ``JsonSerializer(with_key=True)`` writes), spread over both queues; its name."""
+    broker.create_topic(topic, queues=2)
+    for i, (key, value) in enumerate(pairs):
+        broker.send_batch(topic, [json.dumps({"key": key, "value": value})], queue=i % 2)
+    return topic

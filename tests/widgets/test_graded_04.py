@@ -5,26 +5,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from rstream import EmbeddedBroker
 from rstream.widgets.exercises import RIGHT, WRONG
 from rstream.widgets.graded import EX04_BROKEN, exercises_of
-from tests.support.graded import StandIn
+from tests.support.graded import StandIn, written
 
 pytestmark = pytest.mark.unit
 
 EX = exercises_of("04")
 MOVES = [("a", 50), ("b", -20), ("a", -70), ("c", 10), ("b", 30), ("a", -10), ("c", -15), ("a", 40), ("b", -40)]
-
-
-def written(broker: EmbeddedBroker, topic: str, pairs: list[tuple[str, Any]]) -> str:
-    broker.create_topic(topic, queues=2)
-    for i, (key, value) in enumerate(pairs):
-        broker.send_batch(topic, [json.dumps({"key": key, "value": value})], queue=i % 2)
-    return topic
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ records (what the RocketMQ broker would hold, committed) against stand-ins for a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,20 +11,13 @@ import pytest
 from rstream import EmbeddedBroker
 from rstream.widgets.exercises import NOT_YET, RIGHT, WRONG, check_prediction, predict, reveal
 from rstream.widgets.graded import EX07_BROKEN, EX07_NOTEBOOK_JOB, exercises_of
-from tests.support.graded import StandIn
+from tests.support.graded import StandIn, written
 
 pytestmark = pytest.mark.unit
 
 EX = exercises_of("07")
 LAUNCHES = ["falcon lifted off", "electron lifted off", "falcon lifted off", "vega lifted off"]
 SENTENCES = ["rocket ships fly", "stream of records", "rocket science", "state"]
-
-
-def written(broker: EmbeddedBroker, topic: str, pairs: list[tuple[str, Any]]) -> str:
-    broker.create_topic(topic, queues=2)
-    for i, (key, value) in enumerate(pairs):
-        broker.send_batch(topic, [json.dumps({"key": key, "value": value})], queue=i % 2)
-    return topic
 
 
 @pytest.fixture
