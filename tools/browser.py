@@ -411,18 +411,21 @@ def kernel_tree_memory(kernel: psutil.Process | None, pss: bool = True,
                 info = p.memory_full_info()
                 rss, proportional = rss + info.rss, proportional + info.pss
                 if parts is not None:
-                    kind = "kernel" if p is kernel else process_kind(p.cmdline())
+                    kind = "kernel" if p is kernel else process_kind(p.cmdline(), p.name())
                     parts[kind] = parts.get(kind, 0) + info.pss
             else:
                 rss += p.memory_info().rss
     return rss, proportional
 
 
-def process_kind(argv: list[str]) -> str:
+def process_kind(argv: list[str], name: str = "") -> str:
     """What a process of a kernel's tree is, for a memory breakdown: ``java <main class>``, the Python
-    module it runs (``python -m <module> [its first argument]``), or its program."""
+    module it runs (``python -m <module> [its first argument]``), or its program. A process rstream's
+    zygote forked keeps the zygote's command line but is named after what it became (``name``)."""
     if not argv:
         return "?"
+    if "rstream.runtime.zygote" in argv and name and not name.startswith("python"):
+        return f"forked by the zygote: {name}"
     program = os.path.basename(argv[0])
     if program == "java":
         main = next((a for a in argv[1:] if not a.startswith("-") and "." in a and "/" not in a), "")

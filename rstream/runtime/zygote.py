@@ -36,18 +36,28 @@ import threading
 from pathlib import Path
 from typing import Any
 
-#: The module Spark runs per streaming query, the only one the zygote starts.
+#: The module Spark runs per streaming query.
 RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 
-#: Modules the zygote imports before it forks: the runner's, and what rstream's reader loads in it.
-PRELOAD = (RUNNER, "rstream.runtime.source", "rstream.broker.embedded", "rstream.runtime.config")
+#: The modules whose processes the zygote starts: the runner, and the daemons Spark keeps for the
+#: whole session (the tasks' one, ``rstream.runtime.daemon``, and one per planner of a Python data
+#: source: its lookup, creation and read planning). Forked from the zygote, a daemon shares its
+#: imports (pyspark, pyarrow, numpy, rstream) with every other process forked from it.
+SERVED = (RUNNER, "pyspark.daemon", "rstream.runtime.daemon")
+
+#: Modules the zygote imports before it forks: the runner's, what rstream's reader loads in it, and
+#: what the daemons import before they fork their workers.
+PRELOAD = (RUNNER, "rstream.runtime.source", "rstream.broker.embedded", "rstream.runtime.config", "pyspark.daemon",
+           "rstream.runtime.daemon")
 
 _LAUNCH = Path(__file__).with_name("launch.py")
 
 _SCRIPT = """#!/bin/sh
 # Made by rstream (rstream/runtime/zygote.py): Spark's Python for this session.
-if [ "$1" = "-m" ] && [ "$2" = "{runner}" ]; then
-  exec {real} -I -S {launch} {sock} {real} "$@"
+if [ "$1" = "-m" ]; then
+  case "$2" in
+    {served}) exec {real} -I -S {launch} {sock} {real} "$@" ;;
+  esac
 fi
 exec {real} "$@"
 """
@@ -62,8 +72,8 @@ class Zygote:
         self.dir = Path(tempfile.mkdtemp(prefix="rstream-zygote-"))
         self.socket = self.dir / "zygote.sock"
         self.script = self.dir / "python"
-        self.script.write_text(_SCRIPT.format(runner=RUNNER, real=_quote(real_python), launch=_quote(str(_LAUNCH)),
-                                              sock=_quote(str(self.socket))))
+        self.script.write_text(_SCRIPT.format(served="|".join(SERVED), real=_quote(real_python),
+                                              launch=_quote(str(_LAUNCH)), sock=_quote(str(self.socket))))
         self.script.chmod(self.script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         self.proc: subprocess.Popen[bytes] | None = None
         self._ready = False
@@ -175,8 +185,27 @@ def _single_threaded() -> bool:
         return threading.active_count() == 1
 
 
+def _set_name(argv: list[str]) -> None:
+    """Name this forked process after what it became (its command line stays the zygote's): ``ps``,
+    ``top`` and ``psutil.Process.name()`` show ``pyspark.worker`` for the tasks' daemon and its
+    workers, the worker module's last part for a planner's daemon, ``source_runner`` for a runner."""
+    module, args = argv[0], argv[1:]
+    if module == RUNNER:
+        name = "source_runner"
+    else:
+        worker = args[0] if args else module
+        name = worker if worker == "pyspark.worker" else worker.rsplit(".", 1)[-1]
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME (Linux)
+    except (OSError, AttributeError):
+        pass
+
+
 def _child(conn: socket.socket, fds: list[int], request: dict[str, Any], closing: list[Any]) -> None:
-    """In the forked process: become the runner Spark asked for, then exit with its code."""
+    """In the forked process: become the process Spark asked for (``python -m <one of SERVED> ...``),
+    then exit with its code."""
     code = 1
     try:
         for obj in closing:
@@ -190,11 +219,15 @@ def _child(conn: socket.socket, fds: list[int], request: dict[str, Any], closing
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        sys.argv = [RUNNER, *request["argv"][2:]]
+        module = request["argv"][1]
+        if module not in SERVED:
+            raise ValueError(f"the zygote starts {SERVED}, not {module!r}")
+        sys.argv = [module, *request["argv"][2:]]
+        _set_name(sys.argv)
         import runpy
 
         code = 0
-        runpy.run_module(RUNNER, run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # what a runner that starts normally would print before it dies

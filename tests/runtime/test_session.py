@@ -22,7 +22,8 @@ WORKERS = textwrap.dedent("""
         found = set()
         for p in psutil.Process().children(recursive=True):
             try:
-                if "pyspark.worker" in " ".join(p.cmdline()):
+                # a daemon or worker the zygote forked keeps the zygote's command line, under this name
+                if "pyspark.worker" in " ".join(p.cmdline()) or p.name() == "pyspark.worker":
                     found.add(p.pid)
             except psutil.Error:  # a short-lived process, gone already
                 pass

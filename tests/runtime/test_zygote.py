@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from rstream.runtime.zygote import RUNNER, Zygote, real_python
@@ -215,3 +216,25 @@ def _cmdline(proc: Path) -> str:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+def test_a_daemon_spark_starts_is_forked_from_the_zygote_and_ends_when_spark_closes_its_stdin(
+        zygote: Zygote) -> None:
+    """The daemons Spark keeps for a session (the tasks' one, and one per planner of a Python data
+    source) start warm too: forked from the zygote, so they share its imports, named after what they
+    became. Spark stops a daemon by closing its stdin."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON_WORKER_FACTORY")}
+    launcher = subprocess.Popen([str(zygote.script), "-m", "pyspark.daemon", "pyspark.sql.worker.plan_data_source_read"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert launcher.stdout is not None and launcher.stdin is not None and zygote.proc is not None
+    port = struct.unpack("!i", launcher.stdout.read(4))[0]  # a daemon's first words: where it listens
+    assert 0 < port < 65536
+    daemons = [p for p in psutil.Process(zygote.proc.pid).children() if p.name() == "plan_data_sourc"]
+    assert [d.pid != launcher.pid for d in daemons] == [True]  # a warm fork, not a new interpreter
+    launcher.stdin.close()
+    # the daemon's own exit, passed on: pyspark 4's daemon ends with 1 here (its finally shuts down again)
+    assert launcher.wait(timeout=60) == 1
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{daemons[0].pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{daemons[0].pid}").exists()  # ended, and reaped by the zygote

@@ -18,6 +18,9 @@ def test_a_process_is_named_by_its_java_main_class_its_python_module_or_its_prog
         "python -m pyspark.daemon pyspark.sql.worker.plan_data_source_read"
     assert process_kind(["/v/bin/python", "-m", "rstream.runtime.zygote", "/tmp/z/zygote.sock"]) == \
         "python -m rstream.runtime.zygote"
+    zygote = ["/v/bin/python", "-m", "rstream.runtime.zygote", "/tmp/z/zygote.sock"]
+    assert process_kind(zygote, "pyspark.worker") == "forked by the zygote: pyspark.worker"
+    assert process_kind(zygote, "python") == "python -m rstream.runtime.zygote"  # the zygote itself
     assert process_kind(["/usr/bin/sleep", "5"]) == "sleep"
     assert process_kind([]) == "?"
 
