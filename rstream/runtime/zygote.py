@@ -8,8 +8,10 @@ fixed cost of every ``run_until_idle()``, was that process importing pyspark, py
 
 Sessions made by ``get_spark()`` with a local master therefore get a *zygote*: one process per
 driver that has imported all of it once and forks a copy of itself, already warm, for each query.
+The same zygote forks the daemons Spark keeps for the whole session (``SERVED``: the tasks' daemon and
+the Python data source planners' daemons), so they share its imports instead of each loading its own.
 Spark still starts what it believes is Python (``PYSPARK_PYTHON`` is a small script that runs the
-real interpreter for everything else): for the source runner that script runs ``launch.py``, which
+real interpreter for everything else): for the modules in ``SERVED`` that script runs ``launch.py``, which
 hands its standard streams, environment and working directory to the zygote over a Unix socket,
 forwards signals to the forked runner and exits with its exit code. Everything the runner reads
 from its environment (how to connect back to the JVM) is read after the fork, from the launcher's.
