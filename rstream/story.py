@@ -11,10 +11,13 @@ busier than the rest), its pages and products, the reviews they write (01's word
 views as two or three web servers deliver them, late and out of order (02, 03), store credit and
 unpaid orders (04), orders, payments and profiles to join (05), and now and then a record nobody
 can parse (``malformed``). Neither RIP-58 nor RocketMQ Streams defines a data set: this is
-rstream's, after apache/flink-training, whose labs all read one New York taxi data set.
+rstream's, after apache/flink-training, whose labs all read one generated stream of New York taxi
+rides and their fares.
 
 Each method draws from a generator of its own, seeded by the shop's seed, the method's name and its
-arguments: a notebook gets the same data whatever else it asked for before, and in any order. Times
+arguments: a notebook gets the same data whatever else it asked for before, and in any order
+(flink-training's ``DataGenerator`` does the same: a ride's fields come from a generator seeded by
+the ride's id). Times
 are milliseconds of event time from 0, so they read easily; each event has its time in ``"ts"``.
 """
 
