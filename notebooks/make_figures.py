@@ -25,22 +25,22 @@ FIGURES = HERE / "figures"
 EVENT_TIME = "02-event-time.png"
 
 
-def _greeting_words() -> str:
+def _review_words() -> str:
     from rstream import StreamBuilder, TextDeserializer, TextSerializer
 
-    builder = StreamBuilder("greeting-words")
-    (builder.source("greetings", TextDeserializer())
+    builder = StreamBuilder("review-words")
+    (builder.source("reviews", TextDeserializer())
      .flat_map(str.split)
      .key_by(lambda word: word)
      .count()
      .to_rstream()
-     .sink("greeting-counts", TextSerializer(with_key=True)))
+     .sink("review-word-counts", TextSerializer(with_key=True)))
     return builder.build(combine=False).real_svg()  # as RIP-58 draws it: one shuffle record per word
 
 
 #: Per figure file, what draws it (each the job of the notebook's own cell, the same DSL calls).
 TOPOLOGIES: dict[str, Callable[[], str]] = {
-    "00-topology.svg": _greeting_words,
+    "00-topology.svg": _review_words,
 }
 
 

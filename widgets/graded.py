@@ -304,7 +304,7 @@ def exercises_of(notebook: str) -> Exercises:
 # (registered in _ALL here, at the end, so that each notebook's section stays apart from the others)
 
 #: The broken job that Exercise 2 gives (by its id), and the topics of Exercises 1 and 2.
-EX01_BROKEN, EX01_QUOTES = "quote-words-broken", "quotes"
+EX01_BROKEN, EX01_NEW_REVIEWS = "new-words-broken", "new-reviews"
 
 
 def _texts(broker: Any, topic: str) -> Iterator[str]:
@@ -346,15 +346,15 @@ def _same_counts(facts: JobFacts, expected: dict[str, int], what: str) -> str | 
     return None if got == expected else f"{_difference(got, expected)} {what}"
 
 
-def _quote_words(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _words(facts.broker, EX01_QUOTES),
-                        "The sink should hold, per word of the quotes, how often it occurs.")
+def _new_review_words(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _words(facts.broker, EX01_NEW_REVIEWS),
+                        "The sink should hold, per word of the new reviews, how often it occurs.")
 
 
 def _long_words(facts: JobFacts) -> str | None:
-    expected = {w: n for w, n in _words(facts.broker, "sentences").items() if len(w) >= 4}
+    expected = {w: n for w, n in _words(facts.broker, "reviews").items() if len(w) >= 4}
     return _same_counts(facts, expected, "The sink should hold every word of four letters or more in "
-                        "'sentences', and how often it occurs; no shorter word.")
+                        "'reviews', and how often it occurs; no shorter word.")
 
 
 def _json_sink(job: Any) -> str | None:
@@ -387,11 +387,11 @@ def _refusing(*refusals: Callable[[Any], str | None]) -> Callable[[Any], str | N
 
 _EX01 = Exercises("01", items={
     "Exercise 1": Exercise("predict", Hints(
-        nudge="Follow the sentence through the three steps of the job: split, shuffle, count.",
+        nudge="Follow the review through the three steps of the job: split, shuffle, count.",
         concept="build() puts COMBINE before the shuffle sink (rstream's rewrite): it sends one record per "
                 "distinct word of a batch and source queue, saying how many times the word came. The count "
                 "still emits one update per word it stands for, as with RIP-58's plain shuffle.",
-        call="Count the words of the sentence, and its distinct words: one of them is the shuffle, the other "
+        call="Count the words of the review, and its distinct words: one of them is the shuffle, the other "
              "the sink. my_prediction = {\"shuffle\": ..., \"sink\": ...}"),
         explain="COMBINE merges the repeats of a word before the shuffle; the count emits an update per word.",
         same=_same_named("shuffle", "sink")),
@@ -399,9 +399,9 @@ _EX01 = Exercises("01", items={
         nudge="Look at the keys in the broken job's sink: what does it count?",
         concept="flat_map(fn) emits every item of fn(value). A str is itself iterable, one character at a "
                 "time; str.split returns the words.",
-        call="A copy of quote_words with .flat_map(str.split) instead of .flat_map(lambda text: text); "
-             'build the job with a new id ("quote-words-fixed"), then run_until_idle(progress=False).'),
-        reads=EX01_QUOTES, judge=_judging(_quote_words),
+        call="A copy of new_review_words with .flat_map(str.split) instead of .flat_map(lambda text: text); "
+             'build the job with a new id ("new-words-fixed"), then run_until_idle(progress=False).'),
+        reads=EX01_NEW_REVIEWS, judge=_judging(_new_review_words),
         refuse=_refusing(_not_the_given(EX01_BROKEN), _json_sink)),
     "Exercise 3": Exercise("build", Hints(
         nudge="It is the word count at the top of the notebook with one step added and another sink.",
@@ -410,7 +410,7 @@ _EX01 = Exercises("01", items={
         call='.flat_map(str.split).filter(lambda word: len(word) >= 4).key_by(lambda word: word).count(), '
              '.to_rstream().sink("long-word-counts", JsonSerializer(with_key=True)); then RocketMQStream('
              'builder.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)}).run_until_idle()'),
-        reads="sentences", judge=_judging(_long_words), refuse=_json_sink),
+        reads="reviews", judge=_judging(_long_words), refuse=_json_sink),
 })
 _ALL["01"] = _EX01
 
@@ -525,7 +525,7 @@ _ALL["05"] = _EX05
 # (its own section: the exercises of 00_start_here, registered in _ALL at its end)
 
 #: The broken job of Exercise 2 (by its id), the notebook's own word count (by its id), and their topic.
-EX00_BROKEN, EX00_NOTEBOOK_JOB, EX00_GREETINGS = "greeting-words-broken", "greeting-words", "greetings"
+EX00_BROKEN, EX00_NOTEBOOK_JOB, EX00_REVIEWS = "review-words-broken", "review-words", "reviews"
 
 
 def _first_words(broker: Any, topic: str) -> dict[str, int]:
@@ -537,20 +537,20 @@ def _first_words(broker: Any, topic: str) -> dict[str, int]:
     return counts
 
 
-def _greeting_words(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _words(facts.broker, EX00_GREETINGS),
-                        "The sink should hold, per word of the greetings, how often it occurs.")
+def _review_words(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _words(facts.broker, EX00_REVIEWS),
+                        "The sink should hold, per word of the reviews, how often it occurs.")
 
 
-def _greetings_per_first_word(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _first_words(facts.broker, EX00_GREETINGS),
-                        "The sink should hold, per first word, how many greetings begin with it.")
+def _reviews_per_first_word(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _first_words(facts.broker, EX00_REVIEWS),
+                        "The sink should hold, per first word, how many reviews begin with it.")
 
 
 def _not_the_notebooks_job(job: Any) -> str | None:
     """A ``refuse``: the word count from the top of notebook 00 is not an answer to an exercise."""
     if job.job_id == EX00_NOTEBOOK_JOB:
-        return ("That is the word count from the top of the notebook (job 'greeting-words'), not a new job. "
+        return ("That is the word count from the top of the notebook (job 'review-words'), not a new job. "
                 "Build your own job, with a new id, and run it.")
     return None
 
@@ -562,31 +562,31 @@ def _same_number(predicted: Any, shown: Any) -> bool:
 
 _EX00 = Exercises("00", items={
     "Exercise 1": Exercise("predict", Hints(
-        nudge="Count words, not greetings. And a word that comes twice: how many times is it counted?",
+        nudge="Count words, not reviews. And a word that comes twice: how many times is it counted?",
         concept="count() keeps one count per word. Each word it reads makes that word's count one bigger, "
                 "and the job writes the new count to the sink topic: one message for every word read, "
                 "even when the same word comes twice.",
-        call="Count the words of each of the two greetings (a repeated word counts again), then add: "
+        call="Count the words of each of the two reviews (a repeated word counts again), then add: "
              "my_prediction = words of the first + words of the second."),
         explain="The job writes one updated count for every word it reads, a repeated word too.",
         same=_same_number),
     "Exercise 2": Exercise("debug", Hints(
         nudge="Look at the keys in the broken job's counts: are they words?",
-        concept="A job counts whatever reaches count(). Each greeting must first be split into its words "
+        concept="A job counts whatever reaches count(). Each review must first be split into its words "
                 "(flat_map gives one record per word); only then key each word by itself.",
         call='Copy the job, add .flat_map(str.split) right after .source(...), and keep key_by(lambda word: '
-             'word); give it a new id ("greeting-words-fixed"), then run_until_idle(progress=False).'),
-        reads=EX00_GREETINGS, judge=_judging(_greeting_words),
+             'word); give it a new id ("review-words-fixed"), then run_until_idle(progress=False).'),
+        reads=EX00_REVIEWS, judge=_judging(_review_words),
         refuse=_refusing(_not_the_given(EX00_BROKEN), _not_the_notebooks_job, _json_sink)),
     "Exercise 3": Exercise("build", Hints(
-        nudge="It is the word count at the top of the notebook, but each greeting gives one word only.",
-        concept="map(fn) turns each record into one new record: here a greeting into its first word. "
+        nudge="It is the word count at the top of the notebook, but each review gives one word only.",
+        concept="map(fn) turns each record into one new record: here a review into its first word. "
                 "Then key each first word by itself and count, as for all the words.",
         call='.map(lambda text: text.split()[0]).key_by(lambda word: word).count().to_rstream()'
              '.sink("first-word-counts", JsonSerializer(with_key=True)); then RocketMQStream('
              'first_builder.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'
              ".run_until_idle(progress=False)"),
-        reads=EX00_GREETINGS, judge=_judging(_greetings_per_first_word),
+        reads=EX00_REVIEWS, judge=_judging(_reviews_per_first_word),
         refuse=_refusing(_not_the_notebooks_job, _json_sink)),
 })
 

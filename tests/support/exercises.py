@@ -19,39 +19,39 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "Exercise 1": [
             ("the prediction written after the run was shown",
              'exercises.predict("Exercise 1", {"shuffle": 0, "sink": 0})  # a first guess\n'
-             'exercises.reveal("Exercise 1", run_to_be)  # the run is shown\n'
-             'exercises.predict("Exercise 1", run_to_be())  # then "predicted" from it'),
+             'exercises.reveal("Exercise 1", run_one_review)  # the run is shown\n'
+             'exercises.predict("Exercise 1", run_one_review())  # then "predicted" from it'),
             ("the right numbers typed in after the run was shown",
-             'exercises.predict("Exercise 1", {"shuffle": 4, "sink": 6})'),
+             'exercises.predict("Exercise 1", {"shuffle": 5, "sink": 7})'),
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
-            ("a Counter of the quotes' words, no job",
-             "fixed_job = dict(Counter(word for quote in QUOTES for word in quote.split()))"),
-            ("the counts typed in", 'fixed_job = {"to": 2, "be": 2, "is": 4, "the": 3}'),
+            ("a Counter of the new reviews' words, no job",
+             "fixed_job = dict(Counter(word for review in NEW_REVIEWS for word in review.split()))"),
+            ("the counts typed in", 'fixed_job = {"mug": 3, "was": 3, "cheap": 2, "the": 2}'),
             ("the broken job under a new id, still broken",
-             'fixed_job = quote_words("quote-words-again")\nfixed_job.run_until_idle(progress=False)'),
+             'fixed_job = new_review_words("new-words-again")\nfixed_job.run_until_idle(progress=False)'),
             ("the fixed job, never run",
-             'b = StreamBuilder("quote-words-unrun", shuffle_queues=2)\n'
-             '(b.source("quotes", TextDeserializer()).flat_map(str.split).key_by(lambda word: word).count()\n'
-             ' .to_rstream().sink("quote-words-unrun-counts", JsonSerializer(with_key=True)))\n'
+             'b = StreamBuilder("new-words-unrun", shuffle_queues=2)\n'
+             '(b.source("new-reviews", TextDeserializer()).flat_map(str.split).key_by(lambda word: word).count()\n'
+             ' .to_rstream().sink("new-words-unrun-counts", JsonSerializer(with_key=True)))\n'
              'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
-            ("the notebook's word count of the sentences", "fixed_job = job"),
+            ("the notebook's word count of the reviews", "fixed_job = job"),
         ],
         "Exercise 3": [
-            ("counts typed in", 'long_job = {"quick": 50, "jumps": 25, "lazy": 50}'),
+            ("counts typed in", 'long_job = {"came": 62, "great": 43, "late": 31}'),
             ("a plain Python count, no job",
              "long_job = {word: n for word, n in python_counts().items() if len(word) >= 4}"),
             ("the notebook's word count (every word, a text sink)", "long_job = job"),
-            ("the job of Exercise 2 (the quotes)", "long_job = broken_job"),
+            ("the job of Exercise 2 (the new reviews)", "long_job = broken_job"),
             ("the long-words job, never run",
              'b = StreamBuilder("long-words-unrun")\n'
-             '(b.source("sentences", TextDeserializer()).flat_map(str.split).filter(lambda w: len(w) >= 4)\n'
+             '(b.source("reviews", TextDeserializer()).flat_map(str.split).filter(lambda w: len(w) >= 4)\n'
              ' .key_by(lambda w: w).count().to_rstream().sink("long-unrun", JsonSerializer(with_key=True)))\n'
              'long_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
             ("a job that counts every word, the short ones too",
              'b = StreamBuilder("all-words", shuffle_queues=2)\n'
-             '(b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             '(b.source("reviews", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
              ' .to_rstream().sink("all-word-counts", JsonSerializer(with_key=True)))\n'
              'long_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
              "long_job.run_until_idle(progress=False)"),
@@ -216,44 +216,44 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "00_start_here": {
         "Exercise 1": [
             ("the prediction written after the run was shown",
-             'exercises.predict("Exercise 1", 2)  # a first guess: one per greeting\n'
+             'exercises.predict("Exercise 1", 2)  # a first guess: one per review\n'
              'exercises.reveal("Exercise 1", run_more)  # the run is shown\n'
              'exercises.predict("Exercise 1", run_more())  # then "predicted" from it'),
-            ("the right number typed in after the run was shown", 'exercises.predict("Exercise 1", 6)'),
+            ("the right number typed in after the run was shown", 'exercises.predict("Exercise 1", 10)'),
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
-            ("a Counter of the greetings' words, no job",
+            ("a Counter of the reviews' words, no job",
              "from collections import Counter\n\n"
-             'fixed_job = dict(Counter(w for m in broker.read("greetings") for w in m.body.decode().split()))'),
-            ("the counts typed in", 'fixed_job = {"hello": 26, "good": 3, "stream": 2, "broker": 2}'),
+             'fixed_job = dict(Counter(w for m in broker.read("reviews") for w in m.body.decode().split()))'),
+            ("the counts typed in", 'fixed_job = {"the": 9, "came": 8, "great": 7, "mug": 5}'),
             ("the broken job under a new id, still broken",
-             'fixed_job = greeting_words("greeting-words-again")\nfixed_job.run_until_idle(progress=False)'),
+             'fixed_job = review_words("review-words-again")\nfixed_job.run_until_idle(progress=False)'),
             ("the fixed job, never run",
-             'b = StreamBuilder("greeting-words-unrun")\n'
-             '(b.source("greetings", TextDeserializer()).flat_map(str.split).key_by(lambda word: word).count()\n'
-             ' .to_rstream().sink("greeting-words-unrun-counts", JsonSerializer(with_key=True)))\n'
+             'b = StreamBuilder("review-words-unrun")\n'
+             '(b.source("reviews", TextDeserializer()).flat_map(str.split).key_by(lambda word: word).count()\n'
+             ' .to_rstream().sink("review-words-unrun-counts", JsonSerializer(with_key=True)))\n'
              'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
-            ("the notebook's greeting-words job (a text sink)", "fixed_job = job"),
+            ("the notebook's review-words job (a text sink)", "fixed_job = job"),
         ],
         "Exercise 3": [
-            ("the counts typed in", 'first_job = {"hello": 24, "good": 3, "hi": 1}'),
+            ("the counts typed in", 'first_job = {"the": 9, "my": 8, "a": 6, "this": 5}'),
             ("a plain Python Counter of the first words, no job",
              "from collections import Counter\n\n"
-             'first_job = Counter(m.body.decode().split()[0] for m in broker.read("greetings"))'),
-            ("the notebook's greeting-words job (every word, a text sink)", "first_job = job"),
-            ("the broken job of Exercise 2 (whole greetings)", "first_job = broken_job"),
+             'first_job = Counter(m.body.decode().split()[0] for m in broker.read("reviews"))'),
+            ("the notebook's review-words job (every word, a text sink)", "first_job = job"),
+            ("the broken job of Exercise 2 (whole reviews)", "first_job = broken_job"),
             ("the broken job of Exercise 2 under a new id",
-             'first_job = greeting_words("first-words-again")\nfirst_job.run_until_idle(progress=False)'),
+             'first_job = review_words("first-words-again")\nfirst_job.run_until_idle(progress=False)'),
             ("a job that counts every word, not the first ones",
              'b = StreamBuilder("every-word")\n'
-             '(b.source("greetings", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             '(b.source("reviews", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
              ' .to_rstream().sink("every-word-counts", JsonSerializer(with_key=True)))\n'
              'first_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
              "first_job.run_until_idle(progress=False)"),
             ("the first-words job, never run",
              'b = StreamBuilder("first-words-unrun")\n'
-             '(b.source("greetings", TextDeserializer()).map(lambda text: text.split()[0]).key_by(lambda w: w)\n'
+             '(b.source("reviews", TextDeserializer()).map(lambda text: text.split()[0]).key_by(lambda w: w)\n'
              ' .count().to_rstream().sink("first-words-unrun-counts", JsonSerializer(with_key=True)))\n'
              'first_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
         ],

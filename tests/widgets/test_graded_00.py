@@ -1,5 +1,5 @@
 """Notebook 00's graded exercises without Spark: the references computed from a real embedded broker's
-``greetings``, judged against stand-ins for a job (what a check reads of a ``RocketMQStream``)."""
+``reviews`` (the shop's), judged against stand-ins for a job (what a check reads of a ``RocketMQStream``)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,21 @@ from pathlib import Path
 import pytest
 
 from rstream import EmbeddedBroker
+from rstream.story import Shop
 from rstream.widgets.exercises import NOT_YET, RIGHT, WRONG
 from rstream.widgets.graded import EX00_BROKEN, EX00_NOTEBOOK_JOB, exercises_of
 from tests.support.graded import StandIn
 
 pytestmark = pytest.mark.unit
 
-GREETINGS = ["hello stream", "hello broker", "good morning stream", "hi notebook", "hello hello notebook"]
+REVIEWS = Shop().reviews(6) + ["a mug broke", "my chair came late but came late"]
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> EmbeddedBroker:
     broker = EmbeddedBroker(tmp_path / "broker")
-    broker.create_topic("greetings", queues=2)
-    broker.send_batch("greetings", GREETINGS, progress=False)
+    broker.create_topic("reviews", queues=2)
+    broker.send_batch("reviews", REVIEWS, progress=False)
     return broker
 
 
@@ -34,15 +35,15 @@ def job_writing(broker: EmbeddedBroker, job_id: str, counts: dict[str, int], tex
     bodies = [f"{k}:{i}" if text else json.dumps({"key": k, "value": i})
               for k, n in counts.items() for i in range(1, n + 1)]
     broker.send_batch(topic, bodies, progress=False)
-    return StandIn(broker, job_id, "greetings", [topic])
+    return StandIn(broker, job_id, "reviews", [topic])
 
 
 def words() -> dict[str, int]:
-    return dict(Counter(w for g in GREETINGS for w in g.split()))
+    return dict(Counter(w for r in REVIEWS for w in r.split()))
 
 
 def first_words() -> dict[str, int]:
-    return dict(Counter(g.split()[0] for g in GREETINGS))
+    return dict(Counter(r.split()[0] for r in REVIEWS))
 
 
 def test_exercise_1_wants_the_number_the_run_showed_predicted_before_it() -> None:
@@ -61,8 +62,8 @@ def test_exercise_2_wants_the_words_counted_by_a_new_job(broker: EmbeddedBroker)
     ex = exercises_of("00")
     assert ex.check("Exercise 2").verdict == NOT_YET
     assert ex.check("Exercise 2", job_writing(broker, "fixed", words())).verdict == RIGHT
-    sentences = ex.check("Exercise 2", job_writing(broker, "sentences", dict(Counter(GREETINGS))))
-    assert sentences.verdict == WRONG and "keys missing" in sentences.message
+    whole = ex.check("Exercise 2", job_writing(broker, "whole-reviews", dict(Counter(REVIEWS))))
+    assert whole.verdict == WRONG and "keys missing" in whole.message
     assert ex.check("Exercise 2", words()).verdict == WRONG  # a count typed in, no job
     given = ex.check("Exercise 2", job_writing(broker, EX00_BROKEN, words()))
     assert given.verdict == WRONG and "broken job itself" in given.message
@@ -70,11 +71,11 @@ def test_exercise_2_wants_the_words_counted_by_a_new_job(broker: EmbeddedBroker)
     assert notebooks.verdict == WRONG and "top of the notebook" in notebooks.message
     text = ex.check("Exercise 2", job_writing(broker, "text-sink", words(), text=True))
     assert text.verdict == WRONG and "not JSON" in text.message
-    unrun = StandIn(broker, "unrun", "greetings", ["fixed-counts"], batches=0)
+    unrun = StandIn(broker, "unrun", "reviews", ["fixed-counts"], batches=0)
     assert "has not run" in ex.check("Exercise 2", unrun).message
 
 
-def test_exercise_3_wants_the_greetings_counted_per_first_word(broker: EmbeddedBroker) -> None:
+def test_exercise_3_wants_the_reviews_counted_per_first_word(broker: EmbeddedBroker) -> None:
     ex = exercises_of("00")
     assert ex.check("Exercise 3").verdict == NOT_YET
     assert ex.check("Exercise 3", job_writing(broker, "first", first_words())).verdict == RIGHT
@@ -85,6 +86,6 @@ def test_exercise_3_wants_the_greetings_counted_per_first_word(broker: EmbeddedB
     assert notebooks.verdict == WRONG and "top of the notebook" in notebooks.message
 
 
-def test_a_greeting_with_no_word_has_no_first_word(broker: EmbeddedBroker) -> None:
-    broker.send_batch("greetings", ["", "   "], progress=False)
+def test_a_review_with_no_word_has_no_first_word(broker: EmbeddedBroker) -> None:
+    broker.send_batch("reviews", ["", "   "], progress=False)
     assert exercises_of("00").check("Exercise 3", job_writing(broker, "first", first_words())).verdict == RIGHT
