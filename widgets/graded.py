@@ -145,15 +145,15 @@ def _ts(record: dict[str, Any]) -> int:
 # notebook 02 ------------------------------------------------------------------------------------------
 
 def _fixed_page_counts(facts: JobFacts) -> str | None:
-    on_time, _ = _on_time_of(facts, "clicks", 2_000)
+    on_time, _ = _on_time_of(facts, "views", 2_000)
     return _same_windows(facts, tumbling(on_time, _ts, lambda r: r["page"], 10_000),
-                         "Each window should hold the on-time clicks of its page whose ts is in it.")
+                         "Each window should hold the on-time views of its page whose ts is in it.")
 
 
 def _user_windows(facts: JobFacts) -> str | None:
-    on_time, _ = _on_time_of(facts, "clicks", 2_000)
+    on_time, _ = _on_time_of(facts, "views", 2_000)
     return _same_windows(facts, tumbling(on_time, _ts, lambda r: r["user"], 20_000),
-                         "Count every on-time click of a user in the 20 s window that holds its ts.")
+                         "Count every on-time view of a user in the 20 s window that holds its ts.")
 
 
 def _on_time_of(facts: JobFacts, topic: str, lateness: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -187,7 +187,7 @@ def _not_the_given(broken: str) -> Callable[[Any], str | None]:
     return refuse
 
 
-EX02_BROKEN = "page-clicks-broken"
+EX02_BROKEN = "page-views-broken"
 
 _EX02 = Exercises("02", items={
     "Exercise 1": Exercise("predict", Hints(
@@ -203,10 +203,10 @@ _EX02 = Exercises("02", items={
     "Exercise 2": Exercise("debug", Hints(
         nudge="Look at the window starts of the broken job's result: what clock are they on?",
         concept="Without select_timestamp a record's data time is when the broker stored it, so the "
-                "windows cut wall-clock time, not the time in the click. The event time is the click's 'ts'.",
+                "windows cut wall-clock time, not the time in the view. The event time is the view's 'ts'.",
         call='.select_timestamp(lambda e: e["ts"]) right after .source(...), before key_by; give the job a '
              "new id (and sink topic), run_until_idle()."),
-        reads="clicks", judge=_judging(_fixed_page_counts),
+        reads="views", judge=_judging(_fixed_page_counts),
         refuse=_not_the_given(EX02_BROKEN)),
     "Exercise 3": Exercise("build", Hints(
         nudge="It is the job at the top of the notebook with two things changed.",
@@ -215,26 +215,27 @@ _EX02 = Exercises("02", items={
         call='key_by(lambda e: e["user"]), .window(TumblingWindow(Time.seconds(20))), .count(), sink to a new '
              'topic with JsonSerializer(with_key=True); RocketMQStream(..., properties={"data_dir": str(DATA), '
              '"allowed_lateness_ms": LATENESS}).run_until_idle()'),
-        reads="clicks", judge=_judging(_user_windows)),
+        reads="views", judge=_judging(_user_windows)),
 })
 
 
 # notebook 03 ------------------------------------------------------------------------------------------
 
-#: Exercise 3's choices, and the most late readings the chosen lateness may leave.
+#: Exercise 3's choices, and the most late views the chosen lateness may leave.
 EX03_CHOICES, EX03_MOST_LATE = (0, 500, 1_500, 2_000, 4_000, 8_000, 16_000), 5
-EX03_BROKEN = "hottest-broken"
+EX03_BROKEN = "slowest-broken"
 
 
-def _hottest(facts: JobFacts) -> str | None:
-    on_time, late = _on_time_of(facts, "readings", 1_000)
-    wrong = _same_windows(facts, tumbling(on_time, _ts, lambda r: f"sensor-{r['sensor']}", 5_000,
-                                          value=lambda r: r["temp"], fold=max),
-                          "Each window should hold the hottest on-time reading of its sensor whose ts is in it.")
+def _slowest(facts: JobFacts) -> str | None:
+    on_time, late = _on_time_of(facts, "views", 1_000)
+    wrong = _same_windows(facts, tumbling(on_time, _ts, lambda r: f"server-{r['server']}", 5_000,
+                                          value=lambda r: r["arrival"] - r["ts"], fold=max),
+                          "Each window should hold the longest delay (arrival - ts) of the on-time views of its "
+                          "server whose ts is in it.")
     if wrong:
         return wrong
     if len(facts.late) != len(late):
-        return (f"The job found {len(facts.late)} late readings; judged by their event time, {len(late)} "
+        return (f"The job found {len(facts.late)} late views; judged by their event time, {len(late)} "
                 "are late.")
     return None
 
@@ -243,53 +244,53 @@ def _chosen_lateness(facts: JobFacts) -> str | None:
     lateness = facts.settings.get("allowed_lateness_ms")
     if lateness not in EX03_CHOICES:
         return f"allowed_lateness_ms={lateness!r} is not one of the choices {list(EX03_CHOICES)}."
-    late_at = {ms: len(split_by_rule(facts.broker, "readings", _ts, ms)[1]) for ms in EX03_CHOICES}
+    late_at = {ms: len(split_by_rule(facts.broker, "views", _ts, ms)[1]) for ms in EX03_CHOICES}
     smallest = next(ms for ms in EX03_CHOICES if late_at[ms] <= EX03_MOST_LATE)
     if len(facts.late) != late_at[lateness]:
         return (f"The job's late-data topic holds {len(facts.late)} records; with allowed_lateness_ms="
-                f"{lateness} it should hold those the rule finds late. Did it read every reading, once?")
+                f"{lateness} it should hold those the rule finds late. Did it read every view, once?")
     if len(facts.late) > EX03_MOST_LATE:
-        return (f"With allowed_lateness_ms={lateness} the job found {len(facts.late)} late readings: more "
+        return (f"With allowed_lateness_ms={lateness} the job found {len(facts.late)} late views: more "
                 f"than {EX03_MOST_LATE}. Allow more.")
     if lateness != smallest:
-        return (f"With allowed_lateness_ms={lateness} the job found {len(facts.late)} late readings, within "
+        return (f"With allowed_lateness_ms={lateness} the job found {len(facts.late)} late views, within "
                 "the limit; but a smaller lateness is enough, and with it every window fires sooner.")
     counted = sum(int(doc["value"]) for records in facts.sinks.values() for doc in records
                   if isinstance(doc, dict) and isinstance(doc.get("value"), int))
-    total = sum(len(records) for _q, records in records_by_queue(facts.broker, "readings"))
+    total = sum(len(records) for _q, records in records_by_queue(facts.broker, "views"))
     if counted + len(facts.late) != total:
-        return (f"The job's windows count {counted} readings and {len(facts.late)} are late: {total} were "
+        return (f"The job's windows count {counted} views and {len(facts.late)} are late: {total} were "
                 "expected together. Sink the window counts.")
     return None
 
 
 _EX03 = Exercises("03", items={
     "Exercise 1": Exercise("predict", Hints(
-        nudge="Walk the readings in the order they arrived, keeping the watermark as you go.",
-        concept="watermark = max(watermark, ts - allowed lateness), updated with every reading in arrival "
-                "order; a reading is late when its ts is below the watermark at its arrival. It does not "
+        nudge="Walk the views in the order they arrived, keeping the watermark as you go.",
+        concept="watermark = max(watermark, ts - allowed lateness), updated with every view in arrival "
+                "order; a view is late when its ts is below the watermark at its arrival. It does not "
                 "matter how late it is for its window.",
         call="With 1 000 ms: after 2 500 the watermark is 1 500, so 1 800 is on time; after 4 000 it is 3 000 "
-             "... write down the ts of every reading below it, in arrival order."),
-        explain="Late is judged per reading, against the watermark its queue had when it arrived.",
+             "... write down the ts of every view below it, in arrival order."),
+        explain="Late is judged per view, against the watermark its queue had when it arrived.",
         same=lambda predicted, shown: sorted(predicted) == sorted(shown)),
     "Exercise 2": Exercise("debug", Hints(
-        nudge="The broken job finds no late reading at all, with only 1 s of lateness. Why could nothing be "
+        nudge="The broken job finds no late view at all, with only 1 s of lateness. Why could nothing be "
               "out of order?",
-        concept="Lateness is measured in event time, the 'ts' of each reading. Stamped with its arrival time, "
-                "the readings are in order by construction, so nothing is ever late, and each window "
-                "holds the readings that arrived in it, not those measured in it.",
-        call='.select_timestamp(lambda r: r["ts"]) instead of r["arrival"]; a new job id, run_until_idle().'),
-        reads="readings", judge=_judging(_hottest),
+        concept="Lateness is measured in event time, the 'ts' of each view. Stamped with its arrival time, "
+                "the views are in order by construction, so nothing is ever late, and each window "
+                "holds the views that arrived in it, not those that happened in it.",
+        call='.select_timestamp(lambda v: v["ts"]) instead of v["arrival"]; a new job id, run_until_idle().'),
+        reads="views", judge=_judging(_slowest),
         refuse=_not_the_given(EX03_BROKEN)),
     "Exercise 3": Exercise("build", Hints(
         nudge="Run the job of the notebook for a few of the choices and compare job.late_records().",
-        concept="More allowed lateness: fewer late readings, but every window waits longer to fire. The "
-                "smallest lateness that keeps the late readings within the limit is the best trade.",
-        call='RocketMQStream(readings_per_window("pick-2000").build(), broker=broker, spark=spark, properties='
+        concept="More allowed lateness: fewer late views, but every window waits longer to fire. The "
+                "smallest lateness that keeps the late views within the limit is the best trade.",
+        call='RocketMQStream(views_per_window("pick-2000").build(), broker=broker, spark=spark, properties='
              '{"data_dir": str(DATA), "allowed_lateness_ms": 2_000}).run_until_idle(), then len(job.late_records()); '
              "try the next choice while it is too many."),
-        reads="readings", judge=_judging(_chosen_lateness)),
+        reads="views", judge=_judging(_chosen_lateness)),
 })
 
 _ALL = {"02": _EX02, "03": _EX03}

@@ -61,20 +61,20 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "Exercise 1": [
             ("the prediction written after the run was shown",
              'exercises.predict("Exercise 1", {"watermark": 0, "fired": []})  # a first guess\n'
-             'exercises.reveal("Exercise 1", run_taps)  # the run is shown\n'
-             'exercises.predict("Exercise 1", run_taps())  # then "predicted" from it'),
+             'exercises.reveal("Exercise 1", run_checkouts)  # the run is shown\n'
+             'exercises.predict("Exercise 1", run_checkouts())  # then "predicted" from it'),
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
             ("the pandas count of the notebook, no job", "fixed_job = expected"),
             ("the fix typed in as a dict", "fixed_job = {k: v for k, v in expected.items()}"),
             ("the broken job under a new id, still broken",
-             'fixed_job = page_counts("page-clicks-again")\nfixed_job.run_until_idle(progress=False)'),
+             'fixed_job = page_counts("page-views-again")\nfixed_job.run_until_idle(progress=False)'),
             ("the fixed job, never run",
-             'b = StreamBuilder("page-clicks-unrun", shuffle_queues=2)\n'
-             '(b.source("clicks", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["page"])\n'
+             'b = StreamBuilder("page-views-unrun", shuffle_queues=2)\n'
+             '(b.source("views", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["page"])\n'
              ' .window(TumblingWindow(Time.seconds(10))).count().to_rstream()\n'
-             ' .sink("page-clicks-unrun-counts", JsonSerializer(with_key=True)))\n'
+             ' .sink("page-views-unrun-counts", JsonSerializer(with_key=True)))\n'
              'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={\n'
              '    "data_dir": str(DATA), "allowed_lateness_ms": LATENESS})'),
         ],
@@ -90,13 +90,15 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "Exercise 1": [
             ("the prediction written after the run was shown",
              'exercises.predict("Exercise 1", [0])  # a first guess\n'
-             'exercises.reveal("Exercise 1", run_sensor_9)  # the run is shown\n'
-             'exercises.predict("Exercise 1", run_sensor_9())  # then "predicted" from it'),
+             'exercises.reveal("Exercise 1", run_cid_phone)  # the run is shown\n'
+             'exercises.predict("Exercise 1", run_cid_phone())  # then "predicted" from it'),
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
             ("the notebook's job with 1 s of lateness (counts, not maxima)", "fixed_job = jobs[1_000]"),
-            ("the late readings by the rule, no job", "fixed_job = late_by_rule(1_000)"),
+            ("the late views by the rule, no job", "fixed_job = late_by_rule(1_000)"),
+            ("the broken job under a new id, still broken",
+             'fixed_job = slowest("slowest-again")\nfixed_job.run_until_idle(progress=False)'),
         ],
         "Exercise 3": [
             ("the lateness typed in", "chosen_job = 8_000"),
@@ -104,10 +106,10 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              "chosen_job = next(ms for ms in [0, 500, 1_500, 2_000, 4_000, 8_000, 16_000] if len(late_by_rule(ms)) <= 5)"),
             ("a job of the notebook with more lateness than needed", "chosen_job = jobs[10_000]"),
             ("the right lateness, never run",
-             'chosen_job = RocketMQStream(readings_per_window("pick-unrun").build(), broker=broker, spark=spark,\n'
+             'chosen_job = RocketMQStream(views_per_window("pick-unrun").build(), broker=broker, spark=spark,\n'
              '                            properties={"data_dir": str(DATA), "allowed_lateness_ms": 8_000})'),
             ("a lateness that is enough but not the smallest",
-             'chosen_job = RocketMQStream(readings_per_window("pick-16000").build(), broker=broker, spark=spark,\n'
+             'chosen_job = RocketMQStream(views_per_window("pick-16000").build(), broker=broker, spark=spark,\n'
              '                            properties={"data_dir": str(DATA), "allowed_lateness_ms": 16_000})\n'
              "chosen_job.run_until_idle(progress=False)"),
         ],

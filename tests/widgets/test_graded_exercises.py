@@ -37,14 +37,14 @@ def sink(broker: EmbeddedBroker, topic: str, windows: dict[tuple[Any, int, int],
 
 
 @pytest.fixture
-def clicks(tmp_path: Path) -> EmbeddedBroker:
-    """Queue 0: home at 1 s, 5 s, 12 s; queue 1: home at 3 s, then shop at 0.5 s, late with 2 s of lateness
-    (queue 1's watermark is 1 s by then)."""
+def views(tmp_path: Path) -> EmbeddedBroker:
+    """Page views on two web servers. Queue 0: home at 1 s, 5 s, 12 s; queue 1: home at 3 s, then cart at
+    0.5 s, late with 2 s of lateness (queue 1's watermark is 1 s by then)."""
     broker = EmbeddedBroker(tmp_path / "broker")
-    broker.create_topic("clicks", queues=2)
+    broker.create_topic("views", queues=2)
     for queue, events in {0: [("ann", "home", 1_000), ("bob", "home", 5_000), ("ann", "home", 12_000)],
-                          1: [("cid", "home", 3_000), ("ann", "shop", 500)]}.items():
-        broker.send_batch("clicks", [json.dumps({"user": u, "page": p, "ts": t}) for u, p, t in events],
+                          1: [("cid", "home", 3_000), ("ann", "cart", 500)]}.items():
+        broker.send_batch("views", [json.dumps({"user": u, "page": p, "ts": t}) for u, p, t in events],
                           queue=queue, progress=False)
     return broker
 
@@ -106,66 +106,66 @@ def test_the_look_up_check_still_works() -> None:
 
 # -- checks of a job ---------------------------------------------------------------------------------------
 
-def test_a_job_check_refuses_an_answer_that_is_no_job_or_a_job_that_did_not_run(clicks: EmbeddedBroker) -> None:
+def test_a_job_check_refuses_an_answer_that_is_no_job_or_a_job_that_did_not_run(views: EmbeddedBroker) -> None:
     def judge(_facts: Any) -> None:
         return None
 
-    assert check_job("E", None, HINTS, "clicks", judge).verdict == NOT_YET
+    assert check_job("E", None, HINTS, "views", judge).verdict == NOT_YET
     for typed_in in ({("home", 0, 10_000): 3}, 3, [1, 2], "job"):
-        found = check_job("E", typed_in, HINTS, "clicks", judge)
+        found = check_job("E", typed_in, HINTS, "views", judge)
         assert found.verdict == WRONG and "A job" in found.message
-    out = sink(clicks, "out", {})
-    never_ran = StandIn(clicks, "j", "clicks", [out], batches=0)
-    assert "has not run" in check_job("E", never_ran, HINTS, "clicks", judge).message
-    half_read = StandIn(clicks, "j", "clicks", [out], left=3)
-    assert "3 records left" in check_job("E", half_read, HINTS, "clicks", judge).message
-    other_topic = StandIn(clicks, "j", "orders", [out])
-    assert "should read 'clicks'" in check_job("E", other_topic, HINTS, "clicks", judge).message
-    assert check_job("E", StandIn(clicks, "j", "clicks", [out]), HINTS, "clicks", judge).verdict == RIGHT
+    out = sink(views, "out", {})
+    never_ran = StandIn(views, "j", "views", [out], batches=0)
+    assert "has not run" in check_job("E", never_ran, HINTS, "views", judge).message
+    half_read = StandIn(views, "j", "views", [out], left=3)
+    assert "3 records left" in check_job("E", half_read, HINTS, "views", judge).message
+    other_topic = StandIn(views, "j", "orders", [out])
+    assert "should read 'views'" in check_job("E", other_topic, HINTS, "views", judge).message
+    assert check_job("E", StandIn(views, "j", "views", [out]), HINTS, "views", judge).verdict == RIGHT
 
 
 def test_notebook_02_debug_exercise_is_judged_by_the_job_s_sink_against_event_time_windows(
-        clicks: EmbeddedBroker) -> None:
+        views: EmbeddedBroker) -> None:
     ex = exercises_of("02")
-    right = {("home", 0, 10_000): 3, ("home", 10_000, 20_000): 1}  # shop at 0.5 s is late: not counted
-    fixed = StandIn(clicks, "fixed", "clicks", [sink(clicks, "fixed-counts", right)])
+    right = {("home", 0, 10_000): 3, ("home", 10_000, 20_000): 1}  # cart at 0.5 s is late: not counted
+    fixed = StandIn(views, "fixed", "views", [sink(views, "fixed-counts", right)])
     assert ex.check("Exercise 2", fixed).verdict == RIGHT
-    wall_clock = {("home", 1_795_782_470_000, 1_795_782_480_000): 4, ("shop", 1_795_782_470_000, 1_795_782_480_000): 1}
-    broken = StandIn(clicks, "again", "clicks", [sink(clicks, "again-counts", wall_clock)])
+    wall_clock = {("home", 1_795_782_470_000, 1_795_782_480_000): 4, ("cart", 1_795_782_470_000, 1_795_782_480_000): 1}
+    broken = StandIn(views, "again", "views", [sink(views, "again-counts", wall_clock)])
     found = ex.check("Exercise 2", broken)
     assert found.verdict == WRONG and "wall-clock" in found.message
-    given = StandIn(clicks, EX02_BROKEN, "clicks", [sink(clicks, "given-counts", right)])
+    given = StandIn(views, EX02_BROKEN, "views", [sink(views, "given-counts", right)])
     assert "broken job itself" in ex.check("Exercise 2", given).message
-    counted_late = StandIn(clicks, "late", "clicks", [sink(clicks, "late-counts", {**right, ("shop", 0, 10_000): 1})])
+    counted_late = StandIn(views, "late", "views", [sink(views, "late-counts", {**right, ("cart", 0, 10_000): 1})])
     assert ex.check("Exercise 2", counted_late).verdict == WRONG
-    other_lateness = StandIn(clicks, "l5", "clicks", [sink(clicks, "l5-counts", right)], lateness=5_000)
+    other_lateness = StandIn(views, "l5", "views", [sink(views, "l5-counts", right)], lateness=5_000)
     assert "allowed_lateness_ms=5000" in ex.check("Exercise 2", other_lateness).message
 
 
-def test_notebook_02_build_exercise_wants_users_in_20_s_windows(clicks: EmbeddedBroker) -> None:
+def test_notebook_02_build_exercise_wants_users_in_20_s_windows(views: EmbeddedBroker) -> None:
     ex = exercises_of("02")
     right = {("ann", 0, 20_000): 2, ("bob", 0, 20_000): 1, ("cid", 0, 20_000): 1}
-    assert ex.check("Exercise 3", StandIn(clicks, "u", "clicks", [sink(clicks, "u", right)])).verdict == RIGHT
+    assert ex.check("Exercise 3", StandIn(views, "u", "views", [sink(views, "u", right)])).verdict == RIGHT
     pages = {("home", 0, 10_000): 3, ("home", 10_000, 20_000): 1}
-    assert ex.check("Exercise 3", StandIn(clicks, "p", "clicks", [sink(clicks, "p", pages)])).verdict == WRONG
-    empty = StandIn(clicks, "e", "clicks", [sink(clicks, "e", {})])
+    assert ex.check("Exercise 3", StandIn(views, "p", "views", [sink(views, "p", pages)])).verdict == WRONG
+    empty = StandIn(views, "e", "views", [sink(views, "e", {})])
     assert "no window result" in ex.check("Exercise 3", empty).message
 
 
 def test_notebook_03_build_exercise_wants_the_smallest_lateness_that_is_enough(tmp_path: Path) -> None:
     broker = EmbeddedBroker(tmp_path / "broker")
-    broker.create_topic("readings", queues=1)
+    broker.create_topic("views", queues=1)
     # delays behind the newest ts: 900 ms and 3 000 ms (once each), 6 000 ms (once)
     times = [0, 500, 1_000, 4_000, 3_100, 5_000, 2_000, 9_000, 3_000]
-    broker.send_batch("readings", [json.dumps({"sensor": 0, "ts": t}) for t in times], progress=False)
-    late_at = {ms: len(split_by_rule(broker, "readings", lambda r: r["ts"], ms)[1]) for ms in EX03_CHOICES}
+    broker.send_batch("views", [json.dumps({"server": 0, "ts": t}) for t in times], progress=False)
+    late_at = {ms: len(split_by_rule(broker, "views", lambda r: r["ts"], ms)[1]) for ms in EX03_CHOICES}
     assert late_at[0] == 3 and late_at[1_500] == 2 and late_at[4_000] == 1 and late_at[8_000] == 0
     ex = exercises_of("03")
 
     def job(ms: int, late: int | None = None) -> StandIn:
         late = late_at.get(ms, 0) if late is None else late
-        counts = {("sensor-0", 0, 10_000): len(times) - late}
-        return StandIn(broker, f"pick-{ms}", "readings", [sink(broker, f"pick-{ms}-{late}", counts)], lateness=ms,
+        counts = {("server-0", 0, 10_000): len(times) - late}
+        return StandIn(broker, f"pick-{ms}", "views", [sink(broker, f"pick-{ms}-{late}", counts)], lateness=ms,
                        late=late)
 
     assert ex.check("Exercise 3", job(0)).verdict == RIGHT  # at most 5 late: 0 ms is enough here
@@ -174,21 +174,21 @@ def test_notebook_03_build_exercise_wants_the_smallest_lateness_that_is_enough(t
     assert "should hold those the rule finds late" in ex.check("Exercise 3", job(0, late=1)).message
 
 
-def test_notebook_03_debug_exercise_wants_the_hottest_reading_by_event_time(tmp_path: Path) -> None:
+def test_notebook_03_debug_exercise_wants_the_slowest_view_by_event_time(tmp_path: Path) -> None:
     broker = EmbeddedBroker(tmp_path / "broker")
-    broker.create_topic("readings", queues=1)
-    readings = [(0, 20.0, 0), (4_000, 22.5, 4_100), (1_000, 25.0, 4_200), (6_000, 21.0, 6_000)]  # ts, temp, arrival
-    broker.send_batch("readings", [json.dumps({"sensor": 0, "ts": t, "temp": c, "arrival": a})
-                                   for t, c, a in readings], progress=False)
+    broker.create_topic("views", queues=1)
+    views = [(0, 0), (4_000, 4_100), (1_000, 4_200), (6_000, 6_300)]  # ts, arrival: delays 0, 100, 3 200, 300
+    broker.send_batch("views", [json.dumps({"server": 0, "user": "ann", "page": "home", "ts": t, "arrival": a})
+                                for t, a in views], progress=False)
     ex = exercises_of("03")
-    by_event_time = {("sensor-0", 0, 5_000): 22.5, ("sensor-0", 5_000, 10_000): 21.0}  # 1 s is late: 3 s behind
-    fixed = StandIn(broker, "hf", "readings", [sink(broker, "hf-max", by_event_time)], lateness=1_000, late=1)
+    by_event_time = {("server-0", 0, 5_000): 100, ("server-0", 5_000, 10_000): 300}  # 1 s is late: 3 s behind
+    fixed = StandIn(broker, "sf", "views", [sink(broker, "sf-max", by_event_time)], lateness=1_000, late=1)
     assert ex.check("Exercise 2", fixed).verdict == RIGHT
-    by_arrival = {("sensor-0", 0, 5_000): 25.0, ("sensor-0", 5_000, 10_000): 21.0}
-    arrival = StandIn(broker, "ha", "readings", [sink(broker, "ha-max", by_arrival)], lateness=1_000)
+    by_arrival = {("server-0", 0, 5_000): 3_200, ("server-0", 5_000, 10_000): 300}
+    arrival = StandIn(broker, "sa", "views", [sink(broker, "sa-max", by_arrival)], lateness=1_000)
     assert ex.check("Exercise 2", arrival).verdict == WRONG
-    no_late = StandIn(broker, "hn", "readings", [sink(broker, "hn-max", by_event_time)], lateness=1_000)
-    assert "late readings" in ex.check("Exercise 2", no_late).message
+    no_late = StandIn(broker, "sn", "views", [sink(broker, "sn-max", by_event_time)], lateness=1_000)
+    assert "late views" in ex.check("Exercise 2", no_late).message
 
 
 def test_notebook_02_prediction_may_write_windows_as_lists_or_tuples() -> None:
