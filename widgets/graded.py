@@ -498,12 +498,13 @@ _EX05 = Exercises("05", items={
         concept="A window join pairs an order and its payment in every window that holds both. Windows of 10 s "
                 "that start every 5 s: each time is in two of them. Count the starts s (multiples of 5 s, "
                 "negative ones too) with s <= both times < s + 10 s.",
-        call="o0 (ordered at 1 s, paid at 3 s): [-5 s, 5 s) and [0 s, 10 s) hold both, so 2. o2 (4 s, paid "
-             "at 8.5 s): only [0 s, 10 s), so 1. Do the same for the others; o4 has no payment."),
+        call="o1 (ordered at 5.8 s, paid at 10.3 s): [0 s, 10 s) holds only the order, [5 s, 15 s) both, so 1. "
+             "o5 (25.8 s, paid at 28.1 s): [20 s, 30 s) and [25 s, 35 s) hold both, so 2. Do the same for the "
+             "others; o3 has no payment."),
         explain="A sliding window join emits a pair once per window the two records share.",
         same=_same_times_out),
     "Exercise 2": Exercise("debug", Hints(
-        nudge="Every order comes out paid, even o4, which was never paid. What does the payment side hold?",
+        nudge="Every order comes out paid, even o3, which was never paid. What does the payment side hold?",
         concept="Both sides come from one topic through a filter each. If both filters keep the same records, "
                 "every order meets itself in its own window, so every order looks paid.",
         call='payment_side = events.filter(lambda e: e["type"] == "payment"); a new job id, '
@@ -640,13 +641,13 @@ def _unpaid_alerts(facts: JobFacts) -> str | None:
 
 
 def _overdrawn(facts: JobFacts) -> str | None:
-    """Exercise 3: per account of ``moves``, every balance below zero after one of its moves."""
+    """Exercise 3: per customer of ``moves``, every store credit balance below zero after one of its moves."""
     balances: dict[str, int] = {}
     expected: dict[str, list[int]] = {}
     for move in _topic_records(facts.broker, EX04_MOVES):
-        balances[move["account"]] = balances.get(move["account"], 0) + move["amount"]
-        if balances[move["account"]] < 0:
-            expected.setdefault(move["account"], []).append(balances[move["account"]])
+        balances[move["user"]] = balances.get(move["user"], 0) + move["amount"]
+        if balances[move["user"]] < 0:
+            expected.setdefault(move["user"], []).append(balances[move["user"]])
     got: dict[str, list[Any]] = {}
     for key, value in _keyed_values(facts):
         got.setdefault(str(key), []).append(value)
@@ -654,7 +655,7 @@ def _overdrawn(facts: JobFacts) -> str | None:
     expected = {k: sorted(v) for k, v in expected.items()}
     if got == expected:
         return None
-    return (f"{_difference(got, expected)} Per account, the sink should hold its balance after every move that "
+    return (f"{_difference(got, expected)} Per customer, the sink should hold its balance after every move that "
             "left it below zero (the running sum of the amounts, in the order of the topic), and nothing else.")
 
 
@@ -667,12 +668,12 @@ def _sorted(values: list[Any]) -> list[Any]:
 
 _EX04 = Exercises("04", items={
     "Exercise 1": Exercise("predict", Hints(
-        nudge="Go round by round: which accounts does each round change?",
+        nudge="Go round by round: which customers does each round change?",
         concept="After each batch, the state topic gets one message per key the batch changed, with the key's "
                 "value at the end of the batch (RIP-58's changelog). Compaction keeps the latest message "
                 "per key and drops the others.",
-        call="Round 1 changes a and b, so 2 messages, not 3. Do the same for rounds 2 and 3 and add up; "
-             "after compaction, count the distinct accounts. my_prediction = {\"messages\": ..., "
+        call="Round 1 changes ann and bob, so 2 messages, not 3. Do the same for rounds 2 and 3 and add up; "
+             "after compaction, count the distinct customers. my_prediction = {\"messages\": ..., "
              "\"after_compaction\": ...}"),
         explain="A batch writes one state message per changed key, however many records changed it.",
         same=_same_named("messages", "after_compaction")),
@@ -685,10 +686,10 @@ _EX04 = Exercises("04", items={
         reads=EX04_ORDERS, judge=_judging(_unpaid_alerts),
         refuse=_not_the_given(EX04_BROKEN)),
     "Exercise 3": Exercise("build", Hints(
-        nudge="It is the balance job of the top of the notebook, with one step added and another sink.",
+        nudge="It is the store credit job of the top of the notebook, with one step added and another sink.",
         concept="sum emits the new balance after every record (RocketMQ Streams does the same). "
                 "After to_rstream(), filter(fn) gets that balance as its value and keeps what fn accepts.",
-        call='key_by(lambda m: m["account"]).sum(lambda m: m["amount"]).to_rstream()'
+        call='key_by(lambda m: m["user"]).sum(lambda m: m["amount"]).to_rstream()'
              '.filter(lambda balance: balance < 0).sink("overdrawn", JsonSerializer(with_key=True)); '
              'RocketMQStream(..., properties={"data_dir": str(DATA)}).run_until_idle(progress=False)'),
         reads=EX04_MOVES, judge=_judging(_overdrawn)),

@@ -143,29 +143,30 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              'fixed_job = unpaid_job("unpaid-keeps-state", AlertsOnly())\nfixed_job.run_until_idle(progress=False)'),
         ],
         "Exercise 3": [
-            ("the overdrawn balances typed in", 'overdrawn_job = {"a": [-20, -30], "b": [-20, -30], "c": [-5]}'),
+            ("the overdrawn balances typed in",
+             'overdrawn_job = {"ann": [-20, -30], "bob": [-20, -30], "cid": [-5]}'),
             ("a plain Python running sum over MOVES, no job",
              "running, overdrawn_job = defaultdict(int), defaultdict(list)\n"
-             "for account, amount in MOVES:\n"
-             "    running[account] += amount\n"
-             "    if running[account] < 0:\n"
-             "        overdrawn_job[account].append(running[account])"),
-            ("the notebook's balance job (transactions, a text sink)", "overdrawn_job = job"),
+             "for user, amount in MOVES:\n"
+             "    running[user] += amount\n"
+             "    if running[user] < 0:\n"
+             "        overdrawn_job[user].append(running[user])"),
+            ("the notebook's store credit job (all the shop's credit moves, a text sink)", "overdrawn_job = job"),
             ("the job of Exercise 2 (another question, another topic)", "overdrawn_job = broken_job"),
             ("the job, never run",
              'b = StreamBuilder("overdrawn-unrun", shuffle_queues=2)\n'
-             '(b.source("moves", JsonDeserializer()).key_by(lambda m: m["account"]).sum(lambda m: m["amount"])\n'
+             '(b.source("moves", JsonDeserializer()).key_by(lambda m: m["user"]).sum(lambda m: m["amount"])\n'
              ' .to_rstream().filter(lambda v: v < 0).sink("overdrawn-unrun", JsonSerializer(with_key=True)))\n'
              'overdrawn_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
             ("every balance, not only those below zero",
              'b = StreamBuilder("every-balance", shuffle_queues=2)\n'
-             '(b.source("moves", JsonDeserializer()).key_by(lambda m: m["account"]).sum(lambda m: m["amount"])\n'
+             '(b.source("moves", JsonDeserializer()).key_by(lambda m: m["user"]).sum(lambda m: m["amount"])\n'
              ' .to_rstream().sink("every-balance", JsonSerializer(with_key=True)))\n'
              'overdrawn_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
              "overdrawn_job.run_until_idle(progress=False)"),
             ("the negative moves summed, not the balances that went negative",
              'b = StreamBuilder("negative-moves", shuffle_queues=2)\n'
-             '(b.source("moves", JsonDeserializer()).filter(lambda m: m["amount"] < 0).key_by(lambda m: m["account"])\n'
+             '(b.source("moves", JsonDeserializer()).filter(lambda m: m["amount"] < 0).key_by(lambda m: m["user"])\n'
              ' .sum(lambda m: m["amount"]).to_rstream().sink("negative-moves", JsonSerializer(with_key=True)))\n'
              'overdrawn_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
              "overdrawn_job.run_until_idle(progress=False)"),
@@ -174,16 +175,16 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "05_joins": {
         "Exercise 1": [
             ("the prediction written after the run was shown",
-             'exercises.predict("Exercise 1", {"o0": 1})  # a first guess\n'
+             'exercises.predict("Exercise 1", {"o1": 2})  # a first guess\n'
              'exercises.reveal("Exercise 1", run_sliding)  # the run is shown\n'
              '# then "predicted" by copying what it showed\n'
-             'exercises.predict("Exercise 1", {"o0": 2, "o1": 2, "o2": 1, "o3": 1, "o5": 1, "o6": 1, "o7": 1})'),
+             'exercises.predict("Exercise 1", {"o1": 1, "o2": 1, "o4": 1, "o5": 2, "o6": 2, "o7": 1})'),
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
             ("the answer typed in as a dict",
-             'fixed_job = {"o0": True, "o1": True, "o2": True, "o3": True, "o4": False, "o5": True,\n'
-             '             "o6": True, "o7": False}'),
+             'fixed_job = {"o1": False, "o2": True, "o3": False, "o4": True, "o5": True, "o6": True,\n'
+             '             "o7": False}'),
             ("a plain Python dict comprehension over ORDERS and PAYMENTS, no job",
              'fixed_job = {o["order"]: any(p["order"] == o["order"] and window_of(p["ts"]) == window_of(o["ts"])\n'
              '                             for p in PAYMENTS) for o in ORDERS}'),
@@ -200,7 +201,7 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties=PROPS)'),
         ],
         "Exercise 3": [
-            ("the order ids typed in", 'quick_job = ["o0", "o1", "o7"]'),
+            ("the order ids typed in", 'quick_job = ["o4", "o5", "o6", "o7"]'),
             ("a plain Python computation with the notebook's paid_within, no job",
              'quick_job = sorted(o["order"] for o in ORDERS if paid_within(o, 0, 3_000))'),
             ("the notebook's interval join (a left join, within 5 s)", "quick_job = interval_job"),

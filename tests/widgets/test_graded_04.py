@@ -16,14 +16,15 @@ from tests.support.graded import StandIn, written
 pytestmark = pytest.mark.unit
 
 EX = exercises_of("04")
-MOVES = [("a", 50), ("b", -20), ("a", -70), ("c", 10), ("b", 30), ("a", -10), ("c", -15), ("a", 40), ("b", -40)]
+MOVES = [("ann", 50), ("bob", -20), ("ann", -70), ("cid", 10), ("bob", 30), ("ann", -10), ("cid", -15), ("ann", 40),
+         ("bob", -40)]
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> EmbeddedBroker:
     b = EmbeddedBroker(tmp_path / "broker")
     b.create_topic("moves", queues=1)
-    b.send_batch("moves", [json.dumps({"account": a, "amount": x}) for a, x in MOVES])
+    b.send_batch("moves", [json.dumps({"user": u, "amount": x}) for u, x in MOVES])
     orders = [{"order": "o1", "type": "created", "ts": 0}, {"order": "o2", "type": "created", "ts": 1},
               {"order": "o1", "type": "paid", "ts": 2}, {"order": "o3", "type": "created", "ts": 3}]
     b.create_topic("shop-orders", queues=1)
@@ -31,14 +32,14 @@ def broker(tmp_path: Path) -> EmbeddedBroker:
     return b
 
 
-def test_the_build_exercise_wants_every_balance_below_zero_per_account(broker: EmbeddedBroker) -> None:
-    right = [("b", -20), ("a", -20), ("a", -30), ("c", -5), ("b", -30)]
+def test_the_build_exercise_wants_every_balance_below_zero_per_customer(broker: EmbeddedBroker) -> None:
+    right = [("bob", -20), ("ann", -20), ("ann", -30), ("cid", -5), ("bob", -30)]
     job = StandIn(broker, "overdrawn", "moves", [written(broker, "overdrawn", right)])
     assert EX.check("Exercise 3", job).verdict == RIGHT
-    every = StandIn(broker, "all", "moves", [written(broker, "all", [*right, ("a", 50)])])
+    every = StandIn(broker, "all", "moves", [written(broker, "all", [*right, ("ann", 50)])])
     assert EX.check("Exercise 3", every).verdict == WRONG
     text = StandIn(broker, "text", "moves", [written(broker, "text", [])])
-    broker.send_batch("text", ["b:-20"])
+    broker.send_batch("text", ["bob:-20"])
     assert EX.check("Exercise 3", text).verdict == WRONG
 
 
