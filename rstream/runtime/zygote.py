@@ -10,6 +10,9 @@ Sessions made by ``get_spark()`` with a local master therefore get a *zygote*: o
 driver that has imported all of it once and forks a copy of itself, already warm, for each query.
 The same zygote forks the daemons Spark keeps for the whole session (``SERVED``: the tasks' daemon and
 the Python data source planners' daemons), so they share its imports instead of each loading its own.
+One of them, the data source lookup's, Spark starts with ``PYSPARK_DRIVER_PYTHON``, not the session's
+Python, the first time a data source is registered: ``rstream.runtime.session`` gives the JVM the
+script under that name too, and registers rstream's source once the zygote serves (``await_zygote``).
 Spark still starts what it believes is Python (``PYSPARK_PYTHON`` is a small script that runs the
 real interpreter for everything else): for the modules in ``SERVED`` that script runs ``launch.py``, which
 hands its standard streams, environment and working directory to the zygote over a Unix socket,
@@ -79,6 +82,7 @@ class Zygote:
         self.script.chmod(self.script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         self.proc: subprocess.Popen[bytes] | None = None
         self._ready = False
+        self._reading = threading.Lock()  # one reader of its stderr: a second would wait out its timeout
 
     def launch(self) -> None:
         """Start the zygote process (its imports take a core for about a second)."""
@@ -99,12 +103,17 @@ class Zygote:
     def ready(self, timeout: float = 60.0) -> bool:
         """Whether the zygote serves (it says so on its stderr once its imports are done)."""
         assert self.proc is not None and self.proc.stderr is not None
-        if not self._ready:
-            # poll, not select: a driver with more than 1024 open files (a long notebook) is fine
-            poller = select.poll()
-            poller.register(self.proc.stderr, select.POLLIN)
-            ready = poller.poll(timeout * 1000)
-            self._ready = ready != [] and self.proc.stderr.readline().strip() == b"ready"
+        if not self._reading.acquire(timeout=timeout):
+            return False
+        try:
+            if not self._ready:
+                # poll, not select: a driver with more than 1024 open files (a long notebook) is fine
+                poller = select.poll()
+                poller.register(self.proc.stderr, select.POLLIN)
+                ready = poller.poll(timeout * 1000)
+                self._ready = ready != [] and self.proc.stderr.readline().strip() == b"ready"
+        finally:
+            self._reading.release()
         return self._ready and self.proc.poll() is None
 
     def stop(self) -> None:
@@ -161,6 +170,23 @@ def launch_zygote() -> None:
     with _LOCK:
         if _ZYGOTE is not None:
             _ZYGOTE.launch()
+
+
+def is_zygote_script(python: str) -> bool:
+    """Whether ``python`` is the script of this driver's zygote."""
+    warm = _ZYGOTE
+    return warm is not None and python == str(warm.script)
+
+
+def await_zygote(python: str, timeout: float = 60.0) -> bool:
+    """Wait until the zygote serves, if ``python`` (a session's ``pythonExec``) is its script and it
+    was launched; whether it serves. A Python process Spark starts before then runs the real
+    interpreter, cold, with imports of its own; a daemon that lives as long as the session (a data
+    source planner's) keeps them all along: about 70 MB where a fork from the zygote takes 30."""
+    warm = _ZYGOTE
+    if warm is None or warm.proc is None or not is_zygote_script(python):
+        return False
+    return warm.ready(timeout)
 
 
 def zygote() -> Zygote | None:

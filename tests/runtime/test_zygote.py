@@ -205,10 +205,26 @@ def test_a_local_sessions_queries_and_workers_start_warm(spark: Any, broker: Any
     daemons = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(
         (sys.executable, "python")) and "rstream.runtime.daemon" in _cmdline(p)]
     assert daemons, "Spark's Python workers were not forked from rstream's daemon"
+    # the Python data source lookup's daemon too, which Spark starts with PYSPARK_DRIVER_PYTHON, not the
+    # session's Python, when the source is registered: it lives as long as the JVM
+    forked = [p for p in psutil.Process(z.proc.pid).children() if p.name() == "lookup_data_sou"]
+    assert len(forked) == 1, "the data source lookup's daemon is not the zygote's child"
+    cold = [p for p in psutil.Process().children(recursive=True) if _started_cold(p, "lookup_data_sources")]
+    assert cold == [], "a data source lookup daemon started cold"
     # a cluster started after it (rstream.cluster) gives its executors the real interpreter: the
     # script is this driver's alone, and goes with it
     assert real_python(os.environ["PYSPARK_PYTHON"]) == sys.executable
     assert real_python("/opt/other/python") == "/opt/other/python" and real_python(None) == sys.executable
+
+
+def _started_cold(proc: psutil.Process, module: str) -> bool:
+    """Whether ``proc`` is Spark's ``python -m pyspark.daemon <...module>`` run by the interpreter itself
+    (a fork from the zygote keeps the zygote's command line; its launcher runs ``launch.py``)."""
+    try:
+        argv = proc.cmdline()
+    except psutil.Error:
+        return False
+    return argv[1:3] == ["-m", "pyspark.daemon"] and any(arg.endswith(module) for arg in argv[3:])
 
 
 def _cmdline(proc: Path) -> str:
