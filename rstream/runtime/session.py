@@ -15,17 +15,20 @@ _REGISTERED: set[int] = set()
 _REGISTERING = threading.Lock()
 
 
-def _worker_environment(local: bool) -> bool:
+def _worker_environment(local: bool, zygote: bool) -> bool:
     """Set the workers' interpreter and import path; True if they can start warm (a local master,
-    and workers running this interpreter, which has rstream: ``WARM_WORKERS``)."""
+    and workers running this interpreter, which has rstream: ``WARM_WORKERS``). With ``zygote``, the
+    Python processes Spark starts on this machine are forked from a warm zygote (a LocalCluster's
+    executors excepted: rstream.runtime.zygote)."""
     # Workers must run this interpreter (with rstream and the user's packages) and see the same
     # import path as the driver, or they cannot unpickle the job's functions.
     from rstream.runtime.zygote import real_python, spark_python
 
     real = real_python(os.environ.get("PYSPARK_PYTHON"))
     # a local session's per-query Python process starts warm (rstream.runtime.zygote)
-    local = local and os.environ.get("RSTREAM_ZYGOTE", "1") != "0"
-    os.environ["PYSPARK_PYTHON"] = spark_python(real) if local else real
+    zygote = zygote and os.environ.get("RSTREAM_ZYGOTE", "1") != "0"
+    local = local and zygote
+    os.environ["PYSPARK_PYTHON"] = spark_python(real) if zygote else real
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     known = os.environ.get("PYTHONPATH", "").split(os.pathsep)
@@ -35,7 +38,7 @@ def _worker_environment(local: bool) -> bool:
 
 
 def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None = None, warm_up: bool = True,
-              **conf: Any) -> Any:
+              zygote: bool | None = None, **conf: Any) -> Any:
     """The active SparkSession, or a new one (``local[N]`` unless ``master`` or ``$RSTREAM_SPARK_MASTER``
     says otherwise; N = ``usable_cores()``: each task slot costs a Python worker's memory).
 
@@ -50,6 +53,10 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
     The JVM's own output (its log, and warnings it prints at start-up such as "Using incubator
     modules") goes to ``<tmp_dir>/spark-driver.log``, not into a notebook's cells. Extra settings are
     Spark properties, with ``__`` for ``.`` (``spark__driver__memory="1g"``).
+    ``zygote``: whether the Python processes Spark starts on this machine are forked from a warm
+    zygote (``rstream.runtime.zygote``); by default for a local master only. ``LocalCluster.spark()``
+    says True: its executors run the real interpreter all the same. Never for a cluster with
+    executors on other machines, which would not find the zygote's script.
     """
     from pyspark.sql import SparkSession
 
@@ -58,7 +65,8 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
         register(active)
         return active
     master = master or os.environ.get("RSTREAM_SPARK_MASTER", f"local[{usable_cores()}]")
-    warm = _worker_environment(master.startswith("local"))
+    local = master.startswith("local")
+    warm = _worker_environment(local, local if zygote is None else zygote)
     tmp = Path(tmp_dir or Path("rstream-data") / "spark-tmp").absolute()
     tmp.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("SPARK_LOCAL_DIRS", str(tmp))

@@ -21,8 +21,17 @@ from its environment (how to connect back to the JVM) is read after the fork, fr
 
 Whenever the zygote cannot serve (not started, gone, refusing), ``launch.py`` runs the real
 interpreter in its place: the query starts as it would without it, only slower. The zygote exits
-when the driver process does (its stdin is a pipe from the driver). A cluster's executors never
-use it: only a local master's sessions get the script (executors elsewhere have no such file).
+when the driver process does (its stdin is a pipe from the driver).
+
+A cluster's executors never use it. Only a local master's sessions get the script, and the
+sessions of a ``rstream.cluster.LocalCluster`` (``get_spark(zygote=True)``, which its ``spark()``
+says): there Spark gives the driver's Python processes (the source runner, the data source planners)
+and the executors' (the tasks' daemon and workers) the same ``pythonExec``, the script's path, and
+the script runs the real interpreter itself wherever ``CLUSTER_ENV`` is set. A LocalCluster sets it
+in its daemons' environment, which its executors and their Python processes inherit (the driver,
+which runs in the notebook's kernel, has none), so an executor's Python processes stay its own
+children, as on a cluster of many machines. A cluster on other machines must not get the script:
+its executors have no such file.
 """
 
 from __future__ import annotations
@@ -57,9 +66,14 @@ PRELOAD = (RUNNER, "rstream.runtime.source", "rstream.broker.embedded", "rstream
 
 _LAUNCH = Path(__file__).with_name("launch.py")
 
+#: Set in every process of a ``rstream.cluster.LocalCluster`` (its daemons, executors and their Python
+#: workers), never in its driver: where it is set, the script runs the real interpreter itself.
+CLUSTER_ENV = "RSTREAM_CLUSTER_DIR"
+
 _SCRIPT = """#!/bin/sh
 # Made by rstream (rstream/runtime/zygote.py): Spark's Python for this session.
-if [ "$1" = "-m" ]; then
+# A LocalCluster's executor ({cluster_env} set) starts its Python processes itself, as its children.
+if [ "$1" = "-m" ] && [ -z "${cluster_env}" ]; then
   case "$2" in
     {served}) exec {real} -I -S {launch} {sock} {real} "$@" ;;
   esac
@@ -77,8 +91,9 @@ class Zygote:
         self.dir = Path(tempfile.mkdtemp(prefix="rstream-zygote-"))
         self.socket = self.dir / "zygote.sock"
         self.script = self.dir / "python"
-        self.script.write_text(_SCRIPT.format(served="|".join(SERVED), real=_quote(real_python),
-                                              launch=_quote(str(_LAUNCH)), sock=_quote(str(self.socket))))
+        self.script.write_text(_SCRIPT.format(served="|".join(SERVED), cluster_env=CLUSTER_ENV,
+                                              real=_quote(real_python), launch=_quote(str(_LAUNCH)),
+                                              sock=_quote(str(self.socket))))
         self.script.chmod(self.script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         self.proc: subprocess.Popen[bytes] | None = None
         self._ready = False
@@ -137,8 +152,9 @@ _LOCK = threading.Lock()
 
 
 def spark_python(real_python: str) -> str:
-    """What ``PYSPARK_PYTHON`` should be for a local session: the zygote's script (``launch_zygote()``
-    starts the process it asks, once the JVM is up), or ``real_python`` where no zygote can run."""
+    """What ``PYSPARK_PYTHON`` should be for a local session (or a LocalCluster's): the zygote's script
+    (``launch_zygote()`` starts the process it asks, once the JVM is up), or ``real_python`` where no
+    zygote can run."""
     global _ZYGOTE
     with _LOCK:
         if _ZYGOTE is not None and _ZYGOTE.alive and _ZYGOTE.real_python == real_python:
