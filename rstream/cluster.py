@@ -50,10 +50,13 @@ from typing import Any
 import psutil
 
 from rstream.errors import RStreamError
+
+# CLUSTER_ENV: the environment variable set (to the cluster's ``work_dir``) in every process of a
+# LocalCluster, never in its driver. Where it is set, the driver's zygote script (rstream.runtime.zygote)
+# runs the real interpreter: an executor's Python processes are its own children.
+from rstream.runtime.zygote import CLUSTER_ENV as CLUSTER_ENV
 from rstream.runtime.zygote import real_python
 
-CLUSTER_ENV = "RSTREAM_CLUSTER_DIR"
-"""Environment variable set (to the cluster's ``work_dir``) in every process of a LocalCluster."""
 WORKER_ENV = "RSTREAM_CLUSTER_WORKER"
 """Environment variable naming the worker (``worker-0``, ...) in a worker and everything it launches."""
 RUN_ENV = "RSTREAM_CLUSTER_RUN"
@@ -684,6 +687,11 @@ class LocalCluster:
     def spark(self, **conf: Any) -> Any:
         """A SparkSession on this cluster with rstream's quiet settings (``get_spark`` + ``spark_conf()``).
 
+        The driver's own Python processes (a streaming query's source runner, the Python data source's
+        planners) are forked from its zygote as in a local session, sharing its imports
+        (``get_spark(zygote=True)``); the executors' are not: each executor starts its own, the real
+        interpreter (``CLUSTER_ENV`` is set in the executors, see ``rstream.runtime.zygote``).
+
         A process holds one SparkContext: if a session on another master (e.g. ``local[*]``) is active,
         this raises ``ClusterError``; call ``spark.stop()`` on it first. ``conf`` overrides settings.
         """
@@ -699,7 +707,7 @@ class LocalCluster:
                 "can hold only one: call spark.stop() on it first (e.g. rstream.get_spark().stop()), "
                 "then cluster.spark()"
             )
-        return get_spark(master=master_url, **{**self.spark_conf(), **conf})
+        return get_spark(master=master_url, zygote=True, **{**self.spark_conf(), **conf})
 
     def _stop_session(self) -> None:
         if "pyspark" not in sys.modules or self._master_port is None:

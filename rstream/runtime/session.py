@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -11,19 +12,23 @@ from rstream.runtime.warm_up import WARM_UP_TIMEOUT_S, await_warm_up, begin_warm
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 _REGISTERED: set[int] = set()
+_REGISTERING = threading.Lock()
 
 
-def _worker_environment(local: bool) -> bool:
+def _worker_environment(local: bool, zygote: bool) -> bool:
     """Set the workers' interpreter and import path; True if they can start warm (a local master,
-    and workers running this interpreter, which has rstream: ``WARM_WORKERS``)."""
+    and workers running this interpreter, which has rstream: ``WARM_WORKERS``). With ``zygote``, the
+    Python processes Spark starts on this machine are forked from a warm zygote (a LocalCluster's
+    executors excepted: rstream.runtime.zygote)."""
     # Workers must run this interpreter (with rstream and the user's packages) and see the same
     # import path as the driver, or they cannot unpickle the job's functions.
     from rstream.runtime.zygote import real_python, spark_python
 
     real = real_python(os.environ.get("PYSPARK_PYTHON"))
     # a local session's per-query Python process starts warm (rstream.runtime.zygote)
-    local = local and os.environ.get("RSTREAM_ZYGOTE", "1") != "0"
-    os.environ["PYSPARK_PYTHON"] = spark_python(real) if local else real
+    zygote = zygote and os.environ.get("RSTREAM_ZYGOTE", "1") != "0"
+    local = local and zygote
+    os.environ["PYSPARK_PYTHON"] = spark_python(real) if zygote else real
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     known = os.environ.get("PYTHONPATH", "").split(os.pathsep)
@@ -33,7 +38,7 @@ def _worker_environment(local: bool) -> bool:
 
 
 def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None = None, warm_up: bool = True,
-              **conf: Any) -> Any:
+              zygote: bool | None = None, **conf: Any) -> Any:
     """The active SparkSession, or a new one (``local[N]`` unless ``master`` or ``$RSTREAM_SPARK_MASTER``
     says otherwise; N = ``usable_cores()``: each task slot costs a Python worker's memory).
 
@@ -48,6 +53,10 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
     The JVM's own output (its log, and warnings it prints at start-up such as "Using incubator
     modules") goes to ``<tmp_dir>/spark-driver.log``, not into a notebook's cells. Extra settings are
     Spark properties, with ``__`` for ``.`` (``spark__driver__memory="1g"``).
+    ``zygote``: whether the Python processes Spark starts on this machine are forked from a warm
+    zygote (``rstream.runtime.zygote``); by default for a local master only. ``LocalCluster.spark()``
+    says True: its executors run the real interpreter all the same. Never for a cluster with
+    executors on other machines, which would not find the zygote's script.
     """
     from pyspark.sql import SparkSession
 
@@ -56,7 +65,8 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
         register(active)
         return active
     master = master or os.environ.get("RSTREAM_SPARK_MASTER", f"local[{usable_cores()}]")
-    warm = _worker_environment(master.startswith("local"))
+    local = master.startswith("local")
+    warm = _worker_environment(local, local if zygote is None else zygote)
     tmp = Path(tmp_dir or Path("rstream-data") / "spark-tmp").absolute()
     tmp.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("SPARK_LOCAL_DIRS", str(tmp))
@@ -97,7 +107,7 @@ def get_spark(master: str | None = None, tmp_dir: str | os.PathLike[str] | None 
     from rstream.runtime.zygote import launch_zygote
 
     launch_zygote()
-    register(spark)
+    register(spark)  # once the zygote serves: the data source lookup's daemon lives as long as the JVM
     if warm and warm_up:
         _start_warm_up(spark, tmp)
     return spark
@@ -144,15 +154,32 @@ def usable_cores() -> int:
 
 def _launch_jvm(options: dict[str, str], log: Path) -> None:
     """Start Spark's JVM (once per process) with these settings and its stdout and stderr in ``log``:
-    what the JVM prints itself would otherwise land in a notebook cell as a red stderr box."""
+    what the JVM prints itself would otherwise land in a notebook cell as a red stderr box.
+
+    With the zygote's script as the session's Python, the JVM gets it as ``PYSPARK_DRIVER_PYTHON`` too
+    (only the JVM: this process's own stays as it was). Spark runs the Python data source lookup, once
+    per JVM, with that one (``PythonUtils.defaultPythonExec``), not with the session's ``pythonExec``:
+    its daemon, which lives as long as the JVM, is then forked from the zygote as well."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
+    from rstream.runtime.zygote import is_zygote_script
+
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return  # a JVM is already there (an earlier session in this process, or a pyspark shell)
-    with open(log, "ab") as out:
-        gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(options.items())),
-                                 popen_kwargs={"stdout": out, "stderr": out})
+    python = os.environ.get("PYSPARK_PYTHON", "")
+    driver_python = os.environ.get("PYSPARK_DRIVER_PYTHON")
+    try:
+        if is_zygote_script(python):
+            os.environ["PYSPARK_DRIVER_PYTHON"] = python  # launch_gateway gives the JVM this environment
+        with open(log, "ab") as out:
+            gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(options.items())),
+                                     popen_kwargs={"stdout": out, "stderr": out})
+    finally:
+        if driver_python is None:
+            os.environ.pop("PYSPARK_DRIVER_PYTHON", None)
+        else:
+            os.environ["PYSPARK_DRIVER_PYTHON"] = driver_python
     SparkContext._ensure_initialized(gateway=gateway)
 
 
@@ -214,15 +241,28 @@ def _identity(x: Any) -> Any:
 
 
 def register(spark: Any) -> None:
-    """Make ``format("rstream")`` known to ``spark`` (once per session)."""
+    """Make ``format("rstream")`` known to ``spark`` (once per session).
+
+    The first registration in a JVM makes Spark look up the Python data sources installed, in a
+    daemon of its own (``pyspark.daemon pyspark.sql.worker.lookup_data_sources``) that then lives as
+    long as the JVM: with the session's zygote launched but not serving yet (its imports take a
+    second or two), it would start cold and keep its own imports (about 70 MB where a fork from the
+    zygote takes 30). So this waits for the zygote first: about as long as the cold daemon's own
+    imports took, and whatever comes next (the warm-up, a query) needs the zygote anyway."""
     if id(spark) in _REGISTERED:
         return
     from rstream.runtime.source import RStreamDataSource
+    from rstream.runtime.zygote import await_zygote
 
-    spark.dataSource.register(RStreamDataSource)
-    # progress for idle triggers within 100 ms, not 10 s: run_until_idle() in continuous mode reads it
-    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100")
-    _REGISTERED.add(id(spark))
+    with _REGISTERING:
+        if id(spark) in _REGISTERED:
+            return
+        context = getattr(spark, "sparkContext", None)
+        await_zygote(str(getattr(context, "pythonExec", "")))
+        spark.dataSource.register(RStreamDataSource)
+        # progress for idle triggers within 100 ms, not 10 s: run_until_idle() in continuous mode reads it
+        spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100")
+        _REGISTERED.add(id(spark))
 
 
 def stop_spark() -> None:

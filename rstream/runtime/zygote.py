@@ -10,6 +10,9 @@ Sessions made by ``get_spark()`` with a local master therefore get a *zygote*: o
 driver that has imported all of it once and forks a copy of itself, already warm, for each query.
 The same zygote forks the daemons Spark keeps for the whole session (``SERVED``: the tasks' daemon and
 the Python data source planners' daemons), so they share its imports instead of each loading its own.
+One of them, the data source lookup's, Spark starts with ``PYSPARK_DRIVER_PYTHON``, not the session's
+Python, the first time a data source is registered: ``rstream.runtime.session`` gives the JVM the
+script under that name too, and registers rstream's source once the zygote serves (``await_zygote``).
 Spark still starts what it believes is Python (``PYSPARK_PYTHON`` is a small script that runs the
 real interpreter for everything else): for the modules in ``SERVED`` that script runs ``launch.py``, which
 hands its standard streams, environment and working directory to the zygote over a Unix socket,
@@ -18,8 +21,17 @@ from its environment (how to connect back to the JVM) is read after the fork, fr
 
 Whenever the zygote cannot serve (not started, gone, refusing), ``launch.py`` runs the real
 interpreter in its place: the query starts as it would without it, only slower. The zygote exits
-when the driver process does (its stdin is a pipe from the driver). A cluster's executors never
-use it: only a local master's sessions get the script (executors elsewhere have no such file).
+when the driver process does (its stdin is a pipe from the driver).
+
+A cluster's executors never use it. Only a local master's sessions get the script, and the
+sessions of a ``rstream.cluster.LocalCluster`` (``get_spark(zygote=True)``, which its ``spark()``
+says): there Spark gives the driver's Python processes (the source runner, the data source planners)
+and the executors' (the tasks' daemon and workers) the same ``pythonExec``, the script's path, and
+the script runs the real interpreter itself wherever ``CLUSTER_ENV`` is set. A LocalCluster sets it
+in its daemons' environment, which its executors and their Python processes inherit (the driver,
+which runs in the notebook's kernel, has none), so an executor's Python processes stay its own
+children, as on a cluster of many machines. A cluster on other machines must not get the script:
+its executors have no such file.
 """
 
 from __future__ import annotations
@@ -54,9 +66,14 @@ PRELOAD = (RUNNER, "rstream.runtime.source", "rstream.broker.embedded", "rstream
 
 _LAUNCH = Path(__file__).with_name("launch.py")
 
+#: Set in every process of a ``rstream.cluster.LocalCluster`` (its daemons, executors and their Python
+#: workers), never in its driver: where it is set, the script runs the real interpreter itself.
+CLUSTER_ENV = "RSTREAM_CLUSTER_DIR"
+
 _SCRIPT = """#!/bin/sh
 # Made by rstream (rstream/runtime/zygote.py): Spark's Python for this session.
-if [ "$1" = "-m" ]; then
+# A LocalCluster's executor ({cluster_env} set) starts its Python processes itself, as its children.
+if [ "$1" = "-m" ] && [ -z "${cluster_env}" ]; then
   case "$2" in
     {served}) exec {real} -I -S {launch} {sock} {real} "$@" ;;
   esac
@@ -74,11 +91,13 @@ class Zygote:
         self.dir = Path(tempfile.mkdtemp(prefix="rstream-zygote-"))
         self.socket = self.dir / "zygote.sock"
         self.script = self.dir / "python"
-        self.script.write_text(_SCRIPT.format(served="|".join(SERVED), real=_quote(real_python),
-                                              launch=_quote(str(_LAUNCH)), sock=_quote(str(self.socket))))
+        self.script.write_text(_SCRIPT.format(served="|".join(SERVED), cluster_env=CLUSTER_ENV,
+                                              real=_quote(real_python), launch=_quote(str(_LAUNCH)),
+                                              sock=_quote(str(self.socket))))
         self.script.chmod(self.script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         self.proc: subprocess.Popen[bytes] | None = None
         self._ready = False
+        self._reading = threading.Lock()  # one reader of its stderr: a second would wait out its timeout
 
     def launch(self) -> None:
         """Start the zygote process (its imports take a core for about a second)."""
@@ -99,12 +118,17 @@ class Zygote:
     def ready(self, timeout: float = 60.0) -> bool:
         """Whether the zygote serves (it says so on its stderr once its imports are done)."""
         assert self.proc is not None and self.proc.stderr is not None
-        if not self._ready:
-            # poll, not select: a driver with more than 1024 open files (a long notebook) is fine
-            poller = select.poll()
-            poller.register(self.proc.stderr, select.POLLIN)
-            ready = poller.poll(timeout * 1000)
-            self._ready = ready != [] and self.proc.stderr.readline().strip() == b"ready"
+        if not self._reading.acquire(timeout=timeout):
+            return False
+        try:
+            if not self._ready:
+                # poll, not select: a driver with more than 1024 open files (a long notebook) is fine
+                poller = select.poll()
+                poller.register(self.proc.stderr, select.POLLIN)
+                ready = poller.poll(timeout * 1000)
+                self._ready = ready != [] and self.proc.stderr.readline().strip() == b"ready"
+        finally:
+            self._reading.release()
         return self._ready and self.proc.poll() is None
 
     def stop(self) -> None:
@@ -128,8 +152,9 @@ _LOCK = threading.Lock()
 
 
 def spark_python(real_python: str) -> str:
-    """What ``PYSPARK_PYTHON`` should be for a local session: the zygote's script (``launch_zygote()``
-    starts the process it asks, once the JVM is up), or ``real_python`` where no zygote can run."""
+    """What ``PYSPARK_PYTHON`` should be for a local session (or a LocalCluster's): the zygote's script
+    (``launch_zygote()`` starts the process it asks, once the JVM is up), or ``real_python`` where no
+    zygote can run."""
     global _ZYGOTE
     with _LOCK:
         if _ZYGOTE is not None and _ZYGOTE.alive and _ZYGOTE.real_python == real_python:
@@ -161,6 +186,23 @@ def launch_zygote() -> None:
     with _LOCK:
         if _ZYGOTE is not None:
             _ZYGOTE.launch()
+
+
+def is_zygote_script(python: str) -> bool:
+    """Whether ``python`` is the script of this driver's zygote."""
+    warm = _ZYGOTE
+    return warm is not None and python == str(warm.script)
+
+
+def await_zygote(python: str, timeout: float = 60.0) -> bool:
+    """Wait until the zygote serves, if ``python`` (a session's ``pythonExec``) is its script and it
+    was launched; whether it serves. A Python process Spark starts before then runs the real
+    interpreter, cold, with imports of its own; a daemon that lives as long as the session (a data
+    source planner's) keeps them all along: about 70 MB where a fork from the zygote takes 30."""
+    warm = _ZYGOTE
+    if warm is None or warm.proc is None or not is_zygote_script(python):
+        return False
+    return warm.ready(timeout)
 
 
 def zygote() -> Zygote | None:

@@ -32,7 +32,8 @@ _DRIVER = textwrap.dedent("""
     from rstream.runtime.session import get_spark
 
     master, conf, ctl = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
-    spark = get_spark(master=master, tmp_dir=str(ctl / "spark-tmp"), **conf)
+    # zygote=True as cluster.spark() says: the driver's Python processes are forked from its zygote
+    spark = get_spark(master=master, tmp_dir=str(ctl / "spark-tmp"), zygote=True, **conf)
     control = str(ctl)
 
     def probe(index, rows):
@@ -45,12 +46,18 @@ _DRIVER = textwrap.dedent("""
             time.sleep(0.05)
         env = {k: v for k, v in os.environ.items()
                if k.startswith(("SPARK_", "PYSPARK_", "RSTREAM_")) or k == "PYTHONPATH"}
+        ancestors, pid = [], os.getpid()
+        for _ in range(3):  # the worker's daemon, and the daemon's parent
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            ancestors.append(pid)
         yield {"index": index, "rows": sum(1 for _ in rows), "cwd": os.getcwd(), "pid": os.getpid(),
-               "rstream": rstream.__file__, "env": env}
+               "rstream": rstream.__file__, "env": env, "exe": os.readlink("/proc/self/exe"), "ancestors": ancestors}
 
     probes = spark.sparkContext.parallelize(range(int(sys.argv[4])), 2).mapPartitionsWithIndex(probe).collect()
     count = spark.range(100, numPartitions=2).count()
-    print(json.dumps({"count": count, "probes": probes}), flush=True)
+    from rstream.runtime.zygote import zygote
+    print(json.dumps({"count": count, "probes": probes, "python": spark.sparkContext.pythonExec,
+                      "zygote": [str(zygote().script), zygote().proc.pid]}), flush=True)
     spark.stop()
 """)
 
@@ -129,6 +136,14 @@ def test_two_workers_run_a_job_and_stop_leaves_nothing(cluster: LocalCluster, co
         assert p["env"]["RSTREAM_CLUSTER_WORKER"] in {"worker-0", "worker-1"}
         assert p["env"]["PYSPARK_PYTHON"] == sys.executable
         assert p["rstream"] == str(ROOT / "rstream" / "__init__.py")
+    # the driver's Python is its zygote's script, and so is the executors' pythonExec; in an executor the
+    # script runs the real interpreter: its Python workers are the executor's own, never the zygote's
+    script, zygote_pid = result["zygote"]
+    assert result["python"] == script
+    for p in probes:
+        assert Path(p["exe"]).resolve() == Path(sys.executable).resolve()
+        assert zygote_pid not in p["ancestors"]
+        assert {e.pid for e in running} & set(p["ancestors"][:2]), f"{p['ancestors']} holds no executor"
 
     ports = [int(cluster.master_url.rsplit(":", 1)[1]), int(cluster.web_ui_url.rsplit(":", 1)[1])]
     ports += [w["port"] for w in workers]

@@ -24,7 +24,8 @@ _DRIVER = textwrap.dedent("""
     from tests.support.cluster import KILL_AFTER, ROUNDS, sentences
 
     master, conf, ctl = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
-    spark = get_spark(master=master, tmp_dir=str(ctl / "spark-tmp"), **conf)
+    # zygote=True as cluster.spark() says: the driver's Python processes are forked from its zygote
+    spark = get_spark(master=master, tmp_dir=str(ctl / "spark-tmp"), zygote=True, **conf)
     broker = EmbeddedBroker(ctl / "broker")
     broker.create_topic("sentences", queues=4)
     b = StreamBuilder("cluster-count", shuffle_queues=4)
@@ -33,7 +34,12 @@ _DRIVER = textwrap.dedent("""
     job = RocketMQStream(b.build(), {"data_dir": str(ctl / "data"), "trigger_interval_ms": 100}, broker=broker,
                          spark=spark)
     job.start()
+    forked = []
     for r in range(ROUNDS):
+        if r == 1:  # what the zygote forked for the driver: the query's source runner, its planners' daemons
+            import psutil
+            from rstream.runtime.zygote import zygote
+            forked = sorted(p.name() for p in psutil.Process(zygote().proc.pid).children())
         if r == KILL_AFTER:
             (ctl / "kill-now").write_text(str(job.history()[-1].batch_id))
             while not (ctl / "killed").exists():
@@ -45,7 +51,8 @@ _DRIVER = textwrap.dedent("""
              "replayed_keys": q.replayed_keys} for p in job.history() for q in p.queues]
     sink = [m.body.decode() for m in sorted(broker.read("counts"), key=lambda m: (m.queue_id, m.offset))]
     print(json.dumps({"rows": rows, "sink": sink, "state": dict(zip(job.state()["key"], job.state()["value"])),
-                      "folders": job.local_state_folders().to_dict("records")}, default=str), flush=True)
+                      "folders": job.local_state_folders().to_dict("records"), "forked": forked},
+                     default=str), flush=True)
     spark.stop()
 """)
 
@@ -74,6 +81,9 @@ def test_a_keyed_count_survives_a_lost_executor_exactly(tmp_path: Path) -> None:
     assert strays(cluster.work_dir, ports) == [] and cluster.processes() == []  # every daemon and executor gone
 
     result = json.loads(out.strip().splitlines()[-1])
+    # the driver's Python processes were forked from its zygote (the executors' are their own: the
+    # executor killed took its Python workers with it, and nothing of the cluster is left, checked above)
+    assert {"source_runner", "lookup_data_sou", "create_data_sou", "plan_data_sourc"} <= set(result["forked"])
     # exact: each word's running counts 1, 2, ..., n, each once, in order, whatever ran where
     words = Counter(w for r in range(ROUNDS) for s in sentences(r) for w in s.split())
     got: dict[str, list[int]] = {}

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
-from rstream.runtime.zygote import RUNNER, Zygote, real_python
+from rstream.runtime.zygote import CLUSTER_ENV, RUNNER, Zygote, real_python
 
 PYTHON_EXCEPTION_THROWN = -2
 
@@ -47,9 +47,10 @@ class FakeJvm:
         self.server.listen(1)
         self.server.settimeout(60)
 
-    def start(self, python: str | Path) -> subprocess.Popen[bytes]:
+    def start(self, python: str | Path, **extra_env: str) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if k != "PYTHON_WORKER_FACTORY_SECRET"}
         env["PYTHON_WORKER_FACTORY_SOCK_PATH"] = self.path
+        env.update(extra_env)
         return subprocess.Popen([str(python), "-m", RUNNER], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
 
@@ -109,6 +110,24 @@ def test_without_a_zygote_the_script_runs_the_interpreter_itself(zygote: Zygote,
     assert "PYTHON_VERSION_MISMATCH" in _runner_error(conn)
     assert launcher.wait(timeout=60) == 255
     conn.close()
+
+
+def test_under_a_local_clusters_executor_the_script_runs_the_interpreter_itself(zygote: Zygote,
+                                                                               tmp_path: Path) -> None:
+    """A LocalCluster's session gives its executors the zygote's script too (Spark gives a Python data
+    source's driver side and executor side the same ``pythonExec``): where ``CLUSTER_ENV`` is set, as
+    in every process of the cluster, the script must run the real interpreter, its caller's own child,
+    even though the zygote serves."""
+    jvm = FakeJvm(tmp_path)
+    launcher = jvm.start(zygote.script, **{CLUSTER_ENV: str(tmp_path / "cluster")})
+    conn, pid = jvm.accept()
+    assert pid == launcher.pid  # the script exec'd the interpreter: no launcher, no fork from the zygote
+    assert Path(f"/proc/{pid}/exe").resolve() == Path(sys.executable).resolve()
+    _send_utf(conn, "2.7")
+    assert "PYTHON_VERSION_MISMATCH" in _runner_error(conn)
+    assert launcher.wait(timeout=60) == 255
+    conn.close()
+    assert zygote.proc is not None and _children(zygote.proc.pid) == []
 
 
 def test_the_runners_output_and_exit_code_are_the_launchers(zygote: Zygote, tmp_path: Path) -> None:
@@ -205,10 +224,26 @@ def test_a_local_sessions_queries_and_workers_start_warm(spark: Any, broker: Any
     daemons = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(
         (sys.executable, "python")) and "rstream.runtime.daemon" in _cmdline(p)]
     assert daemons, "Spark's Python workers were not forked from rstream's daemon"
+    # the Python data source lookup's daemon too, which Spark starts with PYSPARK_DRIVER_PYTHON, not the
+    # session's Python, when the source is registered: it lives as long as the JVM
+    forked = [p for p in psutil.Process(z.proc.pid).children() if p.name() == "lookup_data_sou"]
+    assert len(forked) == 1, "the data source lookup's daemon is not the zygote's child"
+    cold = [p for p in psutil.Process().children(recursive=True) if _started_cold(p, "lookup_data_sources")]
+    assert cold == [], "a data source lookup daemon started cold"
     # a cluster started after it (rstream.cluster) gives its executors the real interpreter: the
     # script is this driver's alone, and goes with it
     assert real_python(os.environ["PYSPARK_PYTHON"]) == sys.executable
     assert real_python("/opt/other/python") == "/opt/other/python" and real_python(None) == sys.executable
+
+
+def _started_cold(proc: psutil.Process, module: str) -> bool:
+    """Whether ``proc`` is Spark's ``python -m pyspark.daemon <...module>`` run by the interpreter itself
+    (a fork from the zygote keeps the zygote's command line; its launcher runs ``launch.py``)."""
+    try:
+        argv = proc.cmdline()
+    except psutil.Error:
+        return False
+    return argv[1:3] == ["-m", "pyspark.daemon"] and any(arg.endswith(module) for arg in argv[3:])
 
 
 def _cmdline(proc: Path) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -45,3 +46,19 @@ def test_the_parts_of_a_real_tree_add_up_to_its_pss() -> None:
             p.kill()
         parent.kill()
         parent.wait()
+
+
+def test_a_child_that_shares_its_parents_memory_is_counted_once() -> None:
+    """A JVM starts every process by a ``vfork``-like clone: until its ``exec`` the child shares the
+    JVM's address space, and its PSS is the JVM's again. Told apart by ``kcmp(2)``; a forked child
+    (its own address space, copy on write) is counted."""
+    from tools.browser import same_memory, shares_parents_memory
+
+    assert same_memory(os.getpid(), os.getpid())
+    kid = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not same_memory(os.getpid(), kid.pid)
+        assert not shares_parents_memory(psutil.Process(kid.pid))
+    finally:
+        kid.kill()
+        kid.wait()
