@@ -21,6 +21,7 @@ notebook::
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -700,7 +701,7 @@ _ALL["04"] = _EX04
 # (its own section: the exercises of 06_scaling_and_failure, registered in _ALL at its end)
 
 #: The source topic of notebook 06's jobs.
-EX06_SOURCE = "sentences"
+EX06_SOURCE = "reviews"
 
 
 @dataclass(frozen=True)
@@ -731,13 +732,32 @@ def executors_lost(spark: Any) -> list[LostExecutor]:
     return sorted(lost, key=lambda e: e.lost_ms)
 
 
+def executors_registered(spark: Any, count: int, timeout: float = 120.0) -> list[str]:
+    """Wait until Spark's driver has ``count`` live executors registered; return their names as a job's
+    progress gives them (``executor-<id>``). A worker starts an executor's JVM some seconds before the
+    executor registers with the driver and gets tasks (longer on a busy machine): ``LocalCluster.
+    wait_for_executors`` sees the JVM, this sees what Spark schedules on (the driver's status store)."""
+    context = spark.sparkContext._jsc.sc()
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = context.statusStore().executorList(True)
+        live = sorted(f"executor-{listed.apply(i).id()}" for i in range(listed.size())
+                      if listed.apply(i).id() != "driver")
+        if len(live) >= count:
+            return live
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(live)} of {count} executors registered with Spark's driver after "
+                               f"{timeout:.0f} s: {live}")
+        time.sleep(0.2)
+
+
 def cluster_cores(spark: Any) -> int:
     """How many cores the Spark application may use at once (``spark.cores.max`` on a LocalCluster)."""
     cores = spark.sparkContext.getConf().get("spark.cores.max")
     return int(cores) if cores else int(spark.sparkContext.defaultParallelism)
 
 
-def _sentence_words(broker: Any) -> dict[str, int]:
+def _review_words(broker: Any) -> dict[str, int]:
     return _words(broker, EX06_SOURCE)
 
 
@@ -769,9 +789,9 @@ _CREDITED: dict[str, tuple[str, int]] = {}
 
 def _check_survived(exercise: str, job: Any, hints: Hints) -> Graded:
     """Exercise 2: an executor was lost while ``job`` ran (Spark's record, a loss after the notebook's own
-    kill, not counted before for a job that has run since), the job committed a batch of new sentences
+    kill, not counted before for a job that has run since), the job committed a batch of new reviews
     after it and read them all, and its counts (state and sink) equal the words of the broker's
-    ``sentences``, every running count 1, 2, ..., n once."""
+    ``reviews``, every running count 1, 2, ..., n once."""
     from .exercises import NOT_YET, RIGHT, WRONG
 
     def wrong(message: str) -> Graded:
@@ -806,7 +826,7 @@ def _check_survived(exercise: str, job: Any, hints: Hints) -> Graded:
         return wrong(f"Job {job.job_id!r} committed no batch before {last.executor} was lost: the kill must "
                      "come while the job runs.")
     if not after:
-        return wrong(f"Spark lost {last.executor}, but job {job.job_id!r} has read no sentence since: send a "
+        return wrong(f"Spark lost {last.executor}, but job {job.job_id!r} has read no review since: send a "
                      "round after the kill, then run_until_idle(), so the job runs past the loss.")
     credited = _CREDITED.get(last.executor)
     if credited is not None and credited != (job.job_id, last_batch):
@@ -820,7 +840,7 @@ def _check_survived(exercise: str, job: Any, hints: Hints) -> Graded:
     left = int(lag["lag"].sum()) if len(lag) else 0
     if left:
         return wrong(f"Job {job.job_id!r} has {left} records left to read: run_until_idle() until it is done.")
-    expected = _sentence_words(job.broker)
+    expected = _review_words(job.broker)
     try:
         state = job.state()
         counts = {str(k): int(v) for k, v in zip(state["key"], state["value"])}
@@ -831,7 +851,7 @@ def _check_survived(exercise: str, job: Any, hints: Hints) -> Graded:
     except Exception as exc:
         return wrong(f"Could not read the job's counts ({type(exc).__name__}: {exc}).")
     if counts != expected:
-        return wrong(f"The job's state: {_difference(counts, expected)} Every word of 'sentences' should be "
+        return wrong(f"The job's state: {_difference(counts, expected)} Every word of 'reviews' should be "
                      "counted once, across the kill.")
     gaps = sorted(w for w, n in expected.items() if running.get(w) != list(range(1, n + 1)))
     if gaps:
@@ -840,7 +860,7 @@ def _check_survived(exercise: str, job: Any, hints: Hints) -> Graded:
     _CREDITED[last.executor] = (job.job_id, last_batch)
     executors = sorted({q.executor for b in after for q in b.queues})
     return Graded(exercise, RIGHT, f"Spark lost {last.executor}; job {job.job_id!r} then committed "
-                  f"{len(after)} batch(es) of new sentences on {', '.join(executors)}, replaying "
+                  f"{len(after)} batch(es) of new reviews on {', '.join(executors)}, replaying "
                   f"{sum(b.replayed_keys for b in after)} keys, and every count is exact. Well done.")
 
 
@@ -863,9 +883,9 @@ def _one_per_core(job: Any) -> str | None:
     return None
 
 
-def _sentence_counts(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _sentence_words(facts.broker),
-                        "The sink should hold, per word of 'sentences', how often it occurs.")
+def _review_counts(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _review_words(facts.broker),
+                        "The sink should hold, per word of 'reviews', how often it occurs.")
 
 
 def _same_executor_count(predicted: Any, shown: dict[str, int]) -> bool:
@@ -898,9 +918,9 @@ _EX06 = _Exercises06("06", items={
     "Exercise 2": Exercise("survive", Hints(
         nudge="Do what the 'Lose an executor' cell does, once more, then hand over the job.",
         concept="Spark keeps a record of the executors it lost. The check reads it: a loss after the "
-                "notebook's first kill, while the job runs, and a round of sentences counted after it.",
-        call='cluster.kill_executor(cluster.executors()[0]); broker.send_batch("sentences", '
-             "sentences(9)); job.run_until_idle(progress=False); survivor = job")),
+                "notebook's first kill, while the job runs, and a round of reviews counted after it.",
+        call='cluster.kill_executor(cluster.executors()[0]); broker.send_batch("reviews", '
+             "reviews(9)); job.run_until_idle(progress=False); survivor = job")),
     "Exercise 3": Exercise("build", Hints(
         nudge="It is the word count of the notebook with another shuffle_queues and a JSON sink.",
         concept="Each shuffle queue is one counting task per batch, and a task uses one core. As many "
@@ -911,7 +931,7 @@ _EX06 = _Exercises06("06", items={
              '.flat_map(str.split).key_by(lambda w: w).count().to_rstream().sink("per-core-counts", '
              'JsonSerializer(with_key=True)); RocketMQStream(..., properties={"data_dir": str(DATA / "job")})'
              ".run_until_idle(progress=False)"),
-        reads=EX06_SOURCE, judge=_judging(_sentence_counts), refuse=_one_per_core),
+        reads=EX06_SOURCE, judge=_judging(_review_counts), refuse=_one_per_core),
 })
 
 _ALL["06"] = _EX06
@@ -921,8 +941,8 @@ _ALL["06"] = _EX06
 
 #: The broken job of Exercise 2 (by its id), the notebook's own word count (by its id), and the topics
 #: Exercises 2 and 3 read (on the RocketMQ broker).
-EX07_BROKEN, EX07_NOTEBOOK_JOB, EX07_LAUNCHES, EX07_SENTENCES = (
-    "launch-counts-broken", "wordcount", "launch-log", "sentences")
+EX07_BROKEN, EX07_NOTEBOOK_JOB, EX07_ORDERS, EX07_REVIEWS = (
+    "order-counts-broken", "wordcount", "order-log", "reviews")
 
 
 def _not_the_rocketmq_word_count(job: Any) -> str | None:
@@ -933,47 +953,47 @@ def _not_the_rocketmq_word_count(job: Any) -> str | None:
     return None
 
 
-def _launches_per_rocket(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _first_words(facts.broker, EX07_LAUNCHES),
-                        "The sink should hold, per rocket (the first word of a line of 'launch-log'), how "
-                        "many launches it made.")
+def _orders_per_customer(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _first_words(facts.broker, EX07_ORDERS),
+                        "The sink should hold, per customer (the first word of a line of 'order-log'), how "
+                        "many orders they made.")
 
 
-def _sentences_per_first_word(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _first_words(facts.broker, EX07_SENTENCES),
-                        "The sink should hold, per first word, how many sentences of 'sentences' begin "
+def _reviews_per_first_word(facts: JobFacts) -> str | None:
+    return _same_counts(facts, _first_words(facts.broker, EX07_REVIEWS),
+                        "The sink should hold, per first word, how many reviews of 'reviews' begin "
                         "with it.")
 
 
 _EX07 = Exercises("07", items={
     "Exercise 1": Exercise("predict", Hints(
-        nudge="Two questions: how many times does the job read the word 'rocket', and what decides the queue "
+        nudge="Two questions: how many times does the job read the word 'mug', and what decides the queue "
               "of a sink message?",
         concept="The count writes one updated count per word it reads, a repeated word too (RocketMQ Streams' "
                 "model). A sink sends a message with a key to the queue of a hash of that key, so all of one "
                 "key's messages go to one queue, in order.",
-        call="'rocket' is read 4 times (1 + 1 + 2): 4 messages, each a new count, all in the queue of its hash. "
-             "my_prediction = {\"rocket_messages\": ..., \"queues_with_rocket\": ...}"),
+        call="'mug' is read 4 times (1 + 1 + 2): 4 messages, each a new count, all in the queue of its hash. "
+             "my_prediction = {\"mug_messages\": ..., \"queues_with_mug\": ...}"),
         explain="One updated count per word read; one queue per key, by a hash of the key.",
-        same=_same_named("rocket_messages", "queues_with_rocket")),
+        same=_same_named("mug_messages", "queues_with_mug")),
     "Exercise 2": Exercise("debug", Hints(
         nudge="Read the broken job's sink as the downstream application does: what does one message hold?",
         concept="A sink's serializer decides the bytes of each message. TextSerializer(with_key=True) writes "
-                "'falcon:3', which is not JSON; JsonSerializer(with_key=True) writes {\"key\": ..., "
+                "'ann:3', which is not JSON; JsonSerializer(with_key=True) writes {\"key\": ..., "
                 "\"value\": ...}.",
-        call="A copy of launch_counts with .sink(..., JsonSerializer(with_key=True)); a new job id "
-             '("launch-counts-fixed") and a new sink topic, then run_until_idle(progress=False).'),
-        reads=EX07_LAUNCHES, judge=_judging(_launches_per_rocket),
+        call="A copy of order_counts with .sink(..., JsonSerializer(with_key=True)); a new job id "
+             '("order-counts-fixed") and a new sink topic, then run_until_idle(progress=False).'),
+        reads=EX07_ORDERS, judge=_judging(_orders_per_customer),
         refuse=_refusing(_not_the_given(EX07_BROKEN), _not_the_rocketmq_word_count, _json_sink)),
     "Exercise 3": Exercise("build", Hints(
-        nudge="It is the notebook's word count, with each sentence giving one word only and a JSON sink.",
-        concept="map(fn) turns each sentence into one record, its first word; key it by itself and count. "
+        nudge="It is the notebook's word count, with each review giving one word only and a JSON sink.",
+        concept="map(fn) turns each review into one record, its first word; key it by itself and count. "
                 "On RocketMQ, the job's shuffle, state and sink topics are created when it starts.",
-        call='StreamBuilder("first-words"); .source("sentences", TextDeserializer()).map(lambda s: '
+        call='StreamBuilder("first-words"); .source("reviews", TextDeserializer()).map(lambda s: '
              's.split()[0]).key_by(lambda w: w).count().to_rstream().sink("first-word-counts", '
              'JsonSerializer(with_key=True)); RocketMQStream(..., broker=broker, spark=spark, properties='
              '{"data_dir": str(DATA / "job")}).run_until_idle(progress=False)'),
-        reads=EX07_SENTENCES, judge=_judging(_sentences_per_first_word),
+        reads=EX07_REVIEWS, judge=_judging(_reviews_per_first_word),
         refuse=_refusing(_not_the_rocketmq_word_count, _json_sink)),
 })
 

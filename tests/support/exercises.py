@@ -269,13 +269,13 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("the right number typed in after the run was shown", 'exercises.predict("Exercise 1", 1)'),
         ],
         "Exercise 2": [
-            ("a Counter of the sentences' words, no job", "survivor = python_counts()"),
-            ("the counts typed in", 'survivor = {"stream": 112, "state": 112, "topic": 112}'),
+            ("a Counter of the reviews' words, no job", "survivor = python_counts()"),
+            ("the counts typed in", 'survivor = {"mug": 112, "came": 112, "great": 112}'),
             ("no executor killed: one more round, the job run to the end",
-             'broker.send_batch("sentences", sentences(7))\njob.run_until_idle(progress=False)\nsurvivor = job'),
+             'broker.send_batch("reviews", reviews(7))\njob.run_until_idle(progress=False)\nsurvivor = job'),
             ("a word count never run (a new id)",
              'b = StreamBuilder("cluster-wordcount-unrun", shuffle_queues=4)\n'
-             '(b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             '(b.source("reviews", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
              ' .to_rstream().sink("unrun-counts", TextSerializer(with_key=True)))\n'
              'survivor = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
              '                          properties={"data_dir": str(DATA / "job")})'),
@@ -284,19 +284,19 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              "cluster.kill_executor(cluster.executors()[0])\nsurvivor = job"),
         ],
         "Exercise 3": [
-            ("the counts typed in", 'per_core_job = {"stream": 120, "state": 120}'),
-            ("a Counter of the sentences' words, no job", "per_core_job = python_counts()"),
+            ("the counts typed in", 'per_core_job = {"mug": 120, "came": 120}'),
+            ("a Counter of the reviews' words, no job", "per_core_job = python_counts()"),
             ("the notebook's job (four shuffle queues, a text sink)", "per_core_job = job"),
             ("the job of Exercise 1 (one shuffle queue)", "per_core_job = one_queue_runs[0]"),
             ("the per-core job, never run (a new id)",
              'b = StreamBuilder("per-core-unrun", shuffle_queues=cluster.master_state()["cores"])\n'
-             '(b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             '(b.source("reviews", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
              ' .to_rstream().sink("per-core-unrun-counts", JsonSerializer(with_key=True)))\n'
              'per_core_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
              '                              properties={"data_dir": str(DATA / "job")})'),
             ("a word count with four shuffle queues (more than cores), run to the end",
              'b = StreamBuilder("four-queue-count", shuffle_queues=4)\n'
-             '(b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             '(b.source("reviews", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
              ' .to_rstream().sink("four-queue-counts", JsonSerializer(with_key=True)))\n'
              'per_core_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
              '                              properties={"data_dir": str(DATA / "job")})\n'
@@ -308,34 +308,34 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("the prediction copied from the run, after it was shown",
              'exercises.predict("Exercise 1", run_keyed())  # the run again, then "predicted" from it'),
             ("the right numbers typed in after the run was shown",
-             'exercises.predict("Exercise 1", {"rocket_messages": 4, "queues_with_rocket": 1})'),
+             'exercises.predict("Exercise 1", {"mug_messages": 4, "queues_with_mug": 1})'),
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
-            ("a Counter of the rockets, no job",
-             "fixed_job = dict(Counter(line.split()[0] for line in LAUNCHES))"),
-            ("the counts typed in", 'fixed_job = {"falcon": 4, "electron": 3, "ariane": 2, "vega": 1}'),
+            ("a Counter of the customers, no job",
+             "fixed_job = dict(Counter(line.split()[0] for line in ORDER_LOG))"),
+            ("the counts typed in", 'fixed_job = {"ann": 5, "fay": 2, "bob": 1, "hal": 1, "cid": 1}'),
             ("the broken job under a new id, still writing text",
-             'fixed_job = launch_counts("launch-counts-again")\nfixed_job.run_until_idle(progress=False)'),
-            ("the fixed job, never run", 'fixed_job = launch_counts_fixed("launch-counts-unrun")'),
-            ("the notebook's word count of the sentences", "fixed_job = job"),
+             'fixed_job = order_counts("order-counts-again")\nfixed_job.run_until_idle(progress=False)'),
+            ("the fixed job, never run", 'fixed_job = order_counts_fixed("order-counts-unrun")'),
+            ("the notebook's word count of the reviews", "fixed_job = job"),
         ],
         "Exercise 3": [
-            ("the counts typed in", 'first_job = {"notebook": 26, "queue": 26, "rocket": 19}'),
+            ("the counts typed in", 'first_job = {"the": 113, "my": 105, "a": 93, "this": 89}'),
             ("a Counter of the first words, no job",
-             'first_job = Counter(m.body.decode().split()[0] for m in broker.read("sentences"))'),
+             'first_job = Counter(m.body.decode().split()[0] for m in broker.read("reviews"))'),
             ("the notebook's word count (every word, a text sink)", "first_job = job"),
-            ("the broken job of Exercise 2 (the launch log)", "first_job = broken_job"),
+            ("the broken job of Exercise 2 (the order log)", "first_job = broken_job"),
             ("the first-words job, never run (a new id)",
              'b = StreamBuilder("first-words-unrun")\n'
-             '(b.source("sentences", TextDeserializer()).map(lambda text: text.split()[0])\n'
+             '(b.source("reviews", TextDeserializer()).map(lambda text: text.split()[0])\n'
              ' .key_by(lambda w: w).count().to_rstream()\n'
              ' .sink("first-words-unrun-counts", JsonSerializer(with_key=True)))\n'
              'first_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
              '                           properties={"data_dir": str(DATA / "job")})'),
             ("a job that counts every word, not the first ones",
              'b = StreamBuilder("every-word", shuffle_queues=2)\n'
-             '(b.source("sentences", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
+             '(b.source("reviews", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
              ' .to_rstream().sink("every-word-counts", JsonSerializer(with_key=True)))\n'
              'first_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
              '                           properties={"data_dir": str(DATA / "job")})\n'

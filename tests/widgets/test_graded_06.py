@@ -1,5 +1,5 @@
 """Notebook 06's graded exercises without Spark: Exercise 2's process check (Spark's record of lost
-executors, batches after the loss, counts against the broker's ``sentences``) and Exercise 3's queue rule,
+executors, batches after the loss, counts against the broker's ``reviews``) and Exercise 3's queue rule,
 judged from a real embedded broker against stand-ins for a job and for Spark's status store."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rstream.widgets.graded import executors_lost, exercises_of
 
 pytestmark = pytest.mark.unit
 
-SENTENCES = ["stream state topic", "state queue stream", "spark replay"]
+REVIEWS = ["the mug came fast", "my mug came late", "a lamp broke"]
 
 
 class _Option:
@@ -62,8 +62,8 @@ def spark_with(executors: list[_Summary], cores: int = 2) -> Any:
     return SimpleNamespace(sparkContext=context)
 
 
-def batch(batch_id: int, committed_ms: int, executor: str, sentences_in: int = 0) -> BatchProgress:
-    queue = QueueProgress(topic="sentences", queue=0, start=0, end=sentences_in, records_in=sentences_in,
+def batch(batch_id: int, committed_ms: int, executor: str, reviews_in: int = 0) -> BatchProgress:
+    queue = QueueProgress(topic="reviews", queue=0, start=0, end=reviews_in, records_in=reviews_in,
                           records_out={}, replayed_keys=0, state_keys=None, changed_keys=0, error_count=0,
                           printed=[], operators={}, millis=1.0, skipped=False, batch_id=batch_id,
                           committed_ms=committed_ms, executor=executor)
@@ -76,7 +76,7 @@ class Survivor:
     def __init__(self, broker: EmbeddedBroker, spark: Any, history: list[BatchProgress],
                  counts: dict[str, int], job_id: str = "cluster-wordcount", left: int = 0) -> None:
         self.job_id, self.broker, self.spark, self._history = job_id, broker, spark, history
-        self.topology = SimpleNamespace(source_topics=["sentences"], sink_topics=["cluster-counts"],
+        self.topology = SimpleNamespace(source_topics=["reviews"], sink_topics=["cluster-counts"],
                                         shuffle_topics={"cluster-wordcount-shuffle": 4})
         self._counts, self._left = counts, left
 
@@ -92,13 +92,13 @@ class Survivor:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> EmbeddedBroker:
-    """``sentences``, and the sink of a word count that counted them once: every running count 1..n."""
+    """``reviews``, and the sink of a word count that counted them once: every running count 1..n."""
     broker = EmbeddedBroker(tmp_path / "broker")
-    broker.create_topic("sentences", queues=1)
-    broker.send_batch("sentences", SENTENCES, progress=False)
+    broker.create_topic("reviews", queues=1)
+    broker.send_batch("reviews", REVIEWS, progress=False)
     broker.create_topic("cluster-counts", queues=1)
     running, seen = [], Counter[str]()
-    for word in " ".join(SENTENCES).split():
+    for word in " ".join(REVIEWS).split():
         seen[word] += 1
         running.append(f"{word}:{seen[word]}")
     broker.send_batch("cluster-counts", running, progress=False)
@@ -111,7 +111,7 @@ def no_credit(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def words() -> dict[str, int]:
-    return dict(Counter(" ".join(SENTENCES).split()))
+    return dict(Counter(" ".join(REVIEWS).split()))
 
 
 TWO_LOSSES = [_Summary("driver", None), _Summary("0", 1_000), _Summary("1", 5_000), _Summary("2", None)]
@@ -142,7 +142,7 @@ def test_no_answer_is_not_yet(answer: Any) -> None:
     assert exercises_of("06").check("Exercise 2", answer).verdict == NOT_YET
 
 
-@pytest.mark.parametrize("answer", [Counter({"stream": 2}), {"stream": 2, "state": 2}, 7])
+@pytest.mark.parametrize("answer", [Counter({"mug": 2}), {"mug": 2, "came": 2}, 7])
 def test_counts_typed_in_are_refused(answer: Any) -> None:
     found = exercises_of("06").check("Exercise 2", answer)
     assert found.verdict == WRONG and "A job" in found.message
@@ -157,7 +157,7 @@ def test_only_the_notebook_s_own_kill_is_not_enough(broker: EmbeddedBroker) -> N
 def test_a_loss_the_job_did_not_run_past_is_refused(broker: EmbeddedBroker) -> None:
     job = Survivor(broker, spark_with(TWO_LOSSES), RAN_PAST[:2], words())
     found = exercises_of("06").check("Exercise 2", job)
-    assert found.verdict == WRONG and "has read no sentence since" in found.message
+    assert found.verdict == WRONG and "has read no review since" in found.message
     idle_after = [*RAN_PAST[:2], batch(3, 6_000, "executor-2", 0)]  # a batch after it, but of nothing new
     assert exercises_of("06").check("Exercise 2", Survivor(broker, spark_with(TWO_LOSSES), idle_after,
                                                            words())).verdict == WRONG
@@ -170,17 +170,17 @@ def test_a_job_that_never_ran_or_ran_only_after_the_loss_is_refused(broker: Embe
     assert "no batch before" in ex.check("Exercise 2", late_start).message
 
 
-def test_counts_that_differ_from_the_sentences_or_records_left_are_refused(broker: EmbeddedBroker) -> None:
+def test_counts_that_differ_from_the_reviews_or_records_left_are_refused(broker: EmbeddedBroker) -> None:
     ex = exercises_of("06")
-    off = {**words(), "stream": 3}
+    off = {**words(), "mug": 3}
     found = ex.check("Exercise 2", Survivor(broker, spark_with(TWO_LOSSES), RAN_PAST, off))
-    assert found.verdict == WRONG and "'stream'" in found.message
+    assert found.verdict == WRONG and "'mug'" in found.message
     left = ex.check("Exercise 2", Survivor(broker, spark_with(TWO_LOSSES), RAN_PAST, words(), left=4))
     assert left.verdict == WRONG and "4 records left" in left.message
 
 
 def test_a_count_written_twice_across_the_kill_is_refused(broker: EmbeddedBroker) -> None:
-    broker.send_batch("cluster-counts", ["stream:2"], progress=False)  # a rerun that wrote again
+    broker.send_batch("cluster-counts", ["mug:2"], progress=False)  # a rerun that wrote again
     found = exercises_of("06").check("Exercise 2", Survivor(broker, spark_with(TWO_LOSSES), RAN_PAST, words()))
     assert found.verdict == WRONG and "written twice" in found.message
 
@@ -202,3 +202,10 @@ def test_exercise_1_compares_a_number_with_the_run() -> None:
     assert same is not None
     shown = {"cores in the cluster": 2, "shuffle queues": 1, "most executors counting in one batch": 1}
     assert same(1, shown) and not same(2, shown) and not same(True, shown) and not same("1", shown)
+
+
+def test_executors_registered_waits_for_the_driver_s_record() -> None:
+    both = spark_with([_Summary("driver", None), _Summary("1", None), _Summary("0", None)])
+    assert graded.executors_registered(both, 2) == ["executor-0", "executor-1"]
+    with pytest.raises(TimeoutError, match="1 of 2 executors"):
+        graded.executors_registered(spark_with([_Summary("driver", None), _Summary("0", None)]), 2, timeout=0.3)

@@ -16,46 +16,46 @@ from tests.support.graded import StandIn, written
 pytestmark = pytest.mark.unit
 
 EX = exercises_of("07")
-LAUNCHES = ["falcon lifted off", "electron lifted off", "falcon lifted off", "vega lifted off"]
-SENTENCES = ["rocket ships fly", "stream of records", "rocket science", "state"]
+ORDERS = ["ann ordered a mug", "bob ordered a lamp", "ann ordered a rug", "cid ordered a clock"]
+REVIEWS = ["the mug came fast", "my lamp broke", "the rug is fine", "a clock"]
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> EmbeddedBroker:
     b = EmbeddedBroker(tmp_path / "broker")
-    b.create_topic("launch-log", queues=2)
-    b.send_batch("launch-log", LAUNCHES)
-    b.create_topic("sentences", queues=2)
-    b.send_batch("sentences", SENTENCES)
+    b.create_topic("order-log", queues=2)
+    b.send_batch("order-log", ORDERS)
+    b.create_topic("reviews", queues=2)
+    b.send_batch("reviews", REVIEWS)
     return b
 
 
-RIGHT_LAUNCHES = [("falcon", 1), ("electron", 1), ("falcon", 2), ("vega", 1)]
+RIGHT_ORDERS = [("ann", 1), ("bob", 1), ("ann", 2), ("cid", 1)]
 
 
-def test_the_debug_exercise_wants_json_counts_per_rocket(broker: EmbeddedBroker) -> None:
-    fixed = StandIn(broker, "launch-counts-fixed", "launch-log", [written(broker, "fixed", RIGHT_LAUNCHES)])
+def test_the_debug_exercise_wants_json_counts_per_customer(broker: EmbeddedBroker) -> None:
+    fixed = StandIn(broker, "order-counts-fixed", "order-log", [written(broker, "fixed", RIGHT_ORDERS)])
     found = EX.check("Exercise 2", fixed)
     assert found.verdict == RIGHT, found.message
-    off = StandIn(broker, "off", "launch-log", [written(broker, "off", [("falcon", 1), ("vega", 1)])])
+    off = StandIn(broker, "off", "order-log", [written(broker, "off", [("ann", 1), ("cid", 1)])])
     found = EX.check("Exercise 2", off)
-    assert found.verdict == WRONG and "'electron'" in found.message
+    assert found.verdict == WRONG and "'bob'" in found.message
 
 
 def test_the_debug_exercise_refuses_a_text_sink_the_broken_job_and_the_notebook_s_job(
         broker: EmbeddedBroker) -> None:
     broker.create_topic("text-out", queues=1)
-    broker.send_batch("text-out", ["falcon:1", "electron:1", "falcon:2", "vega:1"])
-    text = EX.check("Exercise 2", StandIn(broker, "launch-counts-again", "launch-log", ["text-out"]))
+    broker.send_batch("text-out", ["ann:1", "bob:1", "ann:2", "cid:1"])
+    text = EX.check("Exercise 2", StandIn(broker, "order-counts-again", "order-log", ["text-out"]))
     assert text.verdict == WRONG and "JsonSerializer" in text.message
-    given = StandIn(broker, EX07_BROKEN, "launch-log", [written(broker, "given", RIGHT_LAUNCHES)])
+    given = StandIn(broker, EX07_BROKEN, "order-log", [written(broker, "given", RIGHT_ORDERS)])
     assert "broken job itself" in EX.check("Exercise 2", given).message
-    notebook = StandIn(broker, EX07_NOTEBOOK_JOB, "sentences", [written(broker, "wc", [("rocket", 2)])])
+    notebook = StandIn(broker, EX07_NOTEBOOK_JOB, "reviews", [written(broker, "wc", [("mug", 2)])])
     assert "notebook's word count" in EX.check("Exercise 2", notebook).message
 
 
 @pytest.mark.parametrize("exercise", ["Exercise 2", "Exercise 3"])
-@pytest.mark.parametrize("answer", [{"falcon": 2, "electron": 1, "vega": 1}, 4, ["falcon"]])
+@pytest.mark.parametrize("answer", [{"ann": 2, "bob": 1, "cid": 1}, 4, ["ann"]])
 def test_results_typed_in_are_refused(exercise: str, answer: Any) -> None:
     found = EX.check(exercise, answer)
     assert found.verdict == WRONG and "A job" in found.message
@@ -67,43 +67,43 @@ def test_no_answer_is_not_yet(exercise: str) -> None:
 
 
 def test_a_job_never_run_or_with_records_left_is_refused(broker: EmbeddedBroker) -> None:
-    sink = written(broker, "fixed", RIGHT_LAUNCHES)
-    never = EX.check("Exercise 2", StandIn(broker, "unrun", "launch-log", [sink], batches=0))
+    sink = written(broker, "fixed", RIGHT_ORDERS)
+    never = EX.check("Exercise 2", StandIn(broker, "unrun", "order-log", [sink], batches=0))
     assert never.verdict == WRONG and "has not run" in never.message
-    left = EX.check("Exercise 2", StandIn(broker, "left", "launch-log", [sink], left=3))
+    left = EX.check("Exercise 2", StandIn(broker, "left", "order-log", [sink], left=3))
     assert left.verdict == WRONG and "3 records left" in left.message
 
 
-def test_the_build_exercise_wants_the_sentences_per_first_word(broker: EmbeddedBroker) -> None:
-    right = [("rocket", 1), ("stream", 1), ("rocket", 2), ("state", 1)]
-    job = StandIn(broker, "first-words", "sentences", [written(broker, "first", right)])
+def test_the_build_exercise_wants_the_reviews_per_first_word(broker: EmbeddedBroker) -> None:
+    right = [("the", 1), ("my", 1), ("the", 2), ("a", 1)]
+    job = StandIn(broker, "first-words", "reviews", [written(broker, "first", right)])
     found = EX.check("Exercise 3", job)
     assert found.verdict == RIGHT, found.message
-    every = [("rocket", 1), ("ships", 1), ("fly", 1), ("stream", 1), ("of", 1), ("records", 1), ("rocket", 2),
-             ("science", 1), ("state", 1)]
-    assert EX.check("Exercise 3", StandIn(broker, "every-word", "sentences",
+    every = [("the", 1), ("mug", 1), ("came", 1), ("fast", 1), ("my", 1), ("lamp", 1), ("broke", 1), ("the", 2),
+             ("rug", 1), ("is", 1), ("fine", 1), ("a", 1), ("clock", 1)]
+    assert EX.check("Exercise 3", StandIn(broker, "every-word", "reviews",
                                           [written(broker, "every", every)])).verdict == WRONG
-    other = StandIn(broker, "launch-counts-fixed", "launch-log", [written(broker, "launch", RIGHT_LAUNCHES)])
+    other = StandIn(broker, "order-counts-fixed", "order-log", [written(broker, "orders", RIGHT_ORDERS)])
     found = EX.check("Exercise 3", other)
-    assert found.verdict == WRONG and "'sentences'" in found.message
-    notebook = StandIn(broker, EX07_NOTEBOOK_JOB, "sentences", [written(broker, "nb", right)])
+    assert found.verdict == WRONG and "'reviews'" in found.message
+    notebook = StandIn(broker, EX07_NOTEBOOK_JOB, "reviews", [written(broker, "nb", right)])
     assert EX.check("Exercise 3", notebook).verdict == WRONG
 
 
 def test_exercise_1_compares_two_named_numbers() -> None:
     same = EX.items["Exercise 1"].same
     assert same is not None
-    shown = {"rocket_messages": 4, "queues_with_rocket": 1}
-    assert same({"rocket_messages": 4, "queues_with_rocket": 1}, shown) and same((4, 1), shown)
-    assert not same({"rocket_messages": 1, "queues_with_rocket": 1}, shown)  # one final count: not per record
-    assert not same({"rocket_messages": 4, "queues_with_rocket": 4}, shown) and not same(4, shown)
+    shown = {"mug_messages": 4, "queues_with_mug": 1}
+    assert same({"mug_messages": 4, "queues_with_mug": 1}, shown) and same((4, 1), shown)
+    assert not same({"mug_messages": 1, "queues_with_mug": 1}, shown)  # one final count: not per record
+    assert not same({"mug_messages": 4, "queues_with_mug": 4}, shown) and not same(4, shown)
 
 
 def test_exercise_1_refuses_a_prediction_made_after_the_run() -> None:
     ex = exercises_of("07")
     key = "07-test/Exercise 1"  # a ledger of this test's own, not the notebook's
-    shown = {"rocket_messages": 4, "queues_with_rocket": 1}
-    predict("Exercise 1", {"rocket_messages": 3, "queues_with_rocket": 2}, ledger=key)
+    shown = {"mug_messages": 4, "queues_with_mug": 1}
+    predict("Exercise 1", {"mug_messages": 3, "queues_with_mug": 2}, ledger=key)
     reveal("Exercise 1", lambda: shown, ledger=key)
     predict("Exercise 1", shown, ledger=key)
     spec = ex.items["Exercise 1"]
