@@ -615,19 +615,40 @@ class LocalCluster:
                            exclude: Iterable[str] = ()) -> list[ExecutorProcess]:
         """Wait until at least ``count`` executors run (not counting ids in ``exclude``); return them all.
 
+        With a session of this process on the cluster (``cluster.spark()``), an executor counts once
+        Spark's driver has registered it too, so it gets tasks from the next job on: a worker starts an
+        executor's JVM some seconds before that (longer on a busy machine), and a batch run in between
+        still runs on the executors there were.
         For a replacement after ``kill_executor``: ``wait_for_executors(2, exclude=[killed.executor_id])``.
         """
         skip = set(exclude)
         deadline = time.monotonic() + timeout
         while True:
             live = [e for e in self.executors(app_id) if e.executor_id not in skip]
-            if len(live) >= count:
+            registered = self._registered_with_driver()
+            ready = [e for e in live if registered is None or e.executor_id in registered]
+            if len(ready) >= count:
                 return live
             if time.monotonic() > deadline:
-                raise ClusterError(f"{len(live)} of {count} executors running after {timeout:.0f} s: is a "
+                waiting = (f" ({len(live)} running, {len(ready)} of them registered with the driver)"
+                           if registered is not None else "")
+                raise ClusterError(f"{len(ready)} of {count} executors ready after {timeout:.0f} s{waiting}: is a "
                                    f"SparkSession attached (cluster.spark())? Executor logs are under "
                                    f"{self._work_dir / 'workers'}, daemon logs in {self.log_dir}")
             time.sleep(0.2)
+
+    def _registered_with_driver(self) -> set[str] | None:
+        """The ids of the live executors that this process's Spark driver has registered (its status
+        store, what the scheduler places tasks by), or None without a session on this cluster."""
+        if "pyspark" not in sys.modules or self._master_port is None:
+            return None
+        from pyspark import SparkContext
+
+        context = SparkContext._active_spark_context
+        if context is None or context.master != self.master_url:
+            return None
+        listed = context._jsc.sc().statusStore().executorList(True)
+        return {str(listed.apply(i).id()) for i in range(listed.size())} - {"driver"}
 
     def kill_executor(self, executor: ExecutorProcess | str | int, *, app_id: str | None = None,
                       wait: bool = True, timeout: float = 30.0) -> ExecutorProcess:

@@ -21,7 +21,6 @@ notebook::
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -732,32 +731,13 @@ def executors_lost(spark: Any) -> list[LostExecutor]:
     return sorted(lost, key=lambda e: e.lost_ms)
 
 
-def executors_registered(spark: Any, count: int, timeout: float = 120.0) -> list[str]:
-    """Wait until Spark's driver has ``count`` live executors registered; return their names as a job's
-    progress gives them (``executor-<id>``). A worker starts an executor's JVM some seconds before the
-    executor registers with the driver and gets tasks (longer on a busy machine): ``LocalCluster.
-    wait_for_executors`` sees the JVM, this sees what Spark schedules on (the driver's status store)."""
-    context = spark.sparkContext._jsc.sc()
-    deadline = time.monotonic() + timeout
-    while True:
-        listed = context.statusStore().executorList(True)
-        live = sorted(f"executor-{listed.apply(i).id()}" for i in range(listed.size())
-                      if listed.apply(i).id() != "driver")
-        if len(live) >= count:
-            return live
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(live)} of {count} executors registered with Spark's driver after "
-                               f"{timeout:.0f} s: {live}")
-        time.sleep(0.2)
-
-
 def cluster_cores(spark: Any) -> int:
     """How many cores the Spark application may use at once (``spark.cores.max`` on a LocalCluster)."""
     cores = spark.sparkContext.getConf().get("spark.cores.max")
     return int(cores) if cores else int(spark.sparkContext.defaultParallelism)
 
 
-def _review_words(broker: Any) -> dict[str, int]:
+def _cluster_review_words(broker: Any) -> dict[str, int]:
     return _words(broker, EX06_SOURCE)
 
 
@@ -840,7 +820,7 @@ def _check_survived(exercise: str, job: Any, hints: Hints) -> Graded:
     left = int(lag["lag"].sum()) if len(lag) else 0
     if left:
         return wrong(f"Job {job.job_id!r} has {left} records left to read: run_until_idle() until it is done.")
-    expected = _review_words(job.broker)
+    expected = _cluster_review_words(job.broker)
     try:
         state = job.state()
         counts = {str(k): int(v) for k, v in zip(state["key"], state["value"])}
@@ -884,7 +864,7 @@ def _one_per_core(job: Any) -> str | None:
 
 
 def _review_counts(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _review_words(facts.broker),
+    return _same_counts(facts, _cluster_review_words(facts.broker),
                         "The sink should hold, per word of 'reviews', how often it occurs.")
 
 
@@ -959,7 +939,7 @@ def _orders_per_customer(facts: JobFacts) -> str | None:
                         "many orders they made.")
 
 
-def _reviews_per_first_word(facts: JobFacts) -> str | None:
+def _rocketmq_reviews_per_first_word(facts: JobFacts) -> str | None:
     return _same_counts(facts, _first_words(facts.broker, EX07_REVIEWS),
                         "The sink should hold, per first word, how many reviews of 'reviews' begin "
                         "with it.")
@@ -993,7 +973,7 @@ _EX07 = Exercises("07", items={
              's.split()[0]).key_by(lambda w: w).count().to_rstream().sink("first-word-counts", '
              'JsonSerializer(with_key=True)); RocketMQStream(..., broker=broker, spark=spark, properties='
              '{"data_dir": str(DATA / "job")}).run_until_idle(progress=False)'),
-        reads=EX07_REVIEWS, judge=_judging(_reviews_per_first_word),
+        reads=EX07_REVIEWS, judge=_judging(_rocketmq_reviews_per_first_word),
         refuse=_refusing(_not_the_rocketmq_word_count, _json_sink)),
 })
 

@@ -202,10 +202,3 @@ def test_exercise_1_compares_a_number_with_the_run() -> None:
     assert same is not None
     shown = {"cores in the cluster": 2, "shuffle queues": 1, "most executors counting in one batch": 1}
     assert same(1, shown) and not same(2, shown) and not same(True, shown) and not same("1", shown)
-
-
-def test_executors_registered_waits_for_the_driver_s_record() -> None:
-    both = spark_with([_Summary("driver", None), _Summary("1", None), _Summary("0", None)])
-    assert graded.executors_registered(both, 2) == ["executor-0", "executor-1"]
-    with pytest.raises(TimeoutError, match="1 of 2 executors"):
-        graded.executors_registered(spark_with([_Summary("driver", None), _Summary("0", None)]), 2, timeout=0.3)
