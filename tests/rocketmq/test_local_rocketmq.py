@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -44,14 +45,31 @@ from tests.support.rocketmq import (
 GIB = 2**30
 
 
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 @pytest.fixture
 def listener() -> Iterator[socket.socket]:
-    """A socket listening on a free port of 127.0.0.1, as another program holding it would."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.bind(("127.0.0.1", 0))
-    s.listen()
-    yield s
-    s.close()
+    """A socket listening on a port of 127.0.0.1, as another program holding it would, whose
+    neighbours (port - 3 to port + 2: the broker's other ports in the test) are free. Below the
+    kernel's ephemeral range: a port the kernel gives out (bind to 0, every outgoing connection)
+    has neighbours that the machine's other connections take and free at any moment."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.Random(os.getpid()).sample(range(max(1030, low - 12_000), low - 3), 200):
+        if all(_free(p) for p in range(port - 3, port + 3)):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            yield s
+            s.close()
+            return
+    pytest.fail("no port with six free neighbours below the ephemeral range of 127.0.0.1")
 
 
 def _java_home() -> Path:
