@@ -69,9 +69,14 @@ _NAMESRV_CLASS = "org.apache.rocketmq.namesrv.NamesrvStartup"
 _PROXY_CLASS = "org.apache.rocketmq.proxy.ProxyStartup"
 _NAMESRV_READY = "The Name Server boot success"
 _PROXY_READY = "rocketmq-proxy startup successfully"
-# Small JVMs (as rstream.cluster's daemons): serial GC, the client compiler only, a small code cache.
+# Small JVMs (as rstream.cluster's daemons): serial GC, the client compiler only, a small code cache;
+# one Netty buffer arena each (Netty's and gRPC's shaded copy; by default two per core, each holding
+# chunks of its own): a local broker has a handful of connections, and this keeps about 30 MB of the
+# two JVMs' memory (measured: proxy 276 -> 258 MB PSS, name server 122 -> 107, after 900 messages).
 _JAVA_OPTS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=32m",
-              "-XX:-OmitStackTraceInFastThrow")
+              "-XX:-OmitStackTraceInFastThrow",
+              *(f"-D{netty}.allocator.{arenas}=1" for netty in ("io.netty", "io.grpc.netty.shaded.io.netty")
+                for arenas in ("numDirectArenas", "numHeapArenas")))
 # JDK 17 closes the JDK's internals; RocketMQ's store reaches into them (DefaultMappedFile casts its
 # mapped buffers to sun.nio.ch.DirectBuffer and opens MappedByteBuffer.isLoaded0), Netty into java.nio.
 _OPENS = tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED"
