@@ -50,6 +50,7 @@ from typing import Any
 import psutil
 
 from rstream.errors import RStreamError
+from rstream.runtime.session import WARM_WORKERS
 
 # CLUSTER_ENV: the environment variable set (to the cluster's ``work_dir``) in every process of a
 # LocalCluster, never in its driver. Where it is set, the driver's zygote script (rstream.runtime.zygote)
@@ -66,8 +67,9 @@ _MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 _WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 _EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 # Small JVMs: serial GC, the client compiler only, a small initial heap (measured: daemons ≈ 150 MB
-# resident instead of ≈ 245 MB, executors ≈ 200 MB instead of ≈ 290 MB).
-_DAEMON_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=32m -Xss512k -Xms16m"
+# resident instead of ≈ 245 MB, executors ≈ 200 MB instead of ≈ 290 MB). The daemons (master, workers)
+# allocate little: an 8 MB young generation keeps about 12 MB of a master's eden from being touched.
+_DAEMON_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=32m -Xss512k -Xms16m -Xmn8m"
 _EXECUTOR_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=64m -Xms32m"
 _MIN_EXECUTOR_MEMORY = 450 * 1024 * 1024  # Spark refuses executors with less (reserved 300 MB x 1.5)
 _MEMORY = re.compile(r"^\s*(\d+)\s*([kmgt]?)b?\s*$", re.IGNORECASE)
@@ -703,6 +705,9 @@ class LocalCluster:
             # the first job waits (up to 60 s) until every worker's executor registered, so tasks spread out
             "spark.scheduler.minRegisteredResourcesRatio": str(self.workers / self.max_workers),
             "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
+            # the executors run this environment's interpreter, which has rstream: their Python workers
+            # are forked from a daemon that imported an rstream task's modules once (and froze them)
+            **WARM_WORKERS,
         }
 
     def spark(self, **conf: Any) -> Any:

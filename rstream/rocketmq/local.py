@@ -77,6 +77,9 @@ _JAVA_OPTS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCa
               "-XX:-OmitStackTraceInFastThrow",
               *(f"-D{netty}.allocator.{arenas}=1" for netty in ("io.netty", "io.grpc.netty.shaded.io.netty")
                 for arenas in ("numDirectArenas", "numHeapArenas")))
+# The name server allocates little: an 8 MB young generation keeps the rest of its eden untouched. With a
+# 16 MB first heap for both: the name server 106 -> 95 MB PSS, the proxy 257 -> 248 (the 900 messages above).
+_YOUNG = {"namesrv": ("-Xmn8m",)}
 # JDK 17 closes the JDK's internals; RocketMQ's store reaches into them (DefaultMappedFile casts its
 # mapped buffers to sun.nio.ch.DirectBuffer and opens MappedByteBuffer.isLoaded0), Netty into java.nio.
 _OPENS = tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED"
@@ -665,7 +668,7 @@ class LocalRocketMQ:
         assert self._java is not None and self._lib is not None and self._shim is not None
         home = self._home
         command = [
-            self._java, f"-Xms{min(_megabytes(heap), 64)}m", f"-Xmx{heap}", *_JAVA_OPTS, *_OPENS,
+            self._java, "-Xms16m", f"-Xmx{heap}", *_YOUNG.get(name, ()), *_JAVA_OPTS, *_OPENS,
             f"-Drocketmq.home.dir={home}", f"-Duser.home={home}", f"-Djava.io.tmpdir={home / 'tmp'}",
             f"-Drmq.logback.configurationFile=rmq.{name}.logback.xml",  # a resource in the jar of each server
             "-cp", f"{self._lib}{os.sep}*", main_class, *args,

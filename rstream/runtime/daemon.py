@@ -22,7 +22,7 @@ import sys
 
 #: What a worker imports for an rstream task, before its first record.
 PRELOAD = ("pyspark.worker", "rstream.runtime.source", "rstream.runtime.shuffle_share", "rstream.processors.catalog",
-           "rocksdict", "numpy")  # numpy: a framed shuffle sink's watermarks (``sink.running_marks``)
+           "rocksdict", "numpy", "pandas")  # numpy: a framed shuffle sink's watermarks (``sink.running_marks``)
 
 #: Environment under which numpy and pyarrow import without starting threads (OpenBLAS's pool,
 #: pyarrow's jemalloc background thread): for a process that forks after importing them (this

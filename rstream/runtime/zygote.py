@@ -289,12 +289,14 @@ def _child(conn: socket.socket, fds: list[int], request: dict[str, Any], closing
 
 
 def serve(path: str) -> None:
+    import gc
     import importlib
 
     from rstream.runtime.launch import recv_exact
 
     for module in PRELOAD:
         importlib.import_module(module)
+    gc.freeze()
     if not _single_threaded():
         sys.stderr.write("threads\n")  # forking now could copy a lock some thread holds
         sys.stderr.flush()
