@@ -50,6 +50,7 @@ from typing import Any
 import psutil
 
 from rstream.errors import RStreamError
+from rstream.owned import ended_with_this_process
 from rstream.runtime.session import WARM_WORKERS
 
 # CLUSTER_ENV: the environment variable set (to the cluster's ``work_dir``) in every process of a
@@ -188,6 +189,9 @@ class LocalCluster:
     ``start()`` returns once every worker is registered ALIVE with the master; ``stop()`` ends every
     process it started, executors and their Python workers included, and checks that none is left
     (it also runs at interpreter exit). Both are idempotent; ``with LocalCluster() as cluster:`` works.
+    The daemons also stop when the process that started them dies without exiting (a kernel that
+    JupyterLab's shut-down SIGKILLs after 5 s): ``rstream.owned``. A ``start()`` from a helper thread
+    is not tied that way; the next ``start()`` in the same ``work_dir`` stops what such a run left.
 
     Memory sizes are Spark-style strings (``"512m"``, ``"1g"``; a bare number means MB).
     Each daemon JVM gets ``daemon_memory`` of heap (≈ 150 MB resident each); each worker
@@ -463,7 +467,8 @@ class LocalCluster:
         env.update(extra_env)
         with open(self.log_dir / f"{name}.log", "wb") as log:
             proc = subprocess.Popen(
-                [*prefix, str(home / "bin" / "spark-class"), main_class, *args], stdin=subprocess.DEVNULL,
+                ended_with_this_process([*prefix, str(home / "bin" / "spark-class"), main_class, *args]),
+                stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self._work_dir, start_new_session=True,
             )
         self._daemons[name] = proc

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from rstream.owned import ended_with_this_process
 from rstream.rocketmq.errors import RocketMQError
 from rstream.rocketmq.remoting import GET_BROKER_CLUSTER_INFO, Connection, RemotingError
 
@@ -289,7 +290,9 @@ class LocalRocketMQ:
     skips its registration at start, its connection to the name server not being up yet, and
     registers on its first scheduled round 10 s later); ``stop()`` ends both (SIGTERM, then SIGKILL
     after a grace period) and checks none is left; it also runs at interpreter exit. Both are
-    idempotent; ``with LocalRocketMQ() as mq:`` works.
+    idempotent; ``with LocalRocketMQ() as mq:`` works. The JVMs also stop when the process that started
+    them dies without exiting (a kernel that JupyterLab's shut-down SIGKILLs after 5 s, while the proxy
+    takes about 12 s to stop): ``rstream.owned``.
 
     Ports are free ones picked at ``start()`` unless given: ``namesrv_port``, ``broker_port`` (the
     broker also listens on ``broker_port - 2``, its fast remoting port, and ``broker_port + 1``, its
@@ -678,7 +681,8 @@ class LocalRocketMQ:
         preload = " ".join(filter(None, [str(self._shim), os.environ.get("LD_PRELOAD")]))
         env.update({"LD_PRELOAD": preload, BIND_HOST_ENV: self.host, "ROCKETMQ_HOME": str(home)})
         with open(self.log_dir / f"{name}.out", "wb") as log:
-            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(ended_with_this_process(command), stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT,
                                     env=env, cwd=home, start_new_session=True)
         self._procs[name] = proc
         try:

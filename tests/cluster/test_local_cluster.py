@@ -190,11 +190,17 @@ def test_lost_executor_is_replaced_and_the_job_still_finishes(cluster: LocalClus
 
 
 _ABANDON = textwrap.dedent("""
-    import json, os, sys
+    import json, os, sys, threading
     from rstream.cluster import LocalCluster
-    cluster = LocalCluster(workers=1, work_dir=sys.argv[1]).start()
+    cluster = LocalCluster(workers=1, work_dir=sys.argv[1])
+    if sys.argv[2] == "thread-crash":  # started from a helper thread: its daemons outlive the kernel (rstream.owned)
+        helper = threading.Thread(target=cluster.start)
+        helper.start()
+        helper.join()
+    else:
+        cluster.start()
     print(json.dumps([p.pid for p in cluster.processes()]), flush=True)
-    if sys.argv[2] == "crash":
+    if sys.argv[2].endswith("crash"):
         os._exit(0)   # a kernel that dies: no atexit, no stop()
     sys.exit(0)       # a kernel that exits normally: atexit stops the cluster
 """)
@@ -211,9 +217,32 @@ def _abandon(work_dir: Path, how: str) -> list[int]:
     return [int(pid) for pid in json.loads(out.strip().splitlines()[-1])]
 
 
-def test_start_stops_what_a_dead_kernel_left_behind(tmp_path: Path) -> None:
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_killed_kernel_s_cluster_stops_by_itself(tmp_path: Path) -> None:
+    """A kernel killed (JupyterLab's shut-down after 5 s, or a crash) takes its daemons with it: each got
+    SIGTERM from the kernel (rstream.owned), and the worker stopped its executors on its way out."""
     work_dir = tmp_path / "cluster"
     old = _abandon(work_dir, "crash")
+    try:
+        assert len(old) == 2  # master + worker
+        deadline = time.monotonic() + 60
+        while any(_running(pid) for pid in old) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_running(pid) for pid in old)
+        assert strays(work_dir, []) == []
+    finally:
+        LocalCluster(work_dir=work_dir).stop()  # clean up even if the assertion failed
+
+
+def test_start_stops_what_a_dead_kernel_left_behind(tmp_path: Path) -> None:
+    work_dir = tmp_path / "cluster"
+    old = _abandon(work_dir, "thread-crash")
     assert len(old) == 2 and all(psutil.pid_exists(pid) for pid in old)  # master + worker still up
     rerun = LocalCluster(workers=1, work_dir=work_dir)
     try:

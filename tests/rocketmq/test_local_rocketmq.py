@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,15 +260,22 @@ def test_a_killed_broker_starts_again_on_its_store_and_stop_leaves_nothing(tmp_p
     mq.stop()  # twice: nothing to do
 
 
-# A notebook kernel in a subprocess: starts RocketMQ in a home, prints what it started, then either
+# A notebook kernel in a subprocess: starts RocketMQ in a home (from a helper thread with "thread":
+# then its JVMs are not tied to the kernel's life, rstream.owned), prints what it started, then either
 # hangs (to be SIGKILLed: a kernel that died) or exits without stop() (atexit must stop the JVMs).
 _KERNEL = textwrap.dedent("""
-    import json, sys, time
+    import json, sys, threading, time
     from rstream.rocketmq import LocalRocketMQ
 
-    mq = LocalRocketMQ(sys.argv[1]).start()
+    mq = LocalRocketMQ(sys.argv[1])
+    if sys.argv[2] == "thread":
+        helper = threading.Thread(target=mq.start)
+        helper.start()
+        helper.join()
+    else:
+        mq.start()
     print(json.dumps({"pids": mq.pids, "stopped": mq.leftovers_stopped}), flush=True)
-    if sys.argv[2] == "hang":
+    if sys.argv[2] in ("hang", "thread"):
         time.sleep(3600)
 """)
 
@@ -283,12 +291,37 @@ def _kernel(home: Path, how: str) -> tuple[subprocess.Popen[str], dict[str, Any]
     return proc, json.loads(line)
 
 
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.e2e
+def test_a_killed_kernel_s_jvms_stop_with_it(tmp_path: Path) -> None:
+    """JupyterLab's "Shut Down Kernel" SIGKILLs a kernel that has not exited after 5 s: its JVMs, in
+    sessions of their own, get SIGTERM from the kernel then (rstream.owned) and stop."""
+    home = tmp_path / "mq"
+    try:
+        dead, first = _kernel(home, "hang")
+        os.kill(dead.pid, signal.SIGKILL)
+        dead.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while any(_running(pid) for pid in first["pids"].values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_running(pid) for pid in first["pids"].values())
+        assert leftovers(home) == []
+    finally:
+        LocalRocketMQ(home).stop()
+
+
 @pytest.mark.e2e
 def test_a_dead_kernel_s_jvms_are_stopped_by_the_next_start_and_exit_stops_them_too(tmp_path: Path) -> None:
     home = tmp_path / "mq"
     try:
-        dead, first = _kernel(home, "hang")
-        os.kill(dead.pid, signal.SIGKILL)  # the kernel only: its JVMs run on in sessions of their own
+        dead, first = _kernel(home, "thread")
+        os.kill(dead.pid, signal.SIGKILL)  # the kernel only: JVMs started from a thread run on
         dead.wait(timeout=30)
         assert all(psutil.pid_exists(pid) for pid in first["pids"].values())
 
