@@ -312,7 +312,8 @@ def serve(path: str) -> None:
     while True:
         readable, _, _ = select.select([listener, control], [], [], 0.2)
         if control in readable and not os.read(control.fileno(), 1024):
-            break  # the driver is gone
+            _remove_folder(Path(path))  # the driver is gone, killed maybe: nobody else would remove it
+            break
         if listener in readable:
             conn, _ = listener.accept()
             fds: list[int] = []
@@ -350,6 +351,16 @@ def serve(path: str) -> None:
                 except OSError:
                     pass
                 done.close()
+
+
+def _remove_folder(sock: Path) -> None:
+    """Remove the zygote's folder (its socket and script, ``Zygote.__init__``) once its driver is gone."""
+    for path in (sock, sock.with_name("python")):
+        path.unlink(missing_ok=True)
+    try:
+        sock.parent.rmdir()
+    except OSError:  # something else in it: not ours to remove
+        pass
 
 
 if __name__ == "__main__":

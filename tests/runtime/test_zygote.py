@@ -197,6 +197,7 @@ def test_the_zygote_ends_with_the_driver(tmp_path: Path) -> None:
         assert z.proc is not None and z.proc.stdin is not None
         z.proc.stdin.close()  # what the driver's exit does to the pipe
         assert z.proc.wait(timeout=30) == 0
+        assert not z.dir.exists()  # a driver killed cannot remove it: the zygote does
     finally:
         z.stop()
 
