@@ -4,8 +4,8 @@ A ``LocalCluster``'s daemons and ``LocalRocketMQ``'s JVMs run in sessions of the
 ``atexit`` hook stops them when the Python process that started them exits. A notebook's kernel
 often does not exit that way: JupyterLab's "Shut Down Kernel" and "Restart Kernel" ask it to quit,
 then send it SIGTERM after 2.5 s and SIGKILL after 5 (jupyter_client's ``shutdown_wait_time``), and
-stopping a cluster or a broker can take longer than that. Without more, its JVMs (about 700 MB for notebook 06's cluster)
-would then live on, unowned, in a Binder pod of 2 GB.
+stopping a cluster or a broker can take longer than that. Without more, its servers would then live
+on, unowned (notebook 06's cluster with its executors: about 1 GB, in a Binder pod of 2 GB).
 
 So rstream starts them under ``setpriv --pdeathsig TERM`` (util-linux): the kernel sends such a
 process SIGTERM when the thread that started it ends, which a killed process's threads all do.
