@@ -12,11 +12,10 @@ import textwrap
 import threading
 import time
 
-import psutil
 import pytest
 
 from rstream.owned import ended_with_this_process
-from tests.support.processes import child_env
+from tests.support.processes import child_env, gone_within, running
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 
@@ -52,33 +51,17 @@ def _start(how: str) -> tuple[subprocess.Popen[str], int, str]:
     return starter, said["pid"], said["name"]
 
 
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not _running(pid):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_server_ends_when_the_process_that_started_it_is_killed() -> None:
     starter, server, name = _start("main")
     try:
         assert name == "sleep"  # setpriv exec'd it: the pid Popen gave is the server's own
-        assert _running(server)
+        assert running(server)
         os.kill(starter.pid, signal.SIGKILL)  # no atexit, no clean-up: a kernel killed after its 5 s
         starter.wait(timeout=30)
-        assert _gone_within(server, 10)
+        assert gone_within([server], 10)
     finally:
         starter.kill()
-        if _running(server):
+        if running(server):
             os.kill(server, signal.SIGKILL)
 
 
@@ -88,14 +71,14 @@ def test_a_server_started_from_a_helper_thread_outlives_the_thread() -> None:
     starter, server, _ = _start("thread")
     try:
         time.sleep(1)  # the helper thread has ended
-        assert _running(server)
+        assert running(server)
         os.kill(starter.pid, signal.SIGKILL)
         starter.wait(timeout=30)
         time.sleep(1)
-        assert _running(server)
+        assert running(server)
     finally:
         starter.kill()
-        if _running(server):
+        if running(server):
             os.kill(server, signal.SIGKILL)
 
 

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from rstream.cluster import ClusterError, ExecutorProcess, LocalCluster
-from tests.support.processes import TIMEOUT, kill_group, log_tail, spawn, strays, wait_until
+from tests.support.processes import TIMEOUT, gone_within, kill_group, log_tail, spawn, strays, wait_until
 
 ROOT = Path(__file__).parents[2]
 
@@ -217,13 +217,6 @@ def _abandon(work_dir: Path, how: str) -> list[int]:
     return [int(pid) for pid in json.loads(out.strip().splitlines()[-1])]
 
 
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def test_a_killed_kernel_s_cluster_stops_by_itself(tmp_path: Path) -> None:
     """A kernel killed (JupyterLab's shut-down after 5 s, or a crash) takes its daemons with it: each got
     SIGTERM from the kernel (rstream.owned), and the worker stopped its executors on its way out."""
@@ -231,10 +224,7 @@ def test_a_killed_kernel_s_cluster_stops_by_itself(tmp_path: Path) -> None:
     old = _abandon(work_dir, "crash")
     try:
         assert len(old) == 2  # master + worker
-        deadline = time.monotonic() + 60
-        while any(_running(pid) for pid in old) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not any(_running(pid) for pid in old)
+        assert gone_within(old, 60)
         assert strays(work_dir, []) == []
     finally:
         LocalCluster(work_dir=work_dir).stop()  # clean up even if the assertion failed

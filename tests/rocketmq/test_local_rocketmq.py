@@ -18,7 +18,6 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from rstream.rocketmq import local as local_module
 from rstream.rocketmq.errors import RocketMQError
 from rstream.rocketmq.local import LIB_ENV, POM, ROCKETMQ_VERSION
 from rstream.rocketmq.remoting import Client
-from tests.support.processes import child_env
+from tests.support.processes import child_env, gone_within
 from tests.support.rocketmq import (
     create_topic,
     leftovers,
@@ -291,13 +290,6 @@ def _kernel(home: Path, how: str) -> tuple[subprocess.Popen[str], dict[str, Any]
     return proc, json.loads(line)
 
 
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 @pytest.mark.e2e
 def test_a_killed_kernel_s_jvms_stop_with_it(tmp_path: Path) -> None:
     """JupyterLab's "Shut Down Kernel" SIGKILLs a kernel that has not exited after 5 s: its JVMs, in
@@ -307,10 +299,7 @@ def test_a_killed_kernel_s_jvms_stop_with_it(tmp_path: Path) -> None:
         dead, first = _kernel(home, "hang")
         os.kill(dead.pid, signal.SIGKILL)
         dead.wait(timeout=30)
-        deadline = time.monotonic() + 60
-        while any(_running(pid) for pid in first["pids"].values()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not any(_running(pid) for pid in first["pids"].values())
+        assert gone_within(list(first["pids"].values()), 60)
         assert leftovers(home) == []
     finally:
         LocalRocketMQ(home).stop()

@@ -67,6 +67,24 @@ def kill_group(proc: subprocess.Popen[str], timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (exited, not yet reaped)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def gone_within(pids: list[int], seconds: float) -> bool:
+    """Whether every process of ``pids`` is gone (or a zombie) within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while any(running(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _group_alive(pgid: int) -> bool:
     for p in psutil.process_iter(["pid", "status"]):
         try:
