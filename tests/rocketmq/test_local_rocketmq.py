@@ -258,6 +258,15 @@ def test_a_killed_broker_starts_again_on_its_store_and_stop_leaves_nothing(tmp_p
         _ = mq.namesrv
     mq.stop()  # twice: nothing to do
 
+    # a notebook run again from the top: the same home, an empty store (the commit log included)
+    again = LocalRocketMQ(home, host="127.0.0.2").start(fresh_store=True)
+    try:
+        assert "before-the-crash" not in topics(again.broker_addr)
+        create_topic(again.broker_addr, "before-the-crash")
+        assert max_offset(again.broker_addr, "before-the-crash", 1) == 0
+    finally:
+        again.stop()
+
 
 # A notebook kernel in a subprocess: starts RocketMQ in a home (from a helper thread with "thread":
 # then its JVMs are not tied to the kernel's life, rstream.owned), prints what it started, then either
