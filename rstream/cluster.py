@@ -468,8 +468,8 @@ class LocalCluster:
         with open(self.log_dir / f"{name}.log", "wb") as log:
             proc = subprocess.Popen(
                 ended_with_this_process([*prefix, str(home / "bin" / "spark-class"), main_class, *args]),
-                stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self._work_dir, start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self._work_dir,
+                start_new_session=True,
             )
         self._daemons[name] = proc
         try:

@@ -35,8 +35,13 @@ _STARTER = textwrap.dedent("""
         helper.join()
     else:
         start()
-    time.sleep(0.5)  # setpriv has exec'd the server by then
-    print(json.dumps({"pid": started[0].pid, "name": open(f"/proc/{started[0].pid}/comm").read().strip()}), flush=True)
+    pid = started[0].pid
+    for _ in range(200):  # until setpriv has exec'd the server (at most 10 s)
+        name = open(f"/proc/{pid}/comm").read().strip()
+        if name != "setpriv":
+            break
+        time.sleep(0.05)
+    print(json.dumps({"pid": pid, "name": name}), flush=True)
     time.sleep(600)
 """)
 

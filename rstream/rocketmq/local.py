@@ -690,8 +690,7 @@ class LocalRocketMQ:
         env.update({"LD_PRELOAD": preload, BIND_HOST_ENV: self.host, "ROCKETMQ_HOME": str(home)})
         with open(self.log_dir / f"{name}.out", "wb") as log:
             proc = subprocess.Popen(ended_with_this_process(command), stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT,
-                                    env=env, cwd=home, start_new_session=True)
+                                    stderr=subprocess.STDOUT, env=env, cwd=home, start_new_session=True)
         self._procs[name] = proc
         try:
             created = psutil.Process(proc.pid).create_time()

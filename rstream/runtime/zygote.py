@@ -90,7 +90,7 @@ class Zygote:
         self.real_python = real_python
         self.dir = Path(tempfile.mkdtemp(prefix="rstream-zygote-"))
         self.socket = self.dir / "zygote.sock"
-        self.script = self.dir / "python"
+        self.script = self.socket.with_name("python")  # what _remove_folder removes with the socket
         self.script.write_text(_SCRIPT.format(served="|".join(SERVED), cluster_env=CLUSTER_ENV,
                                               real=_quote(real_python), launch=_quote(str(_LAUNCH)),
                                               sock=_quote(str(self.socket))))
@@ -135,12 +135,7 @@ class Zygote:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for path in (self.socket, self.script):
-            path.unlink(missing_ok=True)
-        try:
-            self.dir.rmdir()
-        except OSError:
-            pass
+        _remove_folder(self.socket)
 
 
 def _quote(text: str) -> str:
@@ -354,7 +349,8 @@ def serve(path: str) -> None:
 
 
 def _remove_folder(sock: Path) -> None:
-    """Remove the zygote's folder (its socket and script, ``Zygote.__init__``) once its driver is gone."""
+    """Remove the zygote's folder (its socket and script, ``Zygote.__init__``): ``Zygote.stop()`` in the
+    driver, or the zygote itself once its driver is gone."""
     for path in (sock, sock.with_name("python")):
         path.unlink(missing_ok=True)
     try:

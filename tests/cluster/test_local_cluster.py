@@ -20,7 +20,16 @@ import psutil
 import pytest
 
 from rstream.cluster import ClusterError, ExecutorProcess, LocalCluster
-from tests.support.processes import TIMEOUT, gone_within, kill_group, log_tail, spawn, strays, wait_until
+from tests.support.processes import (
+    TIMEOUT,
+    gone_within,
+    kill_group,
+    log_tail,
+    running,
+    spawn,
+    strays,
+    wait_until,
+)
 
 ROOT = Path(__file__).parents[2]
 
@@ -170,7 +179,7 @@ def test_lost_executor_is_replaced_and_the_job_still_finishes(cluster: LocalClus
         killed = cluster.kill_executor(before[0].executor_id)
         t1 = time.monotonic()
         assert isinstance(killed, ExecutorProcess) and killed.pid == before[0].pid
-        assert not psutil.pid_exists(killed.pid) or psutil.Process(killed.pid).status() == psutil.STATUS_ZOMBIE
+        assert not running(killed.pid)
         replacement = cluster.wait_for_executors(2, exclude=[killed.executor_id], timeout=TIMEOUT)
         t2 = time.monotonic()
         assert killed.executor_id not in {e.executor_id for e in replacement}
@@ -238,8 +247,7 @@ def test_start_stops_what_a_dead_kernel_left_behind(tmp_path: Path) -> None:
     try:
         rerun.start()
         assert set(old) <= set(rerun.leftovers_stopped)
-        assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                       for pid in old)
+        assert not any(running(pid) for pid in old)
         assert rerun.alive_workers() == 1
     finally:
         rerun.stop()
@@ -251,8 +259,7 @@ def test_a_kernel_that_exits_without_stop_leaves_nothing(tmp_path: Path) -> None
     old = _abandon(work_dir, "exit")
     assert len(old) == 2
     try:
-        assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                       for pid in old)
+        assert not any(running(pid) for pid in old)
         assert strays(work_dir, []) == []
     finally:
         LocalCluster(work_dir=work_dir).stop()  # clean up even if the assertion failed

@@ -31,7 +31,7 @@ from rstream.rocketmq import local as local_module
 from rstream.rocketmq.errors import RocketMQError
 from rstream.rocketmq.local import LIB_ENV, POM, ROCKETMQ_VERSION
 from rstream.rocketmq.remoting import Client
-from tests.support.processes import child_env, gone_within
+from tests.support.processes import child_env, gone_within, running
 from tests.support.rocketmq import (
     create_topic,
     leftovers,
@@ -252,7 +252,7 @@ def test_a_killed_broker_starts_again_on_its_store_and_stop_leaves_nothing(tmp_p
         print(f"\nbroker started again in {mq.broker_start_seconds:.1f} s")
         pids = list(mq.pids.values())
     assert mq.pids == {} and not mq.running
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
+    assert not any(running(pid) for pid in pids)
     assert leftovers(home) == []
     with pytest.raises(RocketMQError, match="not running"):
         _ = mq.namesrv
