@@ -10,7 +10,8 @@ on, unowned (notebook 06's cluster with its executors: about 1 GB, in a Binder p
 So rstream starts them under ``setpriv --pdeathsig TERM`` (util-linux): the kernel sends such a
 process SIGTERM when the thread that started it ends, which a killed process's threads all do.
 The JVMs handle SIGTERM as a stop (Spark's worker kills its executors on the way out). This is
-Linux's ``PR_SET_PDEATHSIG``, which bubblewrap's ``--die-with-parent`` uses for the same purpose.
+Linux's ``PR_SET_PDEATHSIG`` (``PR_SET_PDEATHSIG(2const)``: kept across ``execve``, so by the JVM that
+``setpriv`` and ``spark-class`` exec into; not passed to forked children).
 """
 
 from __future__ import annotations
