@@ -36,9 +36,12 @@ _STARTER = textwrap.dedent("""
     else:
         start()
     pid = started[0].pid
-    for _ in range(200):  # until setpriv has exec'd the server (at most 10 s)
+    # Popen returns once the fork has closed its close-on-exec pipe, which Linux does a moment
+    # before it renames the process; then setpriv execs the server. Wait for the server's name
+    # (at most 10 s): a setpriv that forked instead would keep its own name on this pid.
+    for _ in range(200):
         name = open(f"/proc/{pid}/comm").read().strip()
-        if name != "setpriv":
+        if name == "sleep":
             break
         time.sleep(0.05)
     print(json.dumps({"pid": pid, "name": name}), flush=True)
