@@ -163,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c,d,e,r")
     ap.add_argument("--broker", choices=("embedded", "rocketmq"), default="embedded",
                     help="the broker every part runs on: the embedded one, or a LocalRocketMQ started here (embedded)")
+    ap.add_argument("--broker-conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --broker rocketmq: a broker setting, e.g. timerWheelEnable=false (repeatable)")
     ap.add_argument("--no-warm-up", action="store_true", help="a session without its background warm-up")
     ap.add_argument("--tmp", default=None, help="parent folder of the temporary data (system temp)")
     ap.add_argument("--keep", action="store_true")
@@ -206,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.broker == "rocketmq":
             from bench.rocketmq import start
 
-            mq, res["rocketmq"] = start(root)
+            mq, res["rocketmq"] = start(root, dict(kv.split("=", 1) for kv in args.broker_conf))
+            res["rocketmq"]["broker_conf"] = args.broker_conf
             broker = mq.broker()
         else:
             broker = EmbeddedBroker(root / "broker")
@@ -389,7 +392,8 @@ def report(res: dict[str, Any]) -> None:
     if res.get("rocketmq"):
         r = res["rocketmq"]
         print(f"  on RocketMQ: a LocalRocketMQ started in {r['start_s']:.1f} s; its JVMs' RSS "
-              f"{r['rss_after_start_bytes'] / 2**20:.0f} MB after the start, {r['rss_at_end_bytes'] / 2**20:.0f} MB at the end")
+              f"{r['rss_after_start_bytes'] / 2**20:.0f} MB after the start, {r['rss_at_end_bytes'] / 2**20:.0f} MB at the end"
+              + (f" (broker_conf {', '.join(r['broker_conf'])})" if r.get("broker_conf") else ""))
     else:
         print("  on the embedded broker")
     print(f"  (s) get_spark(), fresh JVM                 {res['s_session_s']:7.2f} s")

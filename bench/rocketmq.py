@@ -30,11 +30,12 @@ def missing() -> str | None:
             "once (it fetches them with Maven), or leave the RocketMQ part out with --skip rocketmq")
 
 
-def start(root: Path) -> tuple[Any, dict[str, Any]]:
-    """A LocalRocketMQ in ``root / "rocketmq"``, started; ``(mq, facts)``: start time, pids, RSS."""
+def start(root: Path, broker_conf: dict[str, str] | None = None) -> tuple[Any, dict[str, Any]]:
+    """A LocalRocketMQ in ``root / "rocketmq"`` (with ``broker_conf``, e.g. ``timerWheelEnable=false``),
+    started; ``(mq, facts)``: start time, pids, RSS."""
     from rstream.rocketmq import LocalRocketMQ
 
-    mq = LocalRocketMQ(root / "rocketmq")
+    mq = LocalRocketMQ(root / "rocketmq", broker_conf=broker_conf)
     try:
         mq.start()
     except BaseException:

@@ -299,12 +299,13 @@ class LocalRocketMQ:
     HA port), ``proxy_port`` (gRPC) and ``proxy_remoting_port``. A given port that is taken raises
     ``RocketMQError`` before anything starts. ``kill_broker()`` / ``start_broker()`` keep them.
 
-    Heaps are JVM sizes (``"128m"``, ``"1g"``). The two JVMs take about 370 MB resident when idle
-    and a quarter of a core, most of it RocketMQ's timer wheel (delayed messages; the official client's
+    Heaps are JVM sizes (``"128m"``, ``"1g"``). The two JVMs take about 320 MB resident after the start
+    and a quarter of a core when idle, most of it RocketMQ's timer wheel (delayed messages; the official client's
     ``SimpleConsumer`` receives by pop, which a broker refuses without it). ``broker_conf`` adds broker
     settings (RocketMQ's ``broker.conf`` keys, e.g. ``{"flushDiskType": "SYNC_FLUSH"}``) to rstream's
     (``autoCreateTopicEnable=false``, pulls of up to 8192 messages): ``{"timerWheelEnable": "false"}``
-    saves that CPU (about 290 MB and 5 % of a core) where no official consumer reads.
+    saves most of that CPU and memory (about 250 MB, and 10 % of a core with a job watching; ``bench/RESULTS.md`` rows 34
+    and 36) where no official consumer reads.
     ``start()`` raises ``RocketMQError`` saying what to do when Java 17+ is missing, the jars are
     missing and cannot be fetched, a port is taken, the disk is more than 90 % full, or a JVM exits
     or is not ready within ``start_timeout`` seconds (with the end of its log).
