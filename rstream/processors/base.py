@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -187,6 +188,12 @@ class Observer(Protocol):
     def combined(self, topic: str, kind: str, key: Any, ts: Any, place: int) -> None:
         """A combine node put a record of ``key`` at ``ts`` into the partial (of ``kind``, one of
         ``rstream.shuffle.wire``'s) that it sends to ``topic``, after ``place`` records of that key."""
+        ...
+
+    def resumed(self, offset: int) -> AbstractContextManager[None]:
+        """While it is open, a processor that put the record at ``offset`` aside (a stream–table join
+        takes a batch's records in data-time order, at its end) processes it: what happens then is
+        that record's doing."""
         ...
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -197,6 +198,30 @@ class _Replay:
             return
         self.partials_of.setdefault(self.current, []).append(
             (topic, encode(key), ts if kind == wire.WINDOWS else None, place if kind == wire.RECORDS else None))
+
+    @contextmanager
+    def resumed(self, offset: int) -> Iterator[None]:
+        """A processor takes the record at ``offset`` that it held (a stream–table join, at the end of
+        the batch): what happens meanwhile is added to that record's effect, if it is traced."""
+        before = self.current, self._receiving
+        effect = self.effects.get(offset)
+        if effect is None:  # not traced, but what it emits is its own (not a result of the batch's end)
+            self.current = offset
+            try:
+                yield
+            finally:
+                self.current, self._receiving = before
+            return
+        staged, made, seen = self._staged(), len(self.log), {p.name: p.records_in for p in self.run.procs}
+        self.current, self._receiving = offset, effect
+        try:
+            yield
+        finally:
+            self.current, self._receiving = before
+            on_path = set(effect.operators) | {p.name for p in self.run.procs if p.records_in > seen[p.name]}
+            effect.operators = [p.name for p in self.run.procs if p.name in on_path]
+            effect.outputs.extend(self.log[made:])
+            effect.state.extend(self._changed(staged, self._staged()))
 
     def _combined_outputs(self, made_at_end: list[tuple[str, int, int]]) -> None:
         """A combining shuffle sink writes one partial per key at the end of the batch (before a
@@ -533,11 +558,11 @@ def _processed(hop: Hop, effect: _Effect, tag: CommitTag, job: Tracer) -> Hop:
     return _with_note(merged, note)
 
 
-def _operator_of_output(job: Tracer, topic: str) -> str | None:
-    for node in job.topology.nodes:
-        if node.spec.writes and node.params.get("topic") == topic:
-            return node.name
-    return None
+def _operator_of_output(job: Tracer, replay: _Replay, topic: str) -> str | None:
+    """The node that wrote to ``topic`` in ``replay``'s range (a join's or a union's shuffle topic has
+    a writer per side: the one in this range's pipeline)."""
+    writers = [node.name for node in job.topology.nodes if node.spec.writes and node.params.get("topic") == topic]
+    return next((name for name in writers if name in replay.kinds), writers[0] if writers else None)
 
 
 def _output_hop(job: Tracer, replay: _Replay, topic: str, queue: int, index: int, kind: str | None = None,
@@ -545,7 +570,7 @@ def _output_hop(job: Tracer, replay: _Replay, topic: str, queue: int, index: int
     key, body, _born, headers, _tags = replay.record(topic, queue, index)
     role = topic_role(topic, job.topology)
     decoded = decode_message(role, key, body, headers)
-    operator = decoded.detail.get("operator") if role.role in (LATE, DLQ) else _operator_of_output(job, topic)
+    operator = decoded.detail.get("operator") if role.role in (LATE, DLQ) else _operator_of_output(job, replay, topic)
     if kind is None:
         kind = {SHUFFLE: "shuffle", LATE: "late", DLQ: "dead letter", SINK: "sink"}.get(role.role, "sink")
     if role.role == LATE:

@@ -1,8 +1,10 @@
 """Tables and stream–table joins run in this process (no Spark) against a plain Python join: table
 updates, deletes and stream records over a few keys, generated, sent in rounds with a restart between
-rounds (and the local state deleted in some); the reference replays the join queue's records as
-stored, the order "at the time the record is processed" means. Also: the table answers
-``job.query``, the sides reach the join queue in their input order, and bad calls are refused."""
+rounds (and the local state deleted in some); the reference replays the join queue's records batch
+by batch in data-time order across their producers, the order "at the time the record is processed"
+means; with data times interleaved across the sides, the plain join in time order. Also: the table
+answers ``job.query``, the sides reach the join queue in their input order, a record user code raises
+on is a dead letter holding it as stored, and bad calls are refused."""
 
 from __future__ import annotations
 
@@ -28,8 +30,19 @@ from rstream import (
 )
 from rstream.processors.base import dead_letter_row
 from rstream.runtime.inprocess import InProcessJob
+from rstream.shuffle.wire import FramedRecord, decode
 from tests.support.inprocess import emitted
-from tests.support.tables import KEYS, as_messages, join_queue_records, operations, replay, table_job
+from tests.support.tables import (
+    KEYS,
+    as_messages,
+    join_queue_as_taken,
+    join_queue_records,
+    joined_in_time_order,
+    operations,
+    replay,
+    table_job,
+    timed_table_job,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -65,7 +78,7 @@ def _check(ops: list[tuple[str, str, Any]], cuts: list[int], wipe: list[bool], h
         for key in KEYS:
             assert [v for s, k, v in stored if s == 1 and k == key] == [p["v"] for p in prices if p["k"] == key]
             assert [v for s, k, v in stored if s == 0 and k == key] == [o for o in orders if o["k"] == key]
-        want, table = replay(stored, how)
+        want, table = replay(join_queue_as_taken(broker, node.pipeline, builder.job_id), how)
         assert emitted(broker, "out") == want
         for key in KEYS:
             assert job.query(node.name, key) == job.query("TABLE-4", key) == table.get(key)
@@ -77,6 +90,34 @@ def _check(ops: list[tuple[str, str, Any]], cuts: list[int], wipe: list[bool], h
 def test_stream_table_join_matches_the_plain_join_over_the_join_queue(how: str, ops: list[tuple[str, str, Any]],
                                                                       cuts: list[int], wipe: list[bool]) -> None:
     _check(ops, cuts, wipe, how)
+
+
+_times = st.lists(st.integers(0, 30), max_size=12).map(sorted)  # one queue's data times, in order
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+@settings(max_examples=20, deadline=None)
+@given(price_times=_times, order_times=st.tuples(_times, _times), data=st.data())
+def test_a_batch_is_taken_in_data_time_order_whatever_order_its_queue_got(
+        how: str, price_times: list[int], order_times: tuple[list[int], list[int]], data: st.DataObject) -> None:
+    """Both sides written before the job's first batch, their data times interleaved: each order meets
+    the table as of its own time (the plain join in time order, a price first at equal times), however
+    the source tasks' writes landed in the join's queue."""
+    keys = st.sampled_from(KEYS[:2])
+    prices = [{"k": data.draw(keys), "v": data.draw(st.one_of(st.none(), st.integers(0, 9))), "ts": t}
+              for t in price_times]
+    orders = [[{"k": data.draw(keys), "n": 100 * q + i, "ts": t} for i, t in enumerate(ts)]
+              for q, ts in enumerate(order_times)]
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = EmbeddedBroker(Path(tmp) / "broker")
+        broker.create_topic("prices", queues=1)
+        broker.create_topic("orders", queues=2)
+        broker.append({(topic, queue): [(None, json.dumps(r).encode(), 0, None, None) for r in records]
+                       for topic, queue, records in [("prices", 0, prices), ("orders", 0, orders[0]),
+                                                     ("orders", 1, orders[1])]})
+        builder = timed_table_job(f"timed-{how}-{next(_RUNS)}", how, queues=1)
+        InProcessJob(builder.build(), broker, Path(tmp) / "job").run_until_idle()
+        assert emitted(broker, "out") == joined_in_time_order(prices, orders, how)
 
 
 def test_a_table_updated_before_the_stream_arrives(tmp_path: Path) -> None:
@@ -158,6 +199,41 @@ def test_a_raising_join_function_makes_its_record_a_dead_letter(tmp_path: Path) 
     letters = [dead_letter_row(m) for m in broker.read("tdlq-dlq")]
     assert [(d["operator"], "ZeroDivisionError" in d["error"]) for d in letters] == [("TABLE_JOIN-6", True)] * 2
     assert [m.body.decode() for m in broker.read("out")] == ["b:2"]
+    # each letter holds its order as the join's queue stored it, at the offset named
+    [join_topic] = [t for t in job.topology.shuffle_topics if "TABLE_JOIN" in t]
+    stored = {m.offset: m for m in broker.read(join_topic, 0)}
+    for d, m in zip(letters, broker.read("tdlq-dlq"), strict=True):
+        record = decode(m.key or None, m.body, None, framed=True)
+        assert isinstance(record, FramedRecord) and (record.key, record.value) == ("a", {"k": "a", "n": 4})
+        assert decode(stored[d["offset"]].key, stored[d["offset"]].body, None, framed=True) == record
+
+
+def test_a_sink_raising_after_the_join_makes_that_order_a_dead_letter(tmp_path: Path) -> None:
+    """The sink's serializer raising on one enriched order: that order is a dead letter of its own,
+    named by its offset in the join's queue; the others reach the sink."""
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("prices", queues=1)
+    broker.create_topic("orders", queues=1)
+    broker.send("prices", json.dumps({"k": "a", "v": 1}))
+    broker.send_batch("orders", [json.dumps({"k": "a", "n": n}) for n in (1, 2, 3)])
+
+    def serialize(key: Any, value: Any) -> bytes:
+        if value == 2:
+            raise ValueError("no twos")
+        return str(value).encode()
+
+    b = StreamBuilder("tsink", shuffle_queues=1)
+    prices = b.source("prices", JsonDeserializer()).key_by(lambda p: p["k"]).map(lambda p: p["v"]).to_table()
+    orders = b.source("orders", JsonDeserializer())
+    orders.join(prices).where(lambda o: o["k"]).apply(lambda o, p: o["n"] * p).sink("out", serialize)
+    job = InProcessJob(b.build(), broker, tmp_path / "job")
+    job.run_until_idle()
+    assert [m.body for m in broker.read("out")] == [b"1", b"3"]
+    [letter] = [dead_letter_row(m) for m in broker.read("tsink-dlq")]
+    assert "no twos" in letter["error"] and letter["offset"] >= 0
+    [join_topic] = [t for t in job.topology.shuffle_topics if "TABLE_JOIN" in t]
+    stored = broker.read(join_topic, 0, letter["offset"], letter["offset"] + 1)[0]
+    assert decode(stored.key, stored.body, None, framed=True).value == {"k": "a", "n": 2}
 
 
 def test_a_table_of_an_aggregation(tmp_path: Path) -> None:

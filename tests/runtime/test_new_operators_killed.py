@@ -34,7 +34,7 @@ from tests.support.jobs import broker_arg, job_id
 from tests.support.joins import interval_pairs, waiting_records
 from tests.support.late import as_rows, late_rows, late_stream
 from tests.support.processes import TIMEOUT, kill_when
-from tests.support.tables import join_queue_records
+from tests.support.tables import join_queue_as_taken, join_queue_records
 
 pytestmark = pytest.mark.spark
 
@@ -94,7 +94,7 @@ def test_union_late_interval_and_table_joins_survive_two_kill_9s(broker: Embedde
     assert sorted(json.dumps(v) for side, _k, v in records if side == 0) == sorted(json.dumps(o) for o in sent["orders"])
     assert sorted(json.dumps([k, v]) for side, k, v in records if side == 1) == sorted(
         json.dumps([t["customer"], t["tier"]]) for t in sent["tiers"])  # each record shuffled once
-    enriched, tiers = enrichments(records)
+    enriched, tiers = enrichments(join_queue_as_taken(broker, join_topic, builder.job_id))
     state = resumed.state(table_join)
     assert dict(zip(state["key"], state["value"])) == tiers
     customers = [f"c{i}" for i in range(CUSTOMERS)]

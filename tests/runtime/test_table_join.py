@@ -10,7 +10,15 @@ from typing import Any
 from rstream import EmbeddedBroker
 from tests.support.inprocess import emitted
 from tests.support.jobs import job_id
-from tests.support.tables import changelog, changelog_job, join_queue_records, replay, table_job
+from tests.support.tables import (
+    changelog,
+    changelog_job,
+    join_queue_as_taken,
+    joined_in_time_order,
+    replay,
+    table_job,
+    timed_table_job,
+)
 
 
 def test_left_stream_table_join_on_spark(broker: EmbeddedBroker, make_job: Any) -> None:
@@ -26,7 +34,7 @@ def test_left_stream_table_join_on_spark(broker: EmbeddedBroker, make_job: Any) 
     job.run_until_idle()
     assert emitted(broker, "out") == {"a": [[0, 2], [4, 2]], "b": [[1, None], [5, None]], "c": [[2, 7]], "d": [[3, None]]}
     node = next(n for n in job.topology.nodes if n.kind == "left_table_join")
-    assert replay(join_queue_records(broker, node.pipeline), "left")[0] == emitted(broker, "out")
+    assert replay(join_queue_as_taken(broker, node.pipeline, name), "left")[0] == emitted(broker, "out")
     assert [job.query(node.name, k) for k in "abcd"] == [2, None, 7, None] == [job.query("TABLE-4", k) for k in "abcd"]
     assert {row["key"]: row["value"] for row in job.state(node.name).to_dict("records")} == {"a": 2, "c": 7}
 
@@ -42,6 +50,41 @@ def test_left_stream_table_join_on_spark(broker: EmbeddedBroker, make_job: Any) 
     state = hops[hops["kind"] == "state"]
     assert state[["key", "before", "after"]].values.tolist() == [["b", 3, None]]
     assert "sink" not in set(hops["kind"])
+
+
+def test_a_new_job_over_both_sides_joins_in_data_time_order_on_spark(broker: EmbeddedBroker, make_job: Any) -> None:
+    """Prices and orders written before the job starts, their data times interleaved, so the join's
+    first batch holds both sides in whatever order Spark's source tasks wrote them: each order meets
+    the price of its own time, and a second job over the same topics writes the same."""
+    broker.create_topic("prices", queues=1)
+    broker.create_topic("orders", queues=2)
+    prices = [{"k": k, "v": v, "ts": ts} for k, v, ts in
+              [("a", 1, 100), ("b", 5, 150), ("a", 2, 300), ("b", None, 350), ("a", 3, 500), ("b", 6, 600)]]
+    orders = [[{"k": k, "n": i, "ts": ts} for i, (k, ts) in enumerate([("a", 50), ("a", 200), ("b", 300), ("a", 500)])],
+              [{"k": k, "n": 10 + i, "ts": ts} for i, (k, ts) in enumerate([("b", 160), ("a", 320), ("b", 400), ("b", 650)])]]
+    broker.send_batch("prices", [json.dumps(p) for p in prices])
+    for q, records in enumerate(orders):
+        broker.append({("orders", q): [(None, json.dumps(o).encode(), 0, None, None) for o in records]})
+    want = joined_in_time_order(prices, orders, "left")
+    assert want == {"a": [[0, None], [1, 1], [11, 2], [3, 3]], "b": [[10, 5], [2, 5], [12, None], [13, 6]]}
+    for run in range(2):
+        out = f"out{run}"
+        broker.create_topic(out, queues=1)
+        job = make_job(timed_table_job(job_id("timed"), "left", queues=2, out=out))
+        job.run_until_idle()
+        assert emitted(broker, out) == want
+    # the trace of an order taken at the end of its batch: its enriched record, with the price of its time
+    order = next(m for m in broker.read("orders", 1) if json.loads(m.body)["n"] == 11)
+    hops = job.trace("orders", 1, order.offset).to_pandas()
+    [sink] = hops[hops["kind"] == "sink"].itertuples()
+    assert json.loads(broker.read(out, sink.queue, sink.offset, sink.offset + 1)[0].body) == {"key": "a", "value": [11, 2]}
+    # and of a price: the table's entry it changed
+    price = broker.read("prices", 0, 2, 3)[0]  # a: 2 at 300
+    state = job.trace("prices", 0, price.offset).to_pandas()
+    assert state[state["kind"] == "state"][["key", "before", "after"]].values.tolist() == [["a", 1, 2]]
+    assert list(state["kind"]) == ["source", "shuffle", "state"]  # the orders its batch joined are not its results
+    assert state.iloc[1]["operator"].startswith("SHUFFLE_SINK_RIGHT")  # the table side's writer
+    assert hops[hops["kind"] == "shuffle"].iloc[0]["operator"].startswith("SHUFFLE_SINK_LEFT")  # the order's
 
 
 def test_a_table_s_changelog_on_spark(broker: EmbeddedBroker, make_job: Any) -> None:

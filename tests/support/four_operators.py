@@ -113,7 +113,8 @@ def late_clicks(late: list[tuple[dict[str, Any], int]]) -> list[tuple[Any, ...]]
 
 
 def enrichments(records: list[tuple[int, Any, Any]]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
-    """The plain stream–table join over the join queues' records (``tests.support.tables.join_queue_records``):
+    """The plain stream–table join over the join queues' records as the join takes them
+    (``tests.support.tables.join_queue_as_taken``):
     every ``(customer, [order v, tier])`` it emits, sorted as ``sink`` sorts, and the table at the end.
     Side 1 sets a customer's tier (None deletes it); side 0, an order, is enriched when its customer
     has one."""

@@ -1,6 +1,7 @@
 """Tables and stream–table joins: the job's builder, generated table updates (with deletes) and
-stream records over a few keys, and the plain Python join replayed over the join's shuffle topic as
-stored, so it sees each key's table updates and stream records in the order the join's queue got them."""
+stream records over a few keys, and the plain Python join replayed over the join's shuffle topic in
+the order the join takes its records (each batch in data-time order across the producers that wrote
+to its queue)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,28 @@ def table_job(name: str, how: str) -> StreamBuilder:
     return b
 
 
+def timed_table_job(name: str, how: str, queues: int = 2, out: str = "out") -> StreamBuilder:
+    """``table_job`` with data times: ``prices`` ``{"k", "v", "ts"}`` and ``orders`` ``{"k", "n", "ts"}``;
+    the results in ``out``."""
+    b = StreamBuilder(name, shuffle_queues=queues)
+    prices = (b.source("prices", JsonDeserializer()).select_timestamp(lambda p: p["ts"])
+              .key_by(lambda p: p["k"]).map(lambda p: p["v"]).to_table())
+    orders = b.source("orders", JsonDeserializer()).select_timestamp(lambda o: o["ts"])
+    joined = orders.join(prices) if how == "inner" else orders.left_join(prices)
+    joined.where(lambda o: o["k"]).apply(enrich).sink(out, JsonSerializer(with_key=True))
+    return b
+
+
+def joined_in_time_order(prices: list[dict[str, Any]], orders: list[list[dict[str, Any]]],
+                         how: str) -> dict[Any, list[Any]]:
+    """The plain stream–table join of ``prices`` and ``orders`` (one list per source queue) taken in
+    data-time order: at equal times a price first, then orders by queue."""
+    timed = sorted([(p["ts"], 0, 0, i, 1, p["k"], p["v"]) for i, p in enumerate(prices)]
+                   + [(o["ts"], 1, q, i, 0, o["k"], o) for q, qs in enumerate(orders) for i, o in enumerate(qs)],
+                   key=lambda r: r[:4])
+    return replay([(side, key, value) for *_order, side, key, value in timed], how)[0]
+
+
 def as_messages(ops: list[tuple[str, str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The table's and the stream's records of ``ops``, each side in the order given."""
     prices = [{"k": k, "v": v} for side, k, v in ops if side == "t"]
@@ -53,6 +76,30 @@ def join_queue_records(broker: EmbeddedBroker, topic: str) -> list[tuple[int, An
             record = decode(m.key or None, m.body, m.headers, framed=True)
             if isinstance(record, FramedRecord):
                 out.append((record.side, record.key, record.value))
+    return out
+
+
+def join_queue_as_taken(broker: EmbeddedBroker, topic: str, job: str) -> list[tuple[int, Any, Any]]:
+    """``(side, key, value)`` of every data record of the join's shuffle ``topic`` in the order the
+    join takes them: queue by queue, range by range as ``job`` committed them (one batch each), and
+    in a range, of the producers (the source queues that shuffled into it, each in its own order) the
+    one whose next record has the smallest data time first; at equal times a table update, then the
+    producer named first."""
+    out = []
+    for queue in range(broker.topic(topic).queues):
+        tags = sorted((t for t in broker.commits(job) if t.topic == topic and t.queue == queue),
+                      key=lambda t: t.start_offset)
+        for tag in tags:
+            lanes: dict[str, list[tuple[int, int, Any, Any]]] = defaultdict(list)
+            for m in broker.read(topic, queue, tag.start_offset, tag.end_offset):
+                record = decode(m.key or None, m.body, m.headers, framed=True)
+                if isinstance(record, FramedRecord):
+                    lanes[record.producer].append((m.born_timestamp, record.side, record.key, record.value))
+            while any(lanes.values()):
+                producer = min((p for p in lanes if lanes[p]),
+                               key=lambda p: (lanes[p][0][0], lanes[p][0][1] != 1, p))
+                _ts, side, key, value = lanes[producer].pop(0)
+                out.append((side, key, value))
     return out
 
 
