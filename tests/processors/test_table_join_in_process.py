@@ -12,6 +12,7 @@ import itertools
 import json
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,40 @@ def test_a_batch_is_taken_in_data_time_order_whatever_order_its_queue_got(
         builder = timed_table_job(f"timed-{how}-{next(_RUNS)}", how, queues=1)
         InProcessJob(builder.build(), broker, Path(tmp) / "job").run_until_idle()
         assert emitted(broker, "out") == joined_in_time_order(prices, orders, how)
+
+
+@settings(max_examples=15, deadline=None)
+@given(price_times=st.lists(st.integers(0, 900), max_size=10).map(sorted),
+       order_times=st.tuples(*[st.lists(st.integers(0, 900), max_size=10).map(sorted)] * 2), data=st.data())
+def test_windows_after_the_join_count_every_enriched_order(price_times: list[int],
+                                                           order_times: tuple[list[int], list[int]],
+                                                           data: st.DataObject) -> None:
+    """Enriched orders counted per price in 100 ms windows after the join (a framed shuffle after it):
+    every order is counted once, in the window of its own time, with the price of its time; none is
+    late (the join's results carry the watermark its batch started with)."""
+    prices = [{"k": "a", "v": data.draw(st.one_of(st.none(), st.integers(0, 3))), "ts": t} for t in price_times]
+    orders = [[{"k": "a", "n": 100 * q + i, "ts": t} for i, t in enumerate(ts)] for q, ts in enumerate(order_times)]
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = EmbeddedBroker(Path(tmp) / "broker")
+        broker.create_topic("prices", queues=1)
+        broker.create_topic("orders", queues=2)
+        broker.append({(topic, queue): [(None, json.dumps(r).encode(), 0, None, None) for r in records]
+                       for topic, queue, records in [("prices", 0, prices), ("orders", 0, orders[0]),
+                                                     ("orders", 1, orders[1])]})
+        b = StreamBuilder(f"windowed-{next(_RUNS)}", shuffle_queues=2)
+        table = (b.source("prices", JsonDeserializer()).select_timestamp(lambda p: p["ts"])
+                 .key_by(lambda p: p["k"]).map(lambda p: p["v"]).to_table())
+        (b.source("orders", JsonDeserializer()).select_timestamp(lambda o: o["ts"])
+         .left_join(table).where(lambda o: o["k"]).apply(lambda o, price: price)
+         .key_by(lambda price: price).window(TumblingWindow(100)).count().to_rstream()
+         .sink("out", JsonSerializer(with_key=True)))
+        job = InProcessJob(b.build(), broker, Path(tmp) / "job")
+        job.run_until_idle()
+        at = {o["n"]: o["ts"] for queue in orders for o in queue}
+        want = Counter((price, at[n] // 100 * 100) for n, price in joined_in_time_order(prices, orders, "left").get("a", []))
+        got = {(d["key"][0], d["key"][1]): d["value"] for d in (json.loads(m.body) for m in broker.read("out"))}
+        assert got == dict(want)
+        assert sum(info["late"] for info in job.infos) == 0
 
 
 def test_a_table_updated_before_the_stream_arrives(tmp_path: Path) -> None:
