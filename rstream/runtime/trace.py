@@ -164,15 +164,10 @@ class _Replay:
                 run.feed([rec])
                 continue
             effect = self.effects[offset] = _Effect()
-            staged, made, seen = self._staged(), len(self.log), {p.name: p.records_in for p in run.procs}
-            self._receiving = effect
             if wire.partial_kind(rec[5]) == wire.RECORDS:  # its records have no value: the
                 effect.received = _AS_READ  # hop shows the partial as read, not what it forwards
-            run.feed([rec])
-            self._receiving = None
-            effect.operators = [p.name for p in run.procs if p.records_in > seen[p.name]]
-            effect.outputs = self.log[made:]
-            effect.state = self._changed(staged, self._staged())
+            with self._noting(effect):
+                run.feed([rec])
         self.current = None
         made = len(self.log)
         records, _info = run.finish()
@@ -203,23 +198,31 @@ class _Replay:
     def resumed(self, offset: int) -> Iterator[None]:
         """A processor takes the record at ``offset`` that it held (a stream–table join, at the end of
         the batch): what happens meanwhile is added to that record's effect, if it is traced."""
-        before = self.current, self._receiving
+        before = self.current
+        self.current = offset  # not traced or traced, what it emits is its own (no result of the batch's end)
         effect = self.effects.get(offset)
-        if effect is None:  # not traced, but what it emits is its own (not a result of the batch's end)
-            self.current = offset
-            try:
+        try:
+            if effect is None:
                 yield
-            finally:
-                self.current, self._receiving = before
-            return
-        staged, made, seen = self._staged(), len(self.log), {p.name: p.records_in for p in self.run.procs}
-        self.current, self._receiving = offset, effect
+            else:
+                with self._noting(effect):
+                    yield
+        finally:
+            self.current = before
+
+    @contextmanager
+    def _noting(self, effect: _Effect) -> Iterator[None]:
+        """Add to ``effect`` what happens while it is open: the processors a record went through, the
+        outputs made and the state changed."""
+        procs = self.run.procs
+        staged, made, seen = self._staged(), len(self.log), {p.name: p.records_in for p in procs}
+        before, self._receiving = self._receiving, effect
         try:
             yield
         finally:
-            self.current, self._receiving = before
-            on_path = set(effect.operators) | {p.name for p in self.run.procs if p.records_in > seen[p.name]}
-            effect.operators = [p.name for p in self.run.procs if p.name in on_path]
+            self._receiving = before
+            on_path = set(effect.operators) | {p.name for p in procs if p.records_in > seen[p.name]}
+            effect.operators = [p.name for p in procs if p.name in on_path]
             effect.outputs.extend(self.log[made:])
             effect.state.extend(self._changed(staged, self._staged()))
 

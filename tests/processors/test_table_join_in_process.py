@@ -43,6 +43,7 @@ from tests.support.tables import (
     replay,
     table_job,
     timed_table_job,
+    write_timed,
 )
 
 pytestmark = pytest.mark.unit
@@ -111,11 +112,7 @@ def test_a_batch_is_taken_in_data_time_order_whatever_order_its_queue_got(
               for q, ts in enumerate(order_times)]
     with tempfile.TemporaryDirectory() as tmp:
         broker = EmbeddedBroker(Path(tmp) / "broker")
-        broker.create_topic("prices", queues=1)
-        broker.create_topic("orders", queues=2)
-        broker.append({(topic, queue): [(None, json.dumps(r).encode(), 0, None, None) for r in records]
-                       for topic, queue, records in [("prices", 0, prices), ("orders", 0, orders[0]),
-                                                     ("orders", 1, orders[1])]})
+        write_timed(broker, prices, orders)
         builder = timed_table_job(f"timed-{how}-{next(_RUNS)}", how, queues=1)
         InProcessJob(builder.build(), broker, Path(tmp) / "job").run_until_idle()
         assert emitted(broker, "out") == joined_in_time_order(prices, orders, how)
@@ -134,11 +131,7 @@ def test_windows_after_the_join_count_every_enriched_order(price_times: list[int
     orders = [[{"k": "a", "n": 100 * q + i, "ts": t} for i, t in enumerate(ts)] for q, ts in enumerate(order_times)]
     with tempfile.TemporaryDirectory() as tmp:
         broker = EmbeddedBroker(Path(tmp) / "broker")
-        broker.create_topic("prices", queues=1)
-        broker.create_topic("orders", queues=2)
-        broker.append({(topic, queue): [(None, json.dumps(r).encode(), 0, None, None) for r in records]
-                       for topic, queue, records in [("prices", 0, prices), ("orders", 0, orders[0]),
-                                                     ("orders", 1, orders[1])]})
+        write_timed(broker, prices, orders)
         b = StreamBuilder(f"windowed-{next(_RUNS)}", shuffle_queues=2)
         table = (b.source("prices", JsonDeserializer()).select_timestamp(lambda p: p["ts"])
                  .key_by(lambda p: p["k"]).map(lambda p: p["v"]).to_table())

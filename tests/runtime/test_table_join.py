@@ -18,6 +18,7 @@ from tests.support.tables import (
     replay,
     table_job,
     timed_table_job,
+    write_timed,
 )
 
 
@@ -56,15 +57,11 @@ def test_a_new_job_over_both_sides_joins_in_data_time_order_on_spark(broker: Emb
     """Prices and orders written before the job starts, their data times interleaved, so the join's
     first batch holds both sides in whatever order Spark's source tasks wrote them: each order meets
     the price of its own time, and a second job over the same topics writes the same."""
-    broker.create_topic("prices", queues=1)
-    broker.create_topic("orders", queues=2)
     prices = [{"k": k, "v": v, "ts": ts} for k, v, ts in
               [("a", 1, 100), ("b", 5, 150), ("a", 2, 300), ("b", None, 350), ("a", 3, 500), ("b", 6, 600)]]
     orders = [[{"k": k, "n": i, "ts": ts} for i, (k, ts) in enumerate([("a", 50), ("a", 200), ("b", 300), ("a", 500)])],
               [{"k": k, "n": 10 + i, "ts": ts} for i, (k, ts) in enumerate([("b", 160), ("a", 320), ("b", 400), ("b", 650)])]]
-    broker.send_batch("prices", [json.dumps(p) for p in prices])
-    for q, records in enumerate(orders):
-        broker.append({("orders", q): [(None, json.dumps(o).encode(), 0, None, None) for o in records]})
+    write_timed(broker, prices, orders)
     want = joined_in_time_order(prices, orders, "left")
     assert want == {"a": [[0, None], [1, 1], [11, 2], [3, 3]], "b": [[10, 5], [2, 5], [12, None], [13, 6]]}
     for run in range(2):

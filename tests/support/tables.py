@@ -5,6 +5,7 @@ to its queue)."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -48,6 +49,15 @@ def timed_table_job(name: str, how: str, queues: int = 2, out: str = "out") -> S
     joined = orders.join(prices) if how == "inner" else orders.left_join(prices)
     joined.where(lambda o: o["k"]).apply(enrich).sink(out, JsonSerializer(with_key=True))
     return b
+
+
+def write_timed(broker: EmbeddedBroker, prices: list[dict[str, Any]], orders: list[list[dict[str, Any]]]) -> None:
+    """Topics ``prices`` (one queue) and ``orders`` (one queue per list of ``orders``) holding them, as
+    JSON, written in one append (their born times all 0: their data times are their ``ts``)."""
+    broker.create_topic("prices", queues=1)
+    broker.create_topic("orders", queues=len(orders))
+    broker.append({(topic, queue): [(None, json.dumps(r).encode(), 0, None, None) for r in records]
+                   for topic, queue, records in [("prices", 0, prices), *(("orders", q, o) for q, o in enumerate(orders))]})
 
 
 def joined_in_time_order(prices: list[dict[str, Any]], orders: list[list[dict[str, Any]]],
@@ -134,8 +144,6 @@ def changelog_job(name: str, queues: int = 3) -> StreamBuilder:
 def changelog(broker: EmbeddedBroker, topic: str = "changes") -> dict[Any, list[tuple[int, Any]]]:
     """Per key, ``(data time, value)`` of each record of ``topic`` in the order of its queue (each key
     must be in one queue)."""
-    import json
-
     out: dict[Any, list[tuple[int, Any]]] = defaultdict(list)
     queue_of: dict[Any, int] = {}
     for m in broker.read(topic):
