@@ -12,7 +12,7 @@ from typing import Any
 
 #: Counters summed over queues and batches (the rest are watermarks and lists).
 COUNTERS = ("records_in", "keys_changed", "late", "windows_fired", "windows_open", "emitted", "markers",
-            "timers_fired", "timers_pending")
+            "timers_fired", "timers_pending", "held")
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class OperatorMetrics(Mapping[str, Any]):
     #: interval joins: records dropped in this batch, records waiting for a partner
     timers_fired: int = 0
     timers_pending: int = 0
+    #: keyed process functions and stream–table joins: records held until the watermark passes their
+    #: data time (``rstream.processors.ordered``)
+    held: int = 0
     #: windows and joins: the first open windows, ``(key text, start, end)``; interval joins: the first
     #: waiting records, ``(side and key, data time, time the watermark must reach to drop it)``
     pending: tuple[tuple[str, int, int], ...] = ()

@@ -18,28 +18,40 @@ How it runs, per shuffle queue:
   changelog, so timers survive restarts and a lost local state (the replay restores them), and a
   timer's firing and what ``on_timer`` did commit together in the batch's one tagged append: it
   fires exactly once.
-- Event-time timers fire when the operator watermark reaches their time (``time <= watermark``), as
-  windows fire: its shuffle topic carries the source watermarks (``OperatorSpec.timed``). When every
-  source is idle (``idle_timeout_ms``) or a run ends with the idle flush, every event-time timer is
-  due, as every open window is.
+- Records are taken in data-time order (``rstream.processors.ordered``): each is held until the
+  operator watermark (the minimum over the source queues that feed it, as for windows; its shuffle
+  topic carries their watermarks, ``OperatorSpec.timed``) passes its data time, then ``process``
+  runs on the records it passed, earliest first. An event-time timer at ``t`` fires once the
+  watermark reaches ``t``, before every record of time ``t`` or later. So the results are the same
+  however the input was cut into batches: a backlog read in one batch fires its timers between its
+  records exactly as the same records read a few at a time would. A record that was late where it
+  was read is taken at the watermark it carried; ``ctx.timestamp`` is still its own time and
+  ``ctx.watermark`` (the time the operator has reached) is later.
+- A timer set for a time that has passed fires at once, after the call that set it. ``on_timer`` that
+  sets its key a timer at or before its own time, again and again, is stopped after
+  ``MAX_TIMERS_AT_ONCE`` firings at one time: a ``TimerLoopError``, to the dead-letter topic.
+- When every source is idle (``idle_timeout_ms``) every held record is taken, and event time moves
+  to the latest of them: timers up to it fire, later ones wait for data that brings their time. At
+  the end of input (``run_until_idle``'s idle flush) every timer fires.
 - Processing-time timers fire when the wall clock reaches them, checked at each watermark marker and
   idle tick of the queue and at the end of each of its batches (a re-executed batch, ``job.trace``,
-  uses the batch's own clock).
+  uses the batch's own clock), after the event-time work of that moment: unlike event time, where
+  they fall among the records depends on when the batches ran. One that ``on_timer`` sets and that
+  is already due fires at the next check.
 - The effects of one call (state changes, timers, forwarded records) apply when it returns; a call
   that raises changes nothing, and its record goes to the dead-letter topic.
-- Each watermark advance fires the timers due when it began, earliest first; a timer that
-  ``on_timer`` sets and that is already due fires at the next advance (a marker, an idle tick, the
-  end of the batch), never in the same one, so a timer that re-arms itself cannot loop.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from rstream.errors import RStreamError
 from rstream.processors.base import Processor, RecordError, StreamContext, _short_repr
 from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.ordered import Held, InTimeOrder
 from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register
 from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.serde.codec import encode
@@ -56,6 +68,13 @@ V = TypeVar("V")
 PROCESSING_TIME_TIMERS = ".processing-time"
 EVENT_TIME, PROCESSING_TIME = 0, 1
 _CLEARED: Any = object()
+#: How often one key's event-time timers may fire at one time before a loop is assumed
+#: (``on_timer`` setting a timer at or before its own time, again and again).
+MAX_TIMERS_AT_ONCE = 1000
+
+
+class TimerLoopError(RStreamError):
+    """``on_timer`` of a key kept setting a timer at or before the time it fired at."""
 
 
 class StateValueError(RStreamError, TypeError):
@@ -211,19 +230,79 @@ class ProcessProcessor(Processor):
         if ctx.store is None:
             raise RuntimeError(f"{self.name} needs a state store for {ctx.topic}/{ctx.queue}")
         self.store = ctx.store
+        self.order = InTimeOrder(self.name, ctx)
         self.context = ProcessContext(self.name, ctx.store, ctx.now_ms)
-        self.context._watermark = ctx.emit_watermark
+        self.context._watermark = self.order.position
+        # the children as the batch has them: what a record's call forwards that raises further down
+        # makes that record a dead letter, also when it is taken as the batch ends
+        self.hand_on = self.forward
+        #: While event time moves on (``_run``): the event-time timers due, as (time taken at, time,
+        #: key bytes, key), and the latest time a timer set meanwhile may have to fire in the same run.
+        self._due: list[tuple[int, int, bytes, Any]] | None = None
+        self._due_until = NO_WATERMARK
         ctx.time_operators.append(self)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
+        """Hold the record until the operator watermark passes its data time (``ordered``)."""
         self.records_in += 1
-        c = self.context
-        c._begin(key, ts)
+        self.order.hold(0, key, value, ts)
+
+    def on_watermark(self, watermark: int) -> None:
+        """Take the held records the watermark passed and fire the event-time timers it reached, in
+        data-time order; then the processing-time timers due now. When every source is idle, every
+        held record is taken but event time only moves to the latest of them: a timer beyond it waits
+        for data that brings it (or for the end of input, ``run_until_idle``'s flush, which fires all)."""
+        order = self.order
+        if watermark < FIRE_ALL:
+            self._run(watermark, watermark)
+        elif self.ctx.flushed:
+            self._run(FIRE_ALL, FIRE_ALL)
+        else:
+            self._run(FIRE_ALL, order.last())
+        self.context._watermark = order.position
+        processing = self.timer_names[1]
+        self._fire_processing(self.store.timers_due(processing, self.context.current_processing_time()))
+
+    def _run(self, records_until: int, timers_until: int) -> None:
+        """Take the held records due before ``records_until`` and fire the event-time timers up to
+        ``timers_until``, in data-time order: a timer before a record of the same time."""
+        order, store = self.order, self.store
+        now = order.position
+        due = self._due = [(max(at, now), at, encode(key), key) for at, key in store.timers_due(self.name, timers_until)]
+        self._due_until = timers_until
+        fired_here: dict[bytes, int] = {}
+        at_time = NO_WATERMARK
         try:
-            self.fn.process(key, value, c)
-        except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc
-        self._apply(c, ts)
+            while True:
+                held = order.head(records_until)
+                if due and (held is None or due[0][0] <= held.at):
+                    at, ts, kb, key = heapq.heappop(due)
+                    if at != at_time:
+                        at_time, fired_here = at, {}
+                    fired_here[kb] = n = fired_here.get(kb, 0) + 1
+                    self._fire_event(at, ts, key, n)
+                elif held is not None:
+                    self._take(order.pop())
+                else:
+                    return
+        finally:
+            self._due = None
+
+    def _take(self, held: Held) -> None:
+        """One held record: ``fn.process`` on it, and what that call did."""
+        c = self.context
+        with self.order.taking(held):
+            c._begin(held.key, held.ts)
+            c._watermark = self.order.position
+            try:
+                self.fn.process(held.key, held.value, c)
+            except Exception as exc:
+                self.order.dead_letter(held, self.ctx.record_error(self.name, exc, held.value))
+                return
+            try:
+                self._apply(c, held.ts)
+            except RecordError as err:  # what it forwarded raised further down
+                self.order.dead_letter(held, err)
 
     def _apply(self, c: ProcessContext, ts: int) -> None:
         """What one call did: its key's value, its timers, then its records forwarded."""
@@ -236,11 +315,14 @@ class ProcessProcessor(Processor):
             where = self.timer_names[domain]
             if on:
                 store.set_timer(where, at, key)
+                if domain == EVENT_TIME and self._due is not None and at <= self._due_until:
+                    # due in this run: at once if its time has passed, else at its time
+                    heapq.heappush(self._due, (max(at, self.order.position), at, encode(key), key))
             else:
                 self._cancel(where, at, key)
         for k, v in c._out:
             self.emitted += 1
-            self.forward(k, v, ts)
+            self.hand_on(k, v, ts)
 
     def _cancel(self, where: str, at: int, key: Any) -> None:
         """Drop a timer: a delete for the state topic, or nothing if it was set in this batch only."""
@@ -248,38 +330,49 @@ class ProcessProcessor(Processor):
         if store.has_timer(where, at, key):
             store.cancel_timer(where, at, key, new=store.committed_raw(timer_key(where, at, key)) is None)
 
-    def on_watermark(self, watermark: int) -> None:
-        """Fire the event-time timers the watermark reached, then the processing-time timers due now."""
-        if watermark < FIRE_ALL:
-            self.context._watermark = max(self.context._watermark, watermark)
-        store, (event, processing) = self.store, self.timer_names
-        # both lists first: a timer an on_timer sets fires at the next advance, whatever its domain
-        due = (store.timers_due(event, watermark), store.timers_due(processing, self.context.current_processing_time()))
-        self._fire(EVENT_TIME, due[0])
-        self._fire(PROCESSING_TIME, due[1])
+    def _fire_event(self, at: int, ts: int, key: Any, n: int) -> None:
+        """Fire the event-time timer of ``key`` at ``ts``, taken at ``at`` (later than ``ts`` when it was
+        set after its time had passed), if it is still set; the ``n``-th of its key at ``at``."""
+        where = self.timer_names[EVENT_TIME]
+        if not self.store.has_timer(where, ts, key):
+            return  # deleted since it was listed
+        self.order.reach(at)
+        if n > MAX_TIMERS_AT_ONCE:
+            self._cancel(where, ts, key)
+            err = self.ctx.record_error(self.name, TimerLoopError(
+                f"on_timer of key {_short_repr(key)} set a timer at or before the time it fired at {at} "
+                f"{MAX_TIMERS_AT_ONCE} times: it would never stop; set the next timer later than ctx.timestamp"),
+                f"event_time timer {ts} of key {_short_repr(key)}")
+            self._timer_failed(err, ts)
+            return
+        self.context._watermark = self.order.position
+        self._fire_one(EVENT_TIME, ts, key)
 
-    def _fire(self, domain: int, due: list[tuple[int, Any]]) -> None:
-        """Fire the timers ``due`` of ``domain``, earliest first (those still set: an earlier one's
+    def _fire_processing(self, due: list[tuple[int, Any]]) -> None:
+        """Fire the processing-time timers ``due``, earliest first (those still set: an earlier one's
         ``on_timer`` may have deleted a later one of its key)."""
-        where = self.timer_names[domain]
-        store, c, fn = self.store, self.context, self.fn
-        label = "event_time" if domain == EVENT_TIME else "processing_time"
+        where = self.timer_names[PROCESSING_TIME]
         for at, key in due:
-            if not store.has_timer(where, at, key):
-                continue
-            self._cancel(where, at, key)
-            self.fired += 1
-            c._begin(key, at, label)
-            try:
-                fn.on_timer(key, at, c)
-            except Exception as exc:
-                what = f"{label} timer {at} of key {_short_repr(key)}"
-                self._timer_failed(self.ctx.record_error(self.name, exc, what), at)
-                continue
-            try:
-                self._apply(c, at)
-            except RecordError as err:  # what it forwarded raised further down
-                self._timer_failed(err, at)
+            if self.store.has_timer(where, at, key):
+                self._fire_one(PROCESSING_TIME, at, key)
+
+    def _fire_one(self, domain: int, at: int, key: Any) -> None:
+        """Fire one timer that is set: it is gone, then ``on_timer`` runs and what it did applies."""
+        self._cancel(self.timer_names[domain], at, key)
+        self.fired += 1
+        c = self.context
+        label = "event_time" if domain == EVENT_TIME else "processing_time"
+        c._begin(key, at, label)
+        try:
+            self.fn.on_timer(key, at, c)
+        except Exception as exc:
+            what = f"{label} timer {at} of key {_short_repr(key)}"
+            self._timer_failed(self.ctx.record_error(self.name, exc, what), at)
+            return
+        try:
+            self._apply(c, at)
+        except RecordError as err:  # what it forwarded raised further down
+            self._timer_failed(err, at)
 
     def _timer_failed(self, err: RecordError, at: int) -> None:
         """A timer's ``on_timer`` raised (then nothing it did is applied), or an operator after it raised
@@ -289,13 +382,17 @@ class ProcessProcessor(Processor):
             raise err
         self.ctx.dead_letter(err, None, b"", at)
 
+    def flush(self) -> None:
+        self.order.flush()
+
     def pending(self) -> list[tuple[int, Any]]:
         """Every pending timer ``(time, key)``, event time first then processing time."""
         return [t for where in self.timer_names for t in self.store.timers(where)]
 
     def metrics(self) -> OperatorMetrics:
         return OperatorMetrics.of(records_in=self.records_in, emitted=self.emitted, timers_fired=self.fired,
-                                  timers_pending=len(self.pending()), watermark=self.context.watermark)
+                                  timers_pending=len(self.pending()), held=len(self.order),
+                                  watermark=self.context.watermark)
 
 
 def _make(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:

@@ -12,17 +12,20 @@ key's table updates and stream records meet in one queue. The join's processor k
 its state, one value per key (RocksDB and the state topic, as every operator's): ``job.state()``
 shows it and ``job.query(join, key)`` answers a key's table value.
 
-"The table's value at the time the record is processed": the join takes each batch of its queue in
-data-time order. A queue holds the records of several producers (the source queues of both sides,
-each shuffled by its own task, so which task wrote first is a race); at the end of the batch the join
-takes, again and again, the next record of the producer whose next record has the smallest data time
-(at equal times a table update first, then by producer), each producer's records in their own order.
-That is Kafka Streams' choice between a task's input partitions (the record with the smallest
-timestamp first), with a batch for the records it buffered. So a stream record meets the table as of
-its data time among the updates its batch and the batches before it brought, and a new job over topics
-that already hold both sides gives the same results each time it runs. A table update of a later batch
-does not reach back to stream records joined before it (no versioned table as Kafka Streams' versioned
-stores give). A table update emits nothing (as in Kafka Streams, only the stream side triggers a
+"The table's value at the data time of the record": the join takes its records in data-time order
+(``rstream.processors.ordered``). A queue holds the records of several producers (the source queues
+of both sides, each shuffled by its own task, so which task wrote first is a race), and a batch holds
+whatever its cut reached; so the join holds each record until the operator watermark passes its data
+time, then takes what it passed by time (at equal times a table update first, then by producer, each
+producer's records in their own order). A stream record meets the table as of its own data time,
+whatever batch brought the updates, and a job gives the same results however its input was cut into
+batches: the same as Flink's event-time temporal join, which also waits for the watermark (Kafka
+Streams takes a task's partitions by their head records' timestamps and waits up to
+``max.task.idle.ms`` for an empty one). A table update that was late where it was read (its time below
+the watermark it carried) counts from that watermark on; a stream record that was late meets the
+table as of that watermark. The price: a result comes once the watermark passes its record
+(``allowed_lateness_ms`` after it, in data time), not as soon as the record arrives.
+A table update emits nothing (as in Kafka Streams, only the stream side triggers a
 join), and stream records are not kept, which is why there is no right or full outer stream–table
 join: a table update finds no stream records to pair with, and a key the stream never brings would
 have to be emitted by the table alone, which is the table's own changelog, not a join.
@@ -34,48 +37,30 @@ out of one queue in the order of their source queue (as a join of the table appl
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from rstream.processors.base import Frame, Processor, RecordError
+from rstream.processors.base import Processor, RecordError
 from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.ordered import Held, InTimeOrder
 from rstream.processors.spec import STATEFUL_STYLE, STATELESS_STYLE, OperatorSpec, Role, Shuffle, register
 from rstream.processors.stateless import PassProcessor
-from rstream.serde.codec import encode
 from rstream.settings import JobProperties
 from rstream.state.store import MISSING
 
 #: The join sides of a stream–table join's shuffle topic (those of ``rstream.processors.join``).
 STREAM, TABLE_SIDE = 0, 1
-
-
-#: A record of the join's queue, held until the end of its batch: (data time, whether it is a stream
-#: record (a table update goes first at equal times), producer, offset, frame, key, value). Tuples
-#: compare as the order the join takes them in (the offset is unique in the queue: no further).
-_Held = tuple[int, bool, str, int, Frame, Any, Any]
-
-
-def _in_time_order(held: list[_Held]) -> Iterable[_Held]:
-    """A batch's records, producer by producer in their own order, merged by data time (at equal
-    times, table updates first, then by producer): ``heapq.merge`` takes the smallest next record."""
-    lanes: dict[str, list[_Held]] = {}
-    for h in held:
-        lane = lanes.get(h[2])
-        if lane is None:
-            lane = lanes[h[2]] = []
-        lane.append(h)
-    if len(lanes) == 1:
-        return held
-    return heapq.merge(*lanes.values())
+#: Ranks of held records (``rstream.processors.ordered``): at equal times a table update goes first.
+TABLE_FIRST, STREAM_AFTER = 0, 1
 
 
 class TableJoinProcessor(Processor):
     """An inner (``how="inner"``) or left (``how="left"``) stream–table join on one queue of its
-    shuffle topic; its state is the table, one value per key. It holds a batch's records and takes
-    them at its end, in data-time order across producers (module docstring)."""
+    shuffle topic; its state is the table, one value per key. It takes its records in data-time
+    order (module docstring)."""
 
     emits_results = True
+    results_later = True
 
     def __init__(self, name: str, how: str, fn: Callable[[Any, Any], Any]) -> None:
         super().__init__(name)
@@ -83,49 +68,38 @@ class TableJoinProcessor(Processor):
         self.fn = fn
         self.emitted = 0
         self.updates = 0
-        self.held: list[_Held] = []
 
     def open(self, ctx: Any) -> None:
         super().open(ctx)
         assert ctx.store is not None
         self.store = ctx.store
-        # what results made at the end carry on (a framed shuffle sink after the join stamps them
-        # with it): the watermark the batch started with, which no record of the batch is behind
-        self.start_watermark = ctx.emit_watermark
+        self.order = InTimeOrder(self.name, ctx)
         # the children as the batch has them: a record user code after the join raises on is a dead
-        # letter of its own, as when it was taken during the batch (not a result of the batch's end)
+        # letter of its own, also when it is taken as the batch ends (not a result of the batch's end)
         self.hand_on = self.forward
+        ctx.time_operators.append(self)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
+        """Hold the record until the operator watermark passes its data time (``ordered``)."""
         self.records_in += 1
-        ctx = self.ctx
-        frame = ctx.frame
-        self.held.append((ts, frame.side != TABLE_SIDE, frame.producer, ctx.offset, frame, key, value))
+        self.order.hold(TABLE_FIRST if self.ctx.frame.side == TABLE_SIDE else STREAM_AFTER, key, value, ts)
+
+    def on_watermark(self, watermark: int) -> None:
+        """Take the held records the watermark passed (every one when every source is idle), in
+        data-time order."""
+        order = self.order
+        while (held := order.head(watermark)) is not None:
+            order.pop()
+            with order.taking(held):
+                self._take(held)
 
     def flush(self) -> None:
-        held, self.held = self.held, []
-        if not held:
-            return
-        ctx = self.ctx
-        observer = ctx.observer
-        saved = ctx.offset, ctx.frame, ctx.emit_watermark
-        ctx.emit_watermark = self.start_watermark
-        take = self._take
-        try:
-            for h in _in_time_order(held):
-                ctx.offset, ctx.frame = h[3], h[4]
-                if observer is None:
-                    take(h)
-                else:
-                    with observer.resumed(h[3]):
-                        take(h)
-        finally:
-            ctx.offset, ctx.frame, ctx.emit_watermark = saved
+        self.order.flush()
 
-    def _take(self, h: _Held) -> None:
+    def _take(self, h: Held) -> None:
         """One held record: a table update changes the table; a stream record is joined."""
-        store, name, key, value = self.store, self.name, h[5], h[6]
-        if not h[1]:  # a table update
+        store, name, key, value = self.store, self.name, h.key, h.value
+        if h.rank == TABLE_FIRST:
             self.updates += 1
             if value is None:
                 if store.get(name, key) is not MISSING:
@@ -141,25 +115,16 @@ class TableJoinProcessor(Processor):
         try:
             out = self.fn(value, current)
         except Exception as exc:
-            self._dead_letter(h, self.ctx.record_error(self.name, exc, value))
+            self.order.dead_letter(h, self.ctx.record_error(self.name, exc, value))
             return
         self.emitted += 1
         try:
-            self.hand_on(key, out, h[0])
+            self.hand_on(key, out, h.ts)
         except RecordError as err:
-            self._dead_letter(h, err)
-
-    def _dead_letter(self, h: _Held, err: RecordError) -> None:
-        """User code raised on held record ``h``: a dead letter holding it as its queue stored it (key,
-        framed body, data time), or the end of the run with ``skip_data_error`` off."""
-        ctx = self.ctx
-        if not ctx.settings.skip_data_error:
-            raise err
-        ts, _stream, _producer, _offset, f, key, value = h
-        ctx.dead_letter(err, encode(key), encode((value, f.watermark, f.producer, f.source_offset, f.side)), ts)
+            self.order.dead_letter(h, err)
 
     def metrics(self) -> OperatorMetrics:
-        return OperatorMetrics.of(records_in=self.records_in, emitted=self.emitted)
+        return OperatorMetrics.of(records_in=self.records_in, emitted=self.emitted, held=len(self.order))
 
 
 def _table_join(how: str) -> Any:

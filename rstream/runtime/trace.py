@@ -32,7 +32,15 @@ from rstream.runtime.topic_decoder import DLQ, LATE, SHUFFLE, SINK, SOURCE, deco
 from rstream.serde.codec import decode, encode
 from rstream.settings import Guarantee
 from rstream.shuffle import wire
-from rstream.state.store import StateError, StateStore, is_bookkeeping, is_timer, split_state_key, state_key
+from rstream.state.store import (
+    StateError,
+    StateStore,
+    is_bookkeeping,
+    is_timer,
+    split_state_key,
+    state_key,
+    timer_key,
+)
 from rstream.time.windows import WindowResult
 
 if TYPE_CHECKING:
@@ -114,7 +122,9 @@ class _Replay:
     """One committed range of one input queue, re-executed with a scratch state store."""
 
     def __init__(self, job: Tracer, cfg: TaskConfig, tag: CommitTag, targets: Iterable[int],
-                 work: Path) -> None:
+                 work: Path, held: Iterable[int] = ()) -> None:
+        """Re-execute ``tag``'s range; ``targets``: the offsets of its records to trace; ``held``: the
+        offsets of records an earlier range of the queue held that this one takes (``resumed``)."""
         self.tag = tag
         self.broker = broker = job.broker
         topology = cfg.topology
@@ -143,7 +153,7 @@ class _Replay:
         self.current: int | None = None
         self.control: set[int] = set()
         self.emits: list[_Emit] = []
-        self.effects: dict[int, _Effect] = {}
+        self.effects: dict[int, _Effect] = {offset: _Effect() for offset in held}
         self._receiving: _Effect | None = None
         # offset -> (topic, key, data time or None, place or None) of each partial it went into (the time:
         # before a window count; the place: before a count of every update, how many of the key's records
@@ -173,9 +183,26 @@ class _Replay:
         records, _info = run.finish()
         self._combined_outputs(self.log[made:])
         self.changelog = [r[0] for r in records.get((self.state_topic, queue), [])] if self.state_topic else []
+        #: Per traced offset, the state key under which an operator still held it when the range ended
+        #: (it is taken in a later range: ``held_until``).
+        self.held = self._still_held(targets) if self.store is not None else {}
         self.exact = self._matches(records)
         if self.store is not None:
             self.store.close()
+
+    def _still_held(self, targets: set[int]) -> dict[int, bytes]:
+        """The traced records an operator holds at the end of the range (``rstream.processors.ordered``):
+        the state key of each, by its offset."""
+        assert self.store is not None
+        out = {}
+        for proc in self.run.procs:
+            order = getattr(proc, "order", None)
+            if order is None:
+                continue
+            for held in order.heap:
+                if held.offset in targets:
+                    out[held.offset] = timer_key(order.where, held.at, tuple(held[1:4]))
+        return out
 
     # -- what the processors report (``rstream.processors.base.Observer``) -------------------------
     def watch(self, proc: Processor, forward: Forward) -> Forward:
@@ -483,6 +510,35 @@ def trace(job: Tracer, topic: str, queue: int, offset: int) -> RecordTrace:
             children.setdefault(parent, []).append(len(hops) - 1)
             return len(hops) - 1
 
+        def effects(replay: _Replay, o: int, parent: int, times: list[Any] | None, places: list[int] | None,
+                    next_level: list[_Level]) -> None:
+            """The hops of what the record at ``o`` did in ``replay``, under hop ``parent``; the shuffle
+            records it made, to trace next, onto ``next_level``."""
+            effect = replay.effects[o]
+            operators.extend(op for op in effect.operators if op not in operators)
+            # a window count's partial changed the windows of its key: the record is in those holding its time
+            state = effect.state if times is None else [c for c in effect.state if _holds(c[0], times)]
+            for kb, old, new in state:  # the state it changed, then what it emitted
+                add(parent, _state_hop(replay, kb, old, new))
+            # a count emitted one result per record a partial of records holds: the record's own
+            for out in effect.outputs if places is None else replay.own_outputs(o, places):
+                hop = _output_hop(job, replay, *out)
+                index = add(parent, hop)
+                if hop.kind == "shuffle" and hop.offset is not None:
+                    next_level.append((hop.topic, hop.queue, hop.offset, index, effect.times.get(out),
+                                       effect.places.get(out)))
+            for kb, _old, new in state:  # results of that state outside the record
+                for hop in _followed(job, cfg, replay, kb, new, work, operators):
+                    add(parent, hop)
+            if o in replay.held:  # held until the watermark passed it: what it did when it was taken
+                taken = _deleted_in(job, replay, replay.held[o])
+                if taken is None:
+                    hops[parent] = _with_note(hops[parent], "held until the watermark passes its data time")
+                    return
+                hops[parent] = _with_note(hops[parent], "held until the watermark passed its data time: "
+                                                        f"taken in batch {taken.batch_id}")
+                effects(_Replay(job, cfg, taken, [], work, held=[o]), o, parent, None, None, next_level)
+
         # what to trace, its hop, and in a partial: the data times of the record in it (a window count's)
         # or its places there (a count's of every update)
         level: list[_Level] = [(topic, queue, offset, 0, None, None)]
@@ -492,23 +548,8 @@ def trace(job: Tracer, topic: str, queue: int, offset: int) -> RecordTrace:
                 replay = _Replay(job, cfg, tag, [item[2] for item in items], work)
                 exact = exact and replay.exact
                 for _topic, _queue, o, parent, times, places in items:
-                    effect = replay.effects[o]
-                    hops[parent] = _processed(hops[parent], effect, tag, job)
-                    operators += [op for op in effect.operators if op not in operators]
-                    # a window count's partial changed the windows of its key: the record is in those holding its time
-                    state = effect.state if times is None else [c for c in effect.state if _holds(c[0], times)]
-                    for kb, old, new in state:  # the state it changed, then what it emitted
-                        add(parent, _state_hop(replay, kb, old, new))
-                    # a count emitted one result per record a partial of records holds: the record's own
-                    for out in effect.outputs if places is None else replay.own_outputs(o, places):
-                        hop = _output_hop(job, replay, *out)
-                        index = add(parent, hop)
-                        if hop.kind == "shuffle" and hop.offset is not None:
-                            next_level.append((hop.topic, hop.queue, hop.offset, index, effect.times.get(out),
-                                               effect.places.get(out)))
-                    for kb, _old, new in state:  # results of that state outside the record
-                        for hop in _followed(job, cfg, replay, kb, new, work, operators):
-                            add(parent, hop)
+                    hops[parent] = _processed(hops[parent], replay.effects[o], tag, job)
+                    effects(replay, o, parent, times, places, next_level)
             level = next_level
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -250,7 +250,8 @@ class ShuffleSinkProcessor(Processor):
         ctx = self.ctx
         if not self.from_source:
             self.watermark = max(self.watermark, ctx.emit_watermark)
-        marker = wire.marker(self.watermark, self.producer, ctx.now_ms(), not ctx.caught_up)
+        # a pipeline that read the end of input says so downstream, after what it made of it
+        marker = wire.marker(self.watermark, self.producer, ctx.now_ms(), not ctx.caught_up, ctx.flushed)
         for out in self._outs:
             out.append(marker)
 

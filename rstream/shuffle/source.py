@@ -214,8 +214,11 @@ class ShuffleSourceProcessor(Processor):
         assert ctx is not None and ctx.watermarks is not None
         record = wire.decode(None, b"", headers)
         if isinstance(record, wire.Marker):  # the producer was active when its marker was stored
-            ctx.watermarks.update(record.producer, record.watermark, stored_ms, record.behind)
-        flush = isinstance(record, wire.Tick) and record.flush
+            ctx.watermarks.update(record.producer, record.watermark, stored_ms, record.behind, record.flush)
+        elif isinstance(record, wire.Tick) and record.flush:
+            ctx.watermarks.end_input()
+        # the end of input, once it reached every producer (a chained one tells it after its results)
+        flush = ctx.watermarks.all_ended()
         ctx.flushed = ctx.flushed or flush
         ctx.advance(force_idle=flush)
 

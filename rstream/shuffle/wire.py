@@ -14,6 +14,7 @@ records partial    ``rstream-partial: records``            runs ``[time, n, time
 window partial     ``rstream-partial: windows``            ``WindowPartial`` as a tuple    its times
 watermark marker   ``rstream-wm``, ``rstream-producer``,   empty                           0
                    ``rstream-active`` [, ``rstream-behind``]
+                   [, ``rstream-flush``]
 idle / flush tick  ``rstream-tick`` [, ``rstream-flush``]  empty                           0
 =================  ======================================  ==============================  =========
 
@@ -177,13 +178,15 @@ class Marker(ShuffleRecord):
     producer: str = ""
     active_ms: int | None = None
     behind: bool = False
+    #: the end of input reached this producer (it read ``run_until_idle``'s flush): it is done
+    flush: bool = False
 
     @property
     def records(self) -> int:
         return 0
 
     def describe(self) -> str:
-        return f"watermark {self.watermark} of {self.producer}"
+        return f"watermark {self.watermark} of {self.producer}" + (" (end of its input)" if self.flush else "")
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,7 @@ def decode(key: bytes | None, body: bytes, headers: Mapping[str, str] | None, fr
     headers = headers or {}
     if WM_HEADER in headers:
         return Marker(None, int(headers[WM_HEADER]), headers.get(PRODUCER_HEADER, ""),
-                      _int(headers.get(ACTIVE_HEADER)), BEHIND_HEADER in headers)
+                      _int(headers.get(ACTIVE_HEADER)), BEHIND_HEADER in headers, FLUSH_HEADER in headers)
     if TICK_HEADER in headers:
         return Tick(None, int(headers[TICK_HEADER]), FLUSH_HEADER in headers)
     k = decode_value(key) if key else None
@@ -250,11 +253,15 @@ def run_times(runs: list[Any]) -> list[Any]:
 
 
 # -- writing control records ----------------------------------------------------------------------------
-def marker(watermark: int, producer: str, active_ms: int, behind: bool) -> tuple[None, bytes, int, dict[str, str], str]:
-    """A producer's watermark marker, as a record to append."""
+def marker(watermark: int, producer: str, active_ms: int, behind: bool,
+           flush: bool = False) -> tuple[None, bytes, int, dict[str, str], str]:
+    """A producer's watermark marker, as a record to append; ``flush``: the producer's own input
+    ended (it read ``run_until_idle``'s flush), so what the end of input made it send is all there."""
     headers = {WM_HEADER: str(watermark), PRODUCER_HEADER: producer, ACTIVE_HEADER: str(active_ms)}
     if behind:
         headers[BEHIND_HEADER] = "1"
+    if flush:
+        headers[FLUSH_HEADER] = "1"
     return (None, b"", max(watermark, 0), headers, MARKER_TAG)
 
 

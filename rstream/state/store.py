@@ -73,11 +73,14 @@ def split_state_key(kb: bytes) -> tuple[str, Any]:
 #: Keys an operator keeps for itself, not user state: its watermark table and its fired horizon.
 BOOKKEEPING_PREFIX = "__"
 HORIZON_KEY = "__horizon__"
+#: The event time an operator that takes its records in data-time order has reached (``rstream.processors.ordered``).
+POSITION_KEY = "__position__"
+_BOOKKEEPING_KEYS = frozenset({HORIZON_KEY, POSITION_KEY})
 
 
 def is_bookkeeping(operator: str, key: Any) -> bool:
     """Whether ``(operator, key)`` is an operator's own bookkeeping rather than user state."""
-    return operator.startswith(BOOKKEEPING_PREFIX) or (type(key) is str and key == HORIZON_KEY)
+    return operator.startswith(BOOKKEEPING_PREFIX) or (type(key) is str and key in _BOOKKEEPING_KEYS)
 
 
 def is_timer(kb: bytes) -> bool:
@@ -198,14 +201,15 @@ class StateStore:
             raw = self._require().get(kb)
         return MISSING if raw is None else decode(raw)
 
-    def set_timer(self, operator: str, end: int, payload: Any) -> None:
-        """Stage a timer: ``timers_due`` returns it once the watermark reaches ``end``."""
-        self.stage_timer(timer_key(operator, end, payload))
+    def set_timer(self, operator: str, end: int, payload: Any, value: Any = None) -> None:
+        """Stage a timer: ``timers_due`` returns it once the watermark reaches ``end``. A ``value``
+        (None: none) is kept with it, for ``timer_values``: a record an operator holds until then."""
+        self.stage_timer(timer_key(operator, end, payload), b"" if value is None else encode(value))
 
-    def stage_timer(self, kb: bytes) -> None:
+    def stage_timer(self, kb: bytes, value: bytes = b"") -> None:
         """Stage a timer by its key (``timer_key``), as ``set_timer`` does: for an operator that keeps
         the timers it sets in a batch to itself until the batch ends."""
-        self._changes[kb] = b""
+        self._changes[kb] = value
         self._stage_timer(kb)
 
     def has_timer(self, operator: str, end: int, payload: Any) -> bool:
@@ -249,6 +253,16 @@ class StateStore:
     def timers(self, operator: str) -> list[tuple[int, Any]]:
         """Every pending timer of ``operator``, earliest first."""
         return self._timers(operator, None)
+
+    def timer_values(self, operator: str) -> list[tuple[int, Any, Any]]:
+        """``(end, payload, value)`` of every pending timer of ``operator`` set with a value, earliest
+        first (staged changes applied)."""
+        out = []
+        for end, payload in self._timers(operator, None):
+            kb = timer_key(operator, end, payload)
+            raw = self._changes[kb] if kb in self._changes else self._require().get(kb)
+            out.append((end, payload, decode(raw) if raw else None))
+        return out
 
     def _timers(self, operator: str, watermark: int | None) -> list[tuple[int, Any]]:
         prefix = operator.encode() + b"\x01"

@@ -80,7 +80,7 @@ def _check(ops: list[tuple[str, str, Any]], cuts: list[int], wipe: list[bool], h
         for key in KEYS:
             assert [v for s, k, v in stored if s == 1 and k == key] == [p["v"] for p in prices if p["k"] == key]
             assert [v for s, k, v in stored if s == 0 and k == key] == [o for o in orders if o["k"] == key]
-        want, table = replay(join_queue_as_taken(broker, node.pipeline, builder.job_id), how)
+        want, table = replay(join_queue_as_taken(broker, node.pipeline), how)
         assert emitted(broker, "out") == want
         for key in KEYS:
             assert job.query(node.name, key) == job.query("TABLE-4", key) == table.get(key)

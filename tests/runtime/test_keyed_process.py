@@ -61,7 +61,7 @@ def test_unpaid_orders_through_a_restart_with_local_state_deleted(broker: Embedd
     got = emitted(broker, "out")
     assert all(len(alerts) == 1 for alerts in got.values()), "an alert emitted twice"
     records = [json.loads(m.body) for m in broker.read("orders", 0)]
-    assert got == keyed_process(records, Unpaid(), order_of, ts, LATENESS, CHUNK)
+    assert got == keyed_process(records, Unpaid(), order_of, ts, LATENESS)
     assert again.operator_totals()["PROCESS-4"]["timers_pending"] == 0
 
     # an alerted order's "created" record: its trace follows the timer to the alert, in a later batch
@@ -94,7 +94,7 @@ def test_kill_9_mid_batch_then_restart_fires_each_timer_once(broker: EmbeddedBro
     resumed.run_until_idle()
     got = emitted(broker, "out")
     assert all(len(alerts) == 1 for alerts in got.values()), "an alert emitted twice"
-    assert got == keyed_process(every, Unpaid(), order_of, ts, LATENESS, CHUNK)
+    assert got == keyed_process(every, Unpaid(), order_of, ts, LATENESS)
 
 
 def test_a_running_job_fires_processing_time_timers_while_no_input_comes(broker: EmbeddedBroker, make_job: Any) -> None:

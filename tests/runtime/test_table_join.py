@@ -35,7 +35,7 @@ def test_left_stream_table_join_on_spark(broker: EmbeddedBroker, make_job: Any) 
     job.run_until_idle()
     assert emitted(broker, "out") == {"a": [[0, 2], [4, 2]], "b": [[1, None], [5, None]], "c": [[2, 7]], "d": [[3, None]]}
     node = next(n for n in job.topology.nodes if n.kind == "left_table_join")
-    assert replay(join_queue_as_taken(broker, node.pipeline, name), "left")[0] == emitted(broker, "out")
+    assert replay(join_queue_as_taken(broker, node.pipeline), "left")[0] == emitted(broker, "out")
     assert [job.query(node.name, k) for k in "abcd"] == [2, None, 7, None] == [job.query("TABLE-4", k) for k in "abcd"]
     assert {row["key"]: row["value"] for row in job.state(node.name).to_dict("records")} == {"a": 2, "c": 7}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 from typing import Any
 
@@ -222,3 +223,27 @@ def test_bad_trace_requests_are_named_and_nondeterminism_is_flagged(broker: Embe
     job.run_until_idle()
     trace = job.trace("in", 0, 1)
     assert not trace.exact and "NOT exact" in trace.summary  # a random map cannot be re-executed
+
+
+def test_a_record_held_until_the_watermark_passed_it_is_followed_to_the_batch_that_took_it(
+        broker: EmbeddedBroker, make_job: Any) -> None:
+    """A keyed process function takes its records in data-time order: a record read in one batch waits
+    until a later batch's watermark passes it. Its trace says so and goes on from that batch: what the
+    function forwarded, in the sink."""
+    from tests.support.process import T0, Dedup, process_job
+
+    broker.create_topic("events", queues=1)
+    events = [{"user": f"u{i % 3}", "ts": T0 + i * 1000, "n": i} for i in range(12)]
+    broker.send_batch("events", [json.dumps(e) for e in events])
+    job = make_job(process_job(job_id("held"), Dedup(60_000), shuffle_queues=1), max_records_per_queue=4,
+                   allowed_lateness_ms=2500, idle_timeout_ms=600_000)
+    job.run_until_idle()
+    first = broker.read("events", 0, 2, 3)[0]  # u2's first event, at T0 + 2 s: the batch's watermark is T0 + 0.5 s
+    hops = job.trace("events", 0, first.offset).to_pandas()
+    shuffle = hops[hops["kind"] == "shuffle"].iloc[0]
+    read_in, taken_in = (int(n) for n in re.findall(r"batch (\d+)", shuffle["note"]))
+    assert "held until the watermark passed its data time" in shuffle["note"] and taken_in > read_in
+    [sink] = hops[hops["kind"] == "sink"].itertuples()
+    assert json.loads(broker.read("out", sink.queue, sink.offset, sink.offset + 1)[0].body) == {
+        "key": "u2", "value": events[2]}
+    assert sink.batch_id == taken_in

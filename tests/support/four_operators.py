@@ -52,7 +52,8 @@ def four_operators(job: str) -> StreamBuilder:
     (orders.left_join(payments).where(lambda o: o["id"]).equal_to(lambda p: p["id"]).between(LOWER, UPPER)
      .apply(pair).sink("paid", JsonSerializer(with_key=True)))
 
-    tiers = b.source("tiers", JsonDeserializer()).key_by(lambda t: t["customer"]).map(lambda t: t["tier"]).to_table()
+    tiers = (b.source("tiers", JsonDeserializer()).select_timestamp(lambda t: t["ts"]).key_by(lambda t: t["customer"])
+             .map(lambda t: t["tier"]).to_table())
     orders.join(tiers).where(lambda o: o["customer"]).apply(enrich).sink("enriched", JsonSerializer(with_key=True))
     return b
 
@@ -61,7 +62,7 @@ def inputs(seed: int) -> dict[str, list[dict[str, Any]]]:
     """Every source topic's records, in the order they are sent (round robin over its queues): times
     roughly increasing over 30 s, up to 4 s out of order (so some are behind the 2 s lateness); a
     payment for most orders, 2 s before to 12 s after it (some outside the interval); tier updates,
-    a few of them deletes (``tier`` None)."""
+    a few of them deletes (``tier`` None), over the first 30 s, up to 1.5 s out of order."""
     rng = random.Random(seed)
 
     def clicks(n: int, tag: str) -> list[dict[str, Any]]:
@@ -73,8 +74,8 @@ def inputs(seed: int) -> dict[str, list[dict[str, Any]]]:
     paid = [{"id": o["id"], "ts": T0 + int(o["id"][1:]) * 500 + rng.randint(-2000, 8000), "v": f"p{k}"}
             for k, o in enumerate(o for o in orders if rng.random() < 0.8)]
     noisy = sorted((p["ts"] + rng.randrange(3000), k) for k, p in enumerate(paid))
-    tiers = [{"customer": f"c{rng.randrange(CUSTOMERS)}", "tier": None if rng.random() < 0.15 else rng.choice("abc")}
-             for _ in range(30)]
+    tiers = [{"customer": f"c{rng.randrange(CUSTOMERS)}", "tier": None if rng.random() < 0.15 else rng.choice("abc"),
+              "ts": T0 + i * 1000 - rng.randrange(1500)} for i in range(30)]
     return {"clicks-web": clicks(90, "w"), "clicks-app": clicks(45, "a"), "orders": orders,
             "payments": [paid[k] for _t, k in noisy], "tiers": tiers}
 

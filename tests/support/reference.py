@@ -60,18 +60,37 @@ def sessions(records: list[Any], key_of: Callable[[Any], Any], time_of: Callable
     return out
 
 
-def keyed_process(records: list[Any], fn: Any, key_of: Callable[[Any], Any], time_of: Callable[[Any], int],
-                  lateness: int, chunk: int) -> dict[Any, list[Any]]:
-    """What a keyed process function forwards, per forwarded key in order, when the records of one
-    source queue arrive ``chunk`` at a time: each chunk's records in order, then the watermark moves to
-    ``max(t - lateness)`` over everything read so far and the event-time timers it reached fire
-    (those due when it moved, earliest first); at the end every timer left fires (the idle flush).
-    A plain dict per key for the value, a set of ``(time, key)`` for the timers; ``fn`` is called with
-    a context of its own that has the documented methods (effects applied when a call returns)."""
+def in_time_order(queues: dict[Any, list[Any]] | list[Any], time_of: Callable[[Any], int], lateness: int,
+                  rank_of: Callable[[Any], int] = lambda r: 0) -> list[tuple[int, Any, int]]:
+    """Every record of every source queue as ``(at, record, time)``, in the order an operator that takes
+    its records in data-time order takes them: per queue, watermark = max(previous, t - lateness) and a
+    record is taken at ``at = max(t, watermark)`` (a late one at the watermark it was read with); then
+    by ``at``, ``rank_of`` (lower first), the queue's name as text, and each queue's own order.
+    ``queues``: records per queue, or one queue's records."""
+    if isinstance(queues, list):
+        queues = {0: queues}
+    rows = []
+    for q, records in queues.items():
+        wm = None
+        for i, rec in enumerate(records):
+            t = time_of(rec)
+            wm = t - lateness if wm is None else max(wm, t - lateness)
+            rows.append((max(t, wm), rank_of(rec), str(q), i, rec, t))
+    rows.sort(key=lambda row: row[:4])
+    return [(at, rec, t) for at, _rank, _q, _i, rec, t in rows]
+
+
+def keyed_process(queues: dict[Any, list[Any]] | list[Any], fn: Any, key_of: Callable[[Any], Any],
+                  time_of: Callable[[Any], int], lateness: int) -> dict[Any, list[Any]]:
+    """What a keyed process function forwards, per forwarded key in order: the records taken in
+    data-time order (``in_time_order``); before each, every event-time timer at or before its time
+    fires (earliest first; one set meanwhile for a time already passed too); at the end every timer
+    left fires (the end of input). A plain dict per key for the value, a set of ``(time, key)`` for
+    the timers; ``fn`` is called with a context of its own that has the documented methods (effects
+    applied when a call returns). No batches: the answer cannot depend on them."""
     values: dict[Any, Any] = {}
     timers: set[tuple[int, Any]] = set()
     out: dict[Any, list[Any]] = defaultdict(list)
-    state = {"wm": None}
 
     class State:
         def __init__(self, ctx: Any) -> None:
@@ -90,17 +109,14 @@ def keyed_process(records: list[Any], fn: Any, key_of: Callable[[Any], Any], tim
             self.ctx.value = _CLEARED
 
     class Ctx:
-        def __init__(self, key: Any, timestamp: int) -> None:
-            self.key, self.timestamp, self.watermark = key, timestamp, state["wm"]
+        def __init__(self, key: Any, timestamp: int, now: int) -> None:
+            self.key, self.timestamp, self.watermark = key, timestamp, now
             self.value: Any = _UNCHANGED
             self.timers: dict[int, bool] = {}
             self.out: list[tuple[Any, Any]] = []
             self.state = State(self)
 
         def register_event_time_timer(self, ts: int) -> None:
-            wm = state["wm"]
-            if wm is not None and ts <= wm:
-                raise AssertionError(f"the reference does not model a timer already due ({ts} <= watermark {wm})")
             self.timers[ts] = True
 
         def delete_event_time_timer(self, ts: int) -> None:
@@ -119,26 +135,23 @@ def keyed_process(records: list[Any], fn: Any, key_of: Callable[[Any], Any], tim
             for k, v in self.out:
                 out[k].append(v)
 
-    def fire(up_to: int | None) -> None:
-        due = sorted((t for t in timers if up_to is None or t[0] <= up_to), key=lambda t: (t[0], repr(t[1])))
-        for ts, key in due:
-            if (ts, key) not in timers:
-                continue
+    def fire(up_to: float) -> None:
+        while True:
+            due = [t for t in timers if t[0] <= up_to]
+            if not due:
+                return
+            ts, key = min(due, key=lambda t: (t[0], repr(t[1])))
             timers.discard((ts, key))
-            ctx = Ctx(key, ts)
+            ctx = Ctx(key, ts, ts)
             fn.on_timer(key, ts, ctx)
             ctx.apply()
 
-    for i in range(0, len(records), chunk):
-        part = records[i:i + chunk]
-        for rec in part:
-            ctx = Ctx(key_of(rec), time_of(rec))
-            fn.process(ctx.key, rec, ctx)
-            ctx.apply()
-        marks = [time_of(r) - lateness for r in part] + ([state["wm"]] if state["wm"] is not None else [])
-        state["wm"] = max(marks)
-        fire(state["wm"])
-    fire(None)
+    for at, rec, t in in_time_order(queues, time_of, lateness):
+        fire(at)
+        ctx = Ctx(key_of(rec), t, at)
+        fn.process(ctx.key, rec, ctx)
+        ctx.apply()
+    fire(float("inf"))
     return dict(out)
 
 

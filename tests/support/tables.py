@@ -1,7 +1,7 @@
 """Tables and stream–table joins: the job's builder, generated table updates (with deletes) and
 stream records over a few keys, and the plain Python join replayed over the join's shuffle topic in
-the order the join takes its records (each batch in data-time order across the producers that wrote
-to its queue)."""
+the order the join takes its records (data-time order across the producers that wrote to its queue,
+whatever the batches)."""
 
 from __future__ import annotations
 
@@ -89,27 +89,22 @@ def join_queue_records(broker: EmbeddedBroker, topic: str) -> list[tuple[int, An
     return out
 
 
-def join_queue_as_taken(broker: EmbeddedBroker, topic: str, job: str) -> list[tuple[int, Any, Any]]:
+def join_queue_as_taken(broker: EmbeddedBroker, topic: str, before: int | None = None) -> list[tuple[int, Any, Any]]:
     """``(side, key, value)`` of every data record of the join's shuffle ``topic`` in the order the
-    join takes them: queue by queue, range by range as ``job`` committed them (one batch each), and
-    in a range, of the producers (the source queues that shuffled into it, each in its own order) the
-    one whose next record has the smallest data time first; at equal times a table update, then the
-    producer named first."""
+    join takes them, whatever the batches: queue by queue, each record at its data time or, if later,
+    the watermark it carried (a late one); at equal times a table update first, then by producer,
+    then each producer's records in their own order. With ``before``, only those taken before the
+    operator watermark reached it."""
     out = []
     for queue in range(broker.topic(topic).queues):
-        tags = sorted((t for t in broker.commits(job) if t.topic == topic and t.queue == queue),
-                      key=lambda t: t.start_offset)
-        for tag in tags:
-            lanes: dict[str, list[tuple[int, int, Any, Any]]] = defaultdict(list)
-            for m in broker.read(topic, queue, tag.start_offset, tag.end_offset):
-                record = decode(m.key or None, m.body, m.headers, framed=True)
-                if isinstance(record, FramedRecord):
-                    lanes[record.producer].append((m.born_timestamp, record.side, record.key, record.value))
-            while any(lanes.values()):
-                producer = min((p for p in lanes if lanes[p]),
-                               key=lambda p: (lanes[p][0][0], lanes[p][0][1] != 1, p))
-                _ts, side, key, value = lanes[producer].pop(0)
-                out.append((side, key, value))
+        taken = []
+        for m in broker.read(topic, queue):
+            record = decode(m.key or None, m.body, m.headers, framed=True)
+            if isinstance(record, FramedRecord):
+                at = max(m.born_timestamp, record.watermark)
+                if before is None or at < before:
+                    taken.append(((at, record.side != 1, record.producer, m.offset), record))
+        out += [(r.side, r.key, r.value) for _order, r in sorted(taken, key=lambda t: t[0])]
     return out
 
 

@@ -1,0 +1,35 @@
+"""The same answer however the input is cut, on Spark: one job holding several of the generated jobs
+of ``tests.support.batch_cuts`` (a keyed process function, a stream–table join, windows with their
+late records, an interval join, and stages chained after a process function and a join) run as a
+Spark streaming query at two batch caps gives, sink by sink and key by key, what the same job gives
+in this process without Spark in one batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rstream import EmbeddedBroker, RocketMQStream
+from tests.support.batch_cuts import EXACT, build, differences, inputs, read_sinks, run_cut, write
+from tests.support.jobs import job_id
+
+NAMES = ["dedup", "both timer kinds", "table left join", "tumbling count", "session max", "interval left join",
+         "process, then windows", "table join, then windows"]
+
+
+def test_a_job_on_spark_gives_the_same_records_at_every_batch_cap(spark: Any, tmp_path: Path) -> None:
+    data = inputs(seed=7, n=70)
+    want = run_cut(NAMES, data, tmp_path / "in-process", 10**6)
+    assert all(want[sink] for sink in want if not sink.endswith("-late")), "every job has results to compare"
+    assert any(want[sink] for sink in want if sink.endswith("-late")), "and some late records"
+    for cap in (10**6, 9):
+        broker = EmbeddedBroker(tmp_path / f"broker-{cap}")
+        write(broker, data)
+        job = RocketMQStream(build(NAMES, job_id("cuts")).build(), spark=spark, broker=broker,
+                             properties={**EXACT, "max_records_per_queue": cap, "data_dir": str(tmp_path / f"data-{cap}")})
+        try:
+            job.run_until_idle()
+        finally:
+            job.stop()
+        got = read_sinks(broker, NAMES)
+        assert not differences(want, got), f"cap {cap}:\n" + "\n".join(differences(want, got)[:8])
