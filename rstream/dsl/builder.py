@@ -4,6 +4,7 @@ real topology from it (second build)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rstream.broker.base import validate_topic_name
@@ -38,7 +39,13 @@ class StreamBuilder:
 
     def source(self, topic: str, deserializer: Any = None) -> RStream[Any, Any]:
         """Read ``topic``. ``deserializer`` is ``bytes -> (key, value)`` or has ``deserialize``;
-        by default ``TextDeserializer()`` (key None, value the utf-8 text)."""
+        by default ``TextDeserializer()`` (key None, value the utf-8 text).
+
+        >>> b = StreamBuilder("ex")
+        >>> b.source("orders", JsonDeserializer()).map(lambda o: o["sku"]).sink("skus", TextSerializer())
+        >>> b.run_in_process({"orders": [{"sku": "mug"}, {"sku": "pen"}]})
+        {'skus': ['mug', 'pen']}
+        """
         validate_topic_name(topic)
         deserialize = as_deserializer(deserializer)
         node = self.graph.add(SOURCE, [], topic=topic, deserializer=deserialize, detail=topic)
@@ -58,6 +65,22 @@ class StreamBuilder:
         if not isinstance(combine, bool):
             raise DslError(f"combine must be True or False, got {combine!r}")
         return TopologyBuilder(self.graph, self.shuffle_queues, combine).build()
+
+    def run_in_process(self, inputs: Mapping[str, Iterable[Any]], **properties: Any) -> dict[str, list[str]]:
+        """Build the job and run it once over ``inputs`` in this process, without Spark, on a throwaway
+        embedded broker: ``{topic: records}`` in (a ``str`` or ``bytes`` as it is, anything else as
+        JSON), ``{sink topic: messages as text}`` out, after the end of input fired every window
+        (``rstream.runtime.inprocess.run_in_process``). For trying a job out and for the examples of
+        this API; a notebook runs its jobs on Spark (``RocketMQStream``).
+
+        >>> b = StreamBuilder("shout")
+        >>> b.source("words").map(str.upper).sink("loud", TextSerializer())
+        >>> b.run_in_process({"words": ["hello", "world"]})
+        {'loud': ['HELLO', 'WORLD']}
+        """
+        from rstream.runtime.inprocess import run_in_process
+
+        return run_in_process(self.build(), inputs, properties)
 
     def logical_dot(self) -> str:
         """The logical graph so far as DOT text."""
