@@ -17,7 +17,6 @@ from typing import Any
 from rstream.graph.logical import LogicalGraph, LogicalNode, describe_callable
 from rstream.graph.style import HIGHLIGHT, TOPIC_STYLES, DrawEdge, DrawNode, fitted_svg, to_digraph
 from rstream.processors.base import Processor
-from rstream.processors.fold import CountFold
 from rstream.processors.spec import OperatorSpec, Role, Shuffle
 from rstream.processors.stateless import KEY_BY
 from rstream.settings import DEFAULTS, JobProperties
@@ -321,14 +320,14 @@ def _combinable(spec: OperatorSpec, params: Mapping[str, Any], window: Any) -> A
     fold = spec.fold(params)
     if window is None:
         return fold
-    return fold if type(fold) is CountFold and not isinstance(window, SessionWindow) else None
+    return fold if fold.counts and not isinstance(window, SessionWindow) else None
 
 
 def _combine_detail(lnode: LogicalNode, fold: Any, window: Any) -> str:
     """A combine node's label: what it sends instead of records."""
     if window is not None:
         return "counts per key and window,\nper source range"
-    if type(fold) is CountFold:
+    if fold.counts:
         return "counts per key,\nper source range"
     return f"{lnode.kind} per key, per batch\n(aggregate_emit='batch')"
 

@@ -85,7 +85,7 @@ class AggregateProcessor(Processor):
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
         # a count that emits every update (it cannot raise): the counts at once, handed on as a
         # chunk; anything else (user folds, partials, per-batch emission) record by record
-        if self.per_batch or type(self.fold) is not CountFold or Partial in set(map(type, chunk.values)):
+        if self.per_batch or not self.fold.counts or Partial in set(map(type, chunk.values)):
             plan.each(chunk, self.process)
             return
         cache, get, name, keys = self.cache, self.store.get, self.name, chunk.keys

@@ -372,6 +372,10 @@ class Processor:
 
     #: Whether ``chunk`` may run this processor over many records at once: no state, no side effect.
     pure = False
+    #: Whether it writes a chunk of results at once: ``bodies(chunk)`` serializes them (None: it
+    #: cannot, nothing changed) and ``append(chunk, bodies)`` writes them (a sink; a window fires
+    #: what is due straight into it).
+    writes_chunks = False
     #: Whether this root's ``chunk_of`` turns a list of records into a ``Chunk``.
     @property
     def chunked_root(self) -> bool:

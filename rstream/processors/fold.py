@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from rstream.time.windows import WindowError
 
@@ -37,7 +37,13 @@ class Accumulator(Generic[V, A, R]):
 
 
 class Fold(ABC):
-    """Base of the folds. ``fn`` picks what a record contributes; None: the value itself."""
+    """Base of the folds. ``fn`` picks what a record contributes; None: the value itself.
+
+    What a fold allows is declared on it, for the speed paths to ask (never its type): ``counts``,
+    every record adds one and its value is never read (so a chunk's records may be added up at once,
+    a partial may hold only their times, and nothing can raise)."""
+
+    counts: ClassVar[bool] = False
 
     def __init__(self, fn: Callable[[Any], Any] | None = None) -> None:
         self.fn = fn
@@ -71,6 +77,8 @@ class Fold(ABC):
 
 
 class CountFold(Fold):
+    counts = True
+
     def extract(self, value: Any) -> Any:
         return 1
 

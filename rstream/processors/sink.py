@@ -22,6 +22,8 @@ class SinkProcessor(Processor):
     stable hash of the key, so each key's results stay in order; keyless records keep their
     input queue's order (input queue modulo the sink's queue count)."""
 
+    writes_chunks = True
+
     def __init__(self, name: str, topic: str, queues: int, serialize: Callable[[Any, Any], bytes]) -> None:
         super().__init__(name)
         self.topic = topic

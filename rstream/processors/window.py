@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from rstream.processors.base import Frame, LateCause, Processor, RecordError, StreamContext, _short_repr
 from rstream.processors.chunk import Chunk, ChunkedPipeline, pure_path
-from rstream.processors.fold import CountFold, Fold
+from rstream.processors.fold import Fold
 from rstream.processors.late import LateRecord
 from rstream.processors.metrics import OperatorMetrics
-from rstream.processors.sink import SinkProcessor
 from rstream.processors.spec import WINDOW_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.serde.codec import PICKLE_MARK, encode
@@ -237,7 +236,7 @@ class WindowAggregateProcessor(WindowedOperator):
     @property
     def takes_frames(self) -> bool:
         """Whether ``take_chunk`` takes a framed chunk: a count over fixed windows (it cannot raise)."""
-        return not self.session and type(self.fold) is CountFold
+        return not self.session and self.fold.counts
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
         """A framed chunk's records, straight from the shuffle source (``takes_frames``): what
@@ -499,8 +498,9 @@ class WindowAggregateProcessor(WindowedOperator):
                     store.delete(name, wk)
                     store.cancel_timer(name, end, (key, start))
 
-    def _sink_after(self) -> tuple[list[Processor], SinkProcessor] | None:
-        """The pure stages after this operator and the sink they end in, when its results go
+    def _sink_after(self) -> tuple[list[Processor], Any] | None:
+        """The pure stages after this operator and the writer they end in (``writes_chunks``: a
+        sink), when its results go
         nowhere else (no fan-out, nothing wrapping ``forward``), for ``_fire_to_sink``. While the
         batch ends, ``QueueRun._results_at_end`` wraps ``forward`` (a dead letter per result that
         raises), so windows fired then go one by one."""
@@ -514,7 +514,7 @@ class WindowAggregateProcessor(WindowedOperator):
             stages = [kids[0], *more]
         else:
             stages, sink = [], kids[0]
-        return (stages, sink) if type(sink) is SinkProcessor else None
+        return (stages, sink) if sink is not None and sink.writes_chunks else None
 
     def _fire_to_sink(self, due: list[tuple[int, Any]]) -> bool:
         """``on_watermark`` for the due windows at once, when their results go through pure stages

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from rstream.processors.base import Processor
 from rstream.processors.chunk import Chunk, ChunkedPipeline
-from rstream.processors.fold import CountFold, Fold
+from rstream.processors.fold import Fold
 from rstream.processors.spec import NodeStyle, OperatorSpec, Role, register
 from rstream.serde.codec import encode
 from rstream.settings import JobProperties
@@ -134,7 +134,7 @@ class FoldCombiner:
         return True
 
     def add_chunk(self, chunk: Chunk) -> bool:
-        if type(self.fold) is not CountFold:  # user code: record by record, so one that raises says which
+        if not self.fold.counts:  # user code: record by record, so one that raises says which
             return False
         keys, times = chunk.keys, chunk.times
         latest: dict[Any, int] | None = None  # None: one time for all (records appended together)
@@ -276,13 +276,13 @@ class CombineProcessor(Processor):
             return None
         if self.window is not None:
             from_source = ctx.watermarks is None
-            if (type(self.fold) is CountFold and self.combinable and from_source
+            if (self.fold.counts and self.combinable and from_source
                     and settings.time_type is not TimeType.PROCESSING_TIME):
                 return WindowCountCombiner(sink, self.window, ctx.source_watermarks.get(sink.name, NO_WATERMARK))
             return None
         if settings.per_batch:
             return FoldCombiner(sink, self.fold, self)
-        if type(self.fold) is CountFold:
+        if self.fold.counts:
             return CountCombiner(sink)
         return None
 
