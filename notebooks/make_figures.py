@@ -35,7 +35,7 @@ def _review_words() -> str:
      .count()
      .to_rstream()
      .sink("review-word-counts", TextSerializer(with_key=True)))
-    return builder.build(combine=False).real_svg()  # as RIP-58 draws it: one shuffle record per word
+    return builder.build(optimize=()).real_svg()  # as RIP-58 draws it: one shuffle record per word
 
 
 #: Per figure file, what draws it (each the job of the notebook's own cell, the same DSL calls).

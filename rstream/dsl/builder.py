@@ -11,6 +11,7 @@ from rstream.broker.base import validate_topic_name
 from rstream.dsl.streams import DslError, RStream
 from rstream.graph.logical import LogicalGraph
 from rstream.graph.topology import Topology, TopologyBuilder
+from rstream.processors import rewrites
 from rstream.processors.stateless import SOURCE
 from rstream.serde import as_deserializer
 
@@ -51,20 +52,35 @@ class StreamBuilder:
         node = self.graph.add(SOURCE, [], topic=topic, deserializer=deserialize, detail=topic)
         return RStream(self, node)
 
-    def build(self, combine: bool = True) -> Topology:
-        """The second build: the real topology (topics and processor factories).
+    def build(self, combine: bool = True, optimize: Iterable[str] | None = None) -> Topology:
+        """The second build: the real topology (topics and processor factories), with its speed paths
+        as named rewrites (``rstream.processors.rewrites``), each drawn with the topology and switchable on
+        its own: ``optimize`` names those to apply (None, the default: every one; ``()``: none, RIP-58's
+        topology). Results, state and late records are the same with any of them off.
 
-        ``combine`` (default True) rewrites the topology where an aggregation allows it: a
-        ``COMBINE`` node before the shuffle sink sends one partial per key and source range instead
-        of every record (a count, a count over tumbling or sliding windows, and with
-        ``aggregate_emit="batch"`` any sum, min, max or avg), as Spark's partial aggregation does.
-        Results, state and late records are the same; the shuffle topic holds partials. With
-        ``combine=False`` the topology is RIP-58's: one shuffle record per record."""
+        - ``"combine"``: a ``COMBINE`` node before the shuffle sink sends one partial per key and source
+          range instead of every record (a count, a count over tumbling or sliding windows, and with
+          ``aggregate_emit="batch"`` any sum, min, max or avg), as Spark's partial aggregation does;
+          the shuffle topic holds partials. ``combine=False`` turns this one off.
+        - ``"chunks"``: pure stages run over chunks of records at once.
+        - ``"fire to sink"``: a window writes the results it fires at once into its sink.
+
+        >>> b = StreamBuilder("ex")
+        >>> b.source("words").key_by(str).count().to_rstream().sink("counts")
+        >>> b.build().describe().splitlines()[0]
+        "Topology of job 'ex' (rewrites: chunks, combine, fire to sink)"
+        >>> b.build(optimize=()).describe().splitlines()[0]
+        "Topology of job 'ex' (no rewrites)"
+        """
         if not self.graph.nodes:
             raise DslError(f"job {self.job_id!r} has no source yet: call builder.source(topic) first")
         if not isinstance(combine, bool):
             raise DslError(f"combine must be True or False, got {combine!r}")
-        return TopologyBuilder(self.graph, self.shuffle_queues, combine).build()
+        try:
+            chosen = rewrites.chosen(optimize, combine)
+        except rewrites.RewriteError as exc:
+            raise DslError(str(exc)) from None
+        return TopologyBuilder(self.graph, self.shuffle_queues, optimizations=chosen).build()
 
     def run_in_process(self, inputs: Mapping[str, Iterable[Any]], **properties: Any) -> dict[str, list[str]]:
         """Build the job and run it once over ``inputs`` in this process, without Spark, on a throwaway

@@ -16,6 +16,7 @@ from typing import Any
 
 from rstream.graph.logical import LogicalGraph, LogicalNode, describe_callable
 from rstream.graph.style import HIGHLIGHT, TOPIC_STYLES, DrawEdge, DrawNode, fitted_svg, to_digraph
+from rstream.processors import rewrites
 from rstream.processors.base import Processor
 from rstream.processors.spec import OperatorSpec, Role, Shuffle
 from rstream.processors.stateless import KEY_BY
@@ -88,12 +89,15 @@ class RealNode:
 class Topology:
     """The real topology of a job: pipelines by input topic, and every topic the job uses."""
 
-    def __init__(self, graph: LogicalGraph, shuffle_queues: int, combine: bool = False) -> None:
+    def __init__(self, graph: LogicalGraph, shuffle_queues: int, combine: bool = False,
+                 optimizations: frozenset[str] | None = None) -> None:
         self.job_id = graph.job_id
         self.graph = graph
         self.shuffle_queues = shuffle_queues
+        #: The rewrites the second build applied (``build(optimize=...)``, ``rstream.processors.rewrites``).
+        self.optimizations = (rewrites.chosen(None, combine) if optimizations is None else optimizations)
         #: Whether the second build inserted combine nodes where they apply (``build(combine=...)``).
-        self.combine = combine
+        self.combine = rewrites.COMBINE.name in self.optimizations
         self.nodes: list[RealNode] = []
         self.pipelines: dict[str, list[RealNode]] = {}
         self.source_topics: list[str] = []
@@ -192,7 +196,7 @@ class Topology:
     # -- views ------------------------------------------------------------------------------------
     def describe(self) -> str:
         """The topology as text, like Kafka Streams' ``describe()``."""
-        lines = [f"Topology of job {self.job_id!r}"]
+        lines = [f"Topology of job {self.job_id!r} ({rewrites.describe(self.optimizations)})"]
         for i, topic in enumerate(self.pipelines, start=1):
             role = "shuffle topic" if topic in self.shuffle_topics else "source topic"
             lines.append(f"  Pipeline {i}: consumes {role} {topic}")
@@ -268,7 +272,8 @@ class Topology:
                 edge(ids[id(node)], topic_node(node.params["topic"], node.spec.writes))
             if node.stateful:
                 edge(ids[id(node)], topic_node(self.state_topics[node.pipeline], "state_topic"), "changelog", "dashed")
-        return to_digraph(f"{self.job_id}: real topology", draw, edges, rankdir)
+        return to_digraph(f"{self.job_id}: real topology ({rewrites.describe(self.optimizations)})", draw, edges,
+                          rankdir)
 
     def real_dot(self) -> str:
         """The real topology (second build) as DOT text."""
@@ -338,13 +343,15 @@ class TopologyBuilder:
     aggregation), one shuffle topic for both sides (a join, a stream–table join: the table's side keeps
     its key), nothing of its own (a window, a table)."""
 
-    def __init__(self, graph: LogicalGraph, shuffle_queues: int = 8, combine: bool = True) -> None:
+    def __init__(self, graph: LogicalGraph, shuffle_queues: int = 8, combine: bool = True,
+                 optimizations: frozenset[str] | None = None) -> None:
         self.graph = graph
         self.shuffle_queues = shuffle_queues
-        self.combine = combine
+        self.optimizations = rewrites.chosen(None, combine) if optimizations is None else optimizations
+        self.combine = rewrites.COMBINE.name in self.optimizations
 
     def build(self) -> Topology:
-        topo = Topology(self.graph, self.shuffle_queues, self.combine)
+        topo = Topology(self.graph, self.shuffle_queues, self.combine, self.optimizations)
         # logical node number -> the real nodes its children attach to: one per pipeline it runs in
         # (more than one after a union of streams from different pipelines, up to the next shuffle)
         out: dict[int, list[RealNode]] = {}

@@ -230,6 +230,8 @@ class StreamContext:
     #: Whether processors may hand results on a chunk at a time (``rstream.processors.chunk``);
     #: False when re-executing a range record by record, every result through ``forward``.
     chunked: bool = True
+    #: The topology's rewrites (``rstream.processors.rewrites``): a processor takes a speed path only if named.
+    rewrites: frozenset[str] = frozenset()
     #: The range of the input queue being processed, ``[range_start, range_end)`` (-1: not known).
     range_start: int = -1
     range_end: int = -1

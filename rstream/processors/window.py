@@ -20,6 +20,7 @@ from rstream.processors.chunk import Chunk, ChunkedPipeline, pure_path
 from rstream.processors.fold import Fold
 from rstream.processors.late import LateRecord
 from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.rewrites import FIRE_TO_SINK
 from rstream.processors.spec import WINDOW_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.serde.codec import PICKLE_MARK, encode
@@ -505,7 +506,8 @@ class WindowAggregateProcessor(WindowedOperator):
         batch ends, ``QueueRun._results_at_end`` wraps ``forward`` (a dead letter per result that
         raises), so windows fired then go one by one."""
         kids = self.result_children
-        if not self.ctx.chunked or len(kids) != 1 or self.forward != kids[0].process:
+        if (not self.ctx.chunked or FIRE_TO_SINK.name not in self.ctx.rewrites or len(kids) != 1
+                or self.forward != kids[0].process):
             return None
         if len(kids) == len(self.children):
             stages, sink = pure_path(self)

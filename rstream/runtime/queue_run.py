@@ -23,6 +23,7 @@ from rstream.processors.base import (
     StreamContext,
 )
 from rstream.processors.chunk import CHUNK_RECORDS, MIN_CHUNK_RECORDS, ChunkedPipeline
+from rstream.processors.rewrites import CHUNKS
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
 from rstream.runtime.config import TaskConfig
 from rstream.shuffle import wire
@@ -47,12 +48,13 @@ class QueueRun:
                  observer: Observer | None = None) -> None:
         self.cfg, self.topic, self.queue, self.start, self.end, self.batch = cfg, topic, queue, start, end, batch
         self.store = store
+        chunked = chunked and CHUNKS.name in cfg.topology.optimizations
         self.ctx = ctx = StreamContext(
             cfg.job, topic, queue, cfg.settings, store, late_topic=cfg.late_topic, producers=cfg.producers,
             source_watermarks=_source_watermarks(last) if source_watermarks is None else source_watermarks,
             batch_id=batch, dlq_topic=cfg.dlq_topic, fixed_now_ms=now_ms, make_output=make_output,
             caught_up=caught_up, chunked=chunked, range_start=start, range_end=end, source_records=self.source_records,
-            combine=combine, observer=observer,
+            combine=combine, observer=observer, rewrites=cfg.topology.optimizations,
         )
         self._found: dict[tuple[str, int], dict[Any, list[SourceRecord]]] = {}
         self.now_ms = ctx.now_ms()

@@ -26,7 +26,7 @@ from rstream.dsl.streams import (
 CLASSES = [rstream.StreamBuilder, RStream, GroupedStream, WindowStream, WindowResultStream, JoinedStream,
            JoinResultStream, RTable, TableJoinedStream]
 #: Not DSL calls: what a notebook shows, and the builder's drawings.
-NO_EXAMPLE = {"node", "logical_dot", "logical_graph", "build"}
+NO_EXAMPLE = {"node", "logical_dot", "logical_graph"}
 
 
 def _public_methods() -> list[tuple[str, object]]:

@@ -218,14 +218,16 @@ def write(broker: EmbeddedBroker, data: dict[str, list[list[Any]]]) -> None:
 
 
 def run_cut(names: list[str], data: dict[str, list[list[Any]]], root: Path, cap: int,
-            restarts: Iterable[int] = (), lose_state: bool = False) -> dict[str, dict[Any, list[Any]]]:
+            restarts: Iterable[int] = (), lose_state: bool = False,
+            optimize: Iterable[str] | None = None) -> dict[str, dict[Any, list[Any]]]:
     """The jobs ``names`` of ``JOBS``, as one job, in this process over ``data`` at batch cap ``cap``; after
     each batch number in ``restarts`` a new driver goes on from the commits (with ``lose_state``, the
     local state deleted first: the next batches replay it); at the end of input, the idle flush.
-    Returns each sink's records per key."""
+    ``optimize``: the topology's rewrites (``build(optimize=...)``; None: all). Returns each sink's
+    records per key."""
     broker = EmbeddedBroker(root / "broker")
     write(broker, data)
-    topology = build(names).build()
+    topology = build(names).build(optimize=optimize)
     props = {**EXACT, "max_records_per_queue": cap}
     job = InProcessJob(topology, broker, root / "job", props)
     stops = sorted(set(restarts))
