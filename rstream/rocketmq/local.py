@@ -738,13 +738,14 @@ class LocalRocketMQ:
                    lambda: self._broker_registered(0))
 
     def _start_cluster(self, deadline: float) -> None:
-        """Several brokers: each in a JVM of its own, and the proxy in cluster mode, all started at once
-        (each broker waits about 10 s to register); return once every one is ready."""
+        """Several brokers, each in a JVM of its own, started at once (each waits about 10 s to register),
+        then the proxy in cluster mode (it makes a topic of its own on the cluster's brokers as it starts,
+        and exits if none is registered); return once every one is ready."""
         conf = self._home / "conf"
         launched = [self._launch_broker(i) for i in range(len(self.broker_names))]
-        proxy = self._launch("proxy", _PROXY_CLASS, self.proxy_heap, ["-pm", "cluster", "-pc", str(conf / "proxy.json")])
         for i, proc in enumerate(launched):
             self._wait_broker(i, proc, deadline)
+        proxy = self._launch("proxy", _PROXY_CLASS, self.proxy_heap, ["-pm", "cluster", "-pc", str(conf / "proxy.json")])
         self._wait("proxy", proxy, _PROXY_READY, self._proxy_ports(), deadline)
 
     def _launch_broker(self, i: int) -> subprocess.Popen[bytes]:
