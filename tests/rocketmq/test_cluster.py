@@ -76,6 +76,16 @@ def test_a_topics_queues_on_both_brokers_are_written_and_read_whole(rocketmq_clu
     assert Counter(m.body for m in reader.read(name)) == Counter(
         [f"official {i}".encode() for i in range(24)] + [b"x", b"y", b"z", b"on a", b"on b"])
     assert reader.end_offsets(name) == broker.end_offsets(name)
+    # the topic browser names each queue as RocketMQ does
+    from rstream.widgets import TopicBrowser, TopicOffsets
+
+    offsets = TopicOffsets.of(reader, name).to_pandas()
+    assert offsets["broker_queue"].tolist() == ["broker-a:0", "broker-a:1", "broker-b:0", "broker-b:1"]
+    assert offsets["end_offset"].tolist() == reader.end_offsets(name)
+    browser = TopicBrowser(reader)
+    browser.topic.value = name
+    assert [label for label, _q in browser.queue.options] == [
+        "all", "0  broker-a:0", "1  broker-a:1", "2  broker-b:0", "3  broker-b:1"]
     # the decision log: on broker-a, with a read-only marker on broker-b (no second log while broker-a is away)
     assert broker._txn_topic().queue_ids == (("broker-a", 0),)
     assert topics(mq.broker_addrs[0])[TXN_TOPIC]["perm"] == 6 and topics(mq.broker_addrs[1])[TXN_TOPIC]["perm"] == 4
