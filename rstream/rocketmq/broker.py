@@ -613,6 +613,18 @@ class RocketMQBroker:
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
 
+    def _await_ends(self, topic: _Topic, queues: Sequence[int], ends: Sequence[int]) -> None:
+        """``_await`` for several queues of a topic: one request per broker and look (``_raw_ends``)."""
+        deadline = time.monotonic() + self.timeout
+        pause = 0.0005
+        while any(now < end for now, end in zip(self._raw_ends(topic, queues), ends)):
+            if time.monotonic() > deadline:
+                raise BrokerError(f"RocketMQ acknowledged records of {topic.info.name} queues "
+                                  f"{', '.join(label(topic.queue_ids[q]) for q in queues)} up to offsets {list(ends)} "
+                                  f"but did not make them readable within {self.timeout} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
     def _refresh(self, until: int = 0) -> _Log:
         """Read the decision log to its end (what another process decided since); with ``until``,
         wait until a reader sees it reach that offset (an entry this object just appended: RocketMQ
@@ -941,8 +953,11 @@ class RocketMQBroker:
             for (t, q), recs in writes.items():
                 first, end = self._send_queue(targets[(t, q)], q, recs, attempt)
                 outputs[f"{t}/{q}"] = (first, end)
-            for t, q in elsewhere:  # readable there before the commit is readable here
-                self._await(targets[(t, q)], q, outputs[f"{t}/{q}"][1])
+            away: dict[str, list[int]] = {}
+            for t, q in elsewhere:
+                away.setdefault(t, []).append(q)
+            for t, queues in away.items():  # readable there before the commit is readable here
+                self._await_ends(targets[(t, queues[0])], queues, [outputs[f"{t}/{q}"][1] for q in queues])
         except BaseException:
             try:
                 self._log_append({"t": "abort", "a": attempt})

@@ -22,6 +22,7 @@ from rstream import Time, TumblingWindow
 from rstream.broker.base import CommitTag
 from rstream.rocketmq import LocalRocketMQ, RocketMQBroker
 from rstream.rocketmq.broker import TXN_TOPIC
+from rstream.rocketmq.errors import RocketMQError
 from rstream.rocketmq.official import produce
 from rstream.runtime.inprocess import InProcessJob
 from tests.support.inprocess import emitted as emitted_per_key
@@ -29,7 +30,7 @@ from tests.support.jobs import job_id, sink_values, wordcount
 from tests.support.joins import emitted, events, join_job, windowed_pairs
 from tests.support.process import Unpaid, orders, process_job
 from tests.support.reference import keyed_process, split_late, window_frame
-from tests.support.rocketmq import topics
+from tests.support.rocketmq import listening, topics
 from tests.support.windows import EXACT, LATENESS, clicks, windowed
 
 pytestmark = pytest.mark.e2e
@@ -92,6 +93,17 @@ def test_a_topics_queues_on_both_brokers_are_written_and_read_whole(rocketmq_clu
     broker.close()
     reader.close()
 
+    # four JVMs, every port of them on 127.0.0.1; each broker its own store and ports
+    assert set(mq.pids) == {"namesrv", "broker-a", "broker-b", "proxy"}
+    assert {ip for pid in mq.pids.values() for ip, _port in listening(pid)} <= {"127.0.0.1", "::ffff:127.0.0.1"}
+    assert {p for _ip, p in listening(mq.pids["broker-b"])} >= {mq.ports["broker1"], mq.ports["broker1_ha"]}
+    assert (mq.store_dir / "broker-a" / "commitlog").is_dir() and (mq.store_dir / "broker-b" / "commitlog").is_dir()
+    with pytest.raises(RocketMQError, match=r"there is no broker 2: this LocalRocketMQ runs brokers 0\.\.1 "
+                                            r"\(broker-a, broker-b\)"):
+        mq.kill_broker(2)
+    with pytest.raises(RocketMQError, match="broker_port=10911 names one broker's port, and brokers=2"):
+        LocalRocketMQ(brokers=2, broker_port=10911)
+
 
 def test_an_append_whose_data_broker_dies_between_its_records_and_its_commit_counts_once(
         healthy_cluster: LocalRocketMQ, caplog: pytest.LogCaptureFixture) -> None:
@@ -108,24 +120,24 @@ def test_an_append_whose_data_broker_dies_between_its_records_and_its_commit_cou
     records = {(name, 0): [(f"k{i}", f"v{i}".encode(), i, None, None) for i in range(50)],
                (name, 1): [(None, b"w", 7, {"h": "1"}, None)] * 3}
     seen: dict[str, Any] = {}
-    send_queue, await_ = writer._send_queue, writer._await
+    send_queue, await_ = writer._send_queue, writer._await_ends
 
     def sending(topic: Any, queue: int, recs: Any, attempt: str | None) -> tuple[int, int]:
         if attempt is not None and "open" not in seen:  # the open record, as another client reads the log
             seen["open"] = any(attempt in waiting for waiting in reader._refresh().pending.values())
         return send_queue(topic, queue, recs, attempt)
 
-    def awaiting(topic: Any, queue: int, end: int) -> None:
+    def awaiting(topic: Any, queues: Any, ends: Any) -> None:
         if "ends" not in seen:
             seen["raw"] = [mq_max(mq, name, q) for q in range(2)]
             seen["ends"], seen["read"] = reader.end_offsets(name), reader.read(name)
             mq.kill_broker(1)
             seen["killed"] = time.monotonic()
             threading.Thread(target=lambda: (time.sleep(1.0), mq.start_broker(1)), daemon=True).start()
-        await_(topic, queue, end)
+        await_(topic, queues, ends)
 
     writer._send_queue = sending  # type: ignore[method-assign]
-    writer._await = awaiting  # type: ignore[method-assign]
+    writer._await_ends = awaiting  # type: ignore[method-assign]
     tag = CommitTag(unique("job"), "input", 0, 0, 10)
     with caplog.at_level(logging.WARNING, logger="rstream.rocketmq"):
         assert writer.append(records, tag)
