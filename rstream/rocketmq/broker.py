@@ -924,14 +924,19 @@ class RocketMQBroker:
             return True
         while True:
             try:
-                return self._append_attempt(targets, writes, tag)
+                won = self._append_attempt(targets, writes, tag)
             except OutcomeUnknownError:  # the broker went away mid-send: that attempt is aborted, try anew
                 continue
+            if won is not None:
+                return won
 
     def _append_attempt(self, targets: Mapping[tuple[str, int], _Topic],
-                        writes: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None) -> bool:
-        """One attempt of ``append``: open, records, commit. Raises ``OutcomeUnknownError`` (after
-        aborting the attempt) when the broker went away while its records were under way."""
+                        writes: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None) -> bool | None:
+        """One attempt of ``append``: open, records, commit. Whether it committed (False: another attempt
+        of the range did first); None when a reader aborted it meanwhile (it waited past ``txn_timeout_ms``,
+        a broker being away) and nothing else committed the range: to be tried again. Raises
+        ``OutcomeUnknownError`` (after aborting the attempt) when the broker went away while its records
+        were under way."""
         if tag is not None and (tag.job, tag.topic, tag.queue, tag.start_offset) in self._refresh().winners:
             return False
         attempt = uuid.uuid4().hex
@@ -969,7 +974,11 @@ class RocketMQBroker:
                             "end_offset": tag.end_offset, "meta": tag.meta, "batch_id": tag.batch_id,
                             "info": tag.info, "outputs": outputs}
         self._log_append(entry)  # read back up to the commit: decided
-        return self._log.decided.get(attempt, False)
+        if self._log.decided.get(attempt, False):
+            return True
+        if tag is not None and (tag.job, tag.topic, tag.queue, tag.start_offset) in self._log.winners:
+            return False
+        return None
 
     # -- reading --------------------------------------------------------------------------------
     def _pulled(self, topic: _Topic, queue: int, start: int, end: int) -> Iterator[PulledMessage]:

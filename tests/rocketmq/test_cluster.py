@@ -155,6 +155,38 @@ def test_an_append_whose_data_broker_dies_between_its_records_and_its_commit_cou
     reader.close()
 
 
+def test_an_attempt_that_a_reader_gave_up_on_meanwhile_is_appended_again(rocketmq_cluster: LocalRocketMQ) -> None:
+    """A writer slow past ``txn_timeout_ms`` between its records and its commit (a broker it waited for):
+    a reader aborts its attempt; the writer's commit then loses to nothing, so it appends again under a
+    new attempt, and the range commits once with the new attempt's records."""
+    mq = rocketmq_cluster
+    writer, impatient = mq.broker(), RocketMQBroker(mq.namesrv, txn_timeout_ms=0)
+    name = unique("given-up")
+    writer.create_topic(name, queues=2, brokers=["broker-b"])
+    records = {(name, q): [(f"k{q}", f"v{q}{i}".encode(), i, None, None) for i in range(4)] for q in range(2)}
+    await_, aborted = writer._await_ends, []
+
+    def slow(topic: Any, queues: Any, ends: Any) -> None:
+        if not aborted:
+            time.sleep(0.005)
+            # it aborts the attempt it would wait on: the records are there, lost, and read by no one
+            assert impatient.end_offsets(name) == [4, 4] and impatient.read(name) == []
+            aborted.append(True)
+        await_(topic, queues, ends)
+
+    writer._await_ends = slow  # type: ignore[method-assign]
+    tag = CommitTag(unique("job"), "input", 0, 0, 4)
+    assert writer.append(records, tag) is True
+    committed = impatient.find_commit(tag.job, "input", 0, 0)
+    assert committed is not None and committed.outputs == {f"{name}/0": (4, 8), f"{name}/1": (4, 8)}
+    assert [m.body for m in impatient.read(name)] == [b.body for q in range(2) for b in
+                                                      impatient.read(name, q)] == [
+        f"v{q}{i}".encode() for q in range(2) for i in range(4)]
+    assert impatient.end_offsets(name) == [8, 8]  # the aborted attempt's records: a hole no reader sees
+    writer.close()
+    impatient.close()
+
+
 def mq_max(mq: LocalRocketMQ, topic: str, queue_id: int) -> int:
     """Broker-b's own end of one of its queues (records of undecided attempts included)."""
     from tests.support.rocketmq import max_offset
