@@ -56,7 +56,8 @@ the order of its commit log, so on the log's broker both hold by sending in that
 broker they are made to hold by waiting: the writer reads its open record back from the log before
 it sends records to another broker, and waits until each other broker's readable end reaches the
 records it sent there before it appends the commit (a broker that goes away meanwhile is waited
-for; a writer that gives up aborts). What this asks of the brokers: that one that acknowledged a
+for; a writer that gives up aborts, and one whose attempt a reader aborted meanwhile, after
+``txn_timeout_ms``, appends again under a new attempt). What this asks of the brokers: that one that acknowledged a
 message keeps it (a broker JVM killed keeps it: its page cache outlives it; a machine that crashes
 before flushing does not, unless the broker flushes synchronously or replicates: then a commit on
 the log's broker can name records that another broker lost).

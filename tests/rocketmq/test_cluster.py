@@ -155,6 +155,23 @@ def test_an_append_whose_data_broker_dies_between_its_records_and_its_commit_cou
     reader.close()
 
 
+def test_a_broker_stopped_cleanly_unregisters_and_comes_back_on_its_store(healthy_cluster: LocalRocketMQ,
+                                                                          broker: RocketMQBroker) -> None:
+    mq = healthy_cluster
+    name = unique("stopped")
+    broker.create_topic(name, queues=2)
+    broker.send_batch(name, ["a", "b", "c", "d"])
+    began = time.monotonic()
+    mq.stop_broker(1)
+    stopped = time.monotonic() - began
+    assert not mq.broker_alive(1) and mq.broker_alive(0)
+    assert set(broker.masters()) == {"broker-a"}  # it said goodbye to the name server
+    assert broker.queue_ids(name) == [("broker-a", 0), ("broker-b", 0)]
+    mq.start_broker(1)
+    assert sorted(m.body for m in broker.read(name)) == [b"a", b"b", b"c", b"d"]
+    print(f"\nbroker-b stopped in {stopped:.1f} s, started in {mq.broker_start_seconds:.1f} s")
+
+
 def test_an_attempt_that_a_reader_gave_up_on_meanwhile_is_appended_again(rocketmq_cluster: LocalRocketMQ) -> None:
     """A writer slow past ``txn_timeout_ms`` between its records and its commit (a broker it waited for):
     a reader aborts its attempt; the writer's commit then loses to nothing, so it appends again under a
