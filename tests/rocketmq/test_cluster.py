@@ -129,6 +129,9 @@ def test_an_append_whose_data_broker_dies_between_its_records_and_its_commit_cou
 
     def awaiting(topic: Any, queues: Any, ends: Any) -> None:
         if "ends" not in seen:
+            deadline = time.monotonic() + 10  # broker-b makes them readable a moment after it acknowledged them
+            while [mq_max(mq, name, q) for q in range(2)] != [50, 3] and time.monotonic() < deadline:
+                time.sleep(0.01)
             seen["raw"] = [mq_max(mq, name, q) for q in range(2)]
             seen["ends"], seen["read"] = reader.end_offsets(name), reader.read(name)
             mq.kill_broker(1)
