@@ -598,7 +598,8 @@ class RocketMQBroker:
 
     def _max_offset(self, topic: _Topic, queue: int) -> int:
         broker, queue_id = topic.queue_ids[queue]
-        return self._at(broker, self._client.max_offset, topic.info.name, queue_id)
+        return self._at(broker, self._client.max_offset, topic.info.name, queue_id,
+                        what=f"read the end of {topic.info.name}/{queue}")
 
     def _await(self, topic: _Topic, queue: int, end: int) -> None:
         """Wait until a reader sees the queue reach ``end``: RocketMQ acknowledges a send once it is in
@@ -744,7 +745,7 @@ class RocketMQBroker:
             mine.setdefault(topic.queue_ids[q][0], []).append(q)
         for broker, qs in mine.items():
             if len(qs) > 1:
-                stats = self._at(broker, self._client.topic_offsets, name)
+                stats = self._at(broker, self._client.topic_offsets, name, what=f"read the end offsets of {name}")
                 if stats is not None and len(stats) > max(topic.queue_ids[q][1] for q in qs):
                     ends.update({q: stats[topic.queue_ids[q][1]][1] for q in qs})
                     continue
@@ -770,7 +771,8 @@ class RocketMQBroker:
         version = [self._refresh().next_offset]  # the log first: what it says of a record is stored after it
         for topic in watched:
             for broker in topic.by_broker:
-                stats = self._at(broker, self._client.topic_offsets, topic.info.name)
+                stats = self._at(broker, self._client.topic_offsets, topic.info.name,
+                                 what=f"watch {topic.info.name} for input")
                 version += [end for _first, end in stats] if stats is not None else [-1]
         return tuple(version)
 
@@ -899,7 +901,7 @@ class RocketMQBroker:
             size = 20 + n + len(field)
             if count and (len(data) + size > _MAX_BATCH_BYTES or count >= _MAX_BATCH_MESSAGES):
                 batch.count = count
-                at = self._at(where, self._client.send_batch, name, queue_id, batch, born0)
+                at = self._at(where, self._client.send_batch, name, queue_id, batch, born0, what=f"write to {name}/{queue}")
                 first = at if first < 0 else first
                 batch, born0, field = BatchBody(), born, own_field
                 data, count, size = batch.data, 0, 20 + n + len(own_field)
@@ -909,7 +911,7 @@ class RocketMQBroker:
             count += 1
         if count:
             batch.count = count
-            at = self._at(where, self._client.send_batch, name, queue_id, batch, born0)
+            at = self._at(where, self._client.send_batch, name, queue_id, batch, born0, what=f"write to {name}/{queue}")
             first = at if first < 0 else first
             last_end = at + count
         if last_end > 0 and attempt is None:
