@@ -350,11 +350,15 @@ class RocketMQBroker:
         waiting = None
         while True:
             addr = self._addrs.get(broker)
+            problem = f"not registered with the name server at {self.namesrv}"
             if addr is None:
-                addr = self.masters().get(broker)
-            if addr is None:
-                problem = f"not registered with the name server at {self.namesrv}"
-            else:
+                try:
+                    addr = self.masters().get(broker)
+                except RemotingError as exc:  # the name servers are away too: wait for both
+                    if exc.code is not None:
+                        raise
+                    problem = str(exc)
+            if addr is not None:
                 try:
                     out = call(addr, *args)
                     if waiting is not None:
@@ -388,7 +392,13 @@ class RocketMQBroker:
             return found
         if name == TXN_TOPIC:
             return self._txn_topic()
-        route = self._client.route(name)
+        try:
+            route = self._client.route(name)
+        except RemotingError as exc:
+            if exc.code is not None or found is None:
+                raise
+            found.read_at = time.monotonic()  # the name servers are away: the route it had, read again later
+            return found
         self._learn(route)
         seen = route_queues(route)
         log = self._refresh()

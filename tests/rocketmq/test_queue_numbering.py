@@ -194,6 +194,29 @@ def test_a_broker_away_past_the_deadline_raises_an_error_that_names_it(fake: tup
         broker._at("broker-b", lambda addr: addr, what="read t/1")
 
 
+def test_name_servers_that_are_away_leave_known_routes_in_use_and_are_waited_for(
+        fake: tuple[FakeCluster, RocketMQBroker], caplog: pytest.LogCaptureFixture) -> None:
+    cluster, broker = fake
+    broker.broker_wait_s = 30
+    cluster.append({"t": "topic", "topic": "t", "compact": False, "queues": [["broker-a", 0], ["broker-b", 0]]})
+    cluster.routes["t"] = route(**{"broker-a": (1, 1), "broker-b": (1, 1)})
+    assert broker.topic("t").queues == 2
+
+    def away(*_args: Any) -> Any:
+        raise RemotingError("none of the RocketMQ name servers 127.0.0.1:9 could be reached", None)
+
+    client: Any = broker._client
+    client.route = away
+    known = broker._lookup("t", fresh=True)  # the schedule's read of the route fails: the one it had holds
+    assert known is not None and known.queue_ids == (("broker-a", 0), ("broker-b", 0))
+    broker._addrs.clear()
+    answers = [away, away, lambda: {"brokerAddrTable": {"broker-a": {"brokerAddrs": {"0": "10.0.0.5:10911"}}}}]
+    client.cluster_info = lambda: answers.pop(0)() if len(answers) > 1 else answers[0]()
+    with caplog.at_level(logging.WARNING, logger="rstream.rocketmq"):
+        assert broker._at("broker-a", lambda addr: addr, what="read t/0") == "10.0.0.5:10911"
+    assert any("none of the RocketMQ name servers" in r.getMessage() for r in caplog.records)
+
+
 # -- name server lists ---------------------------------------------------------------------------------
 def test_a_name_server_list_is_accepted_and_each_tried_in_turn() -> None:
     assert name_servers("ns1:9876; ns2:9876") == ["ns1:9876", "ns2:9876"]
