@@ -23,8 +23,16 @@ from .live import LiveView
 
 MESSAGE_COLUMNS = ["queue", "offset", "kind", "key", "value", "born", "stored", "detail"]
 OFFSET_COLUMNS = ["queue", "end_offset", "committed_offset", "lag", "compacted_below"]
+#: The column a broker that names its queues itself adds (RocketMQ: ``broker-b:1``, broker name and queue id).
+NAMED_COLUMN = "broker_queue"
 #: Messages per page.
 PAGE_SIZE = 20
+
+
+def queue_names(broker: Broker, topic: str) -> list[str] | None:
+    """What the broker calls each of the topic's queues (RocketMQ: ``broker-b:1``); None if it has no names."""
+    named = getattr(broker, "queue_label", None)
+    return None if named is None else [named(topic, q) for q in range(broker.topic(topic).queues)]
 
 
 def clock(ms: int | None) -> str:
@@ -171,6 +179,8 @@ class TopicOffsets:
 
     topic: str
     rows: list[list[Any]]
+    #: ``OFFSET_COLUMNS``, and ``NAMED_COLUMN`` when the broker names its queues.
+    columns: list[str] = field(default_factory=lambda: list(OFFSET_COLUMNS))
 
     @classmethod
     def of(cls, broker: Broker, topic: str, job: RocketMQStream | None = None) -> TopicOffsets:
@@ -182,15 +192,18 @@ class TopicOffsets:
             done = backlog.get((topic, q), (end, None))[1]
             rows.append([q, end, done, None if done is None else end - done,
                          broker.compacted_below(topic, q) if compact else None])
-        return cls(topic, rows)
+        names = queue_names(broker, topic)
+        if names is None:
+            return cls(topic, rows)
+        return cls(topic, [r + [name] for r, name in zip(rows, names)], [*OFFSET_COLUMNS, NAMED_COLUMN])
 
     def to_pandas(self) -> Any:
         import pandas as pd
 
-        return pd.DataFrame(self.rows, columns=OFFSET_COLUMNS)
+        return pd.DataFrame(self.rows, columns=self.columns)
 
     def _repr_html_(self) -> str:
-        return table(f"queues of {self.topic}", OFFSET_COLUMNS, self.rows, highlight={"lag": RED})
+        return table(f"queues of {self.topic}", self.columns, self.rows, highlight={"lag": RED})
 
 
 class TopicBrowser(LiveView):
@@ -293,7 +306,9 @@ class TopicBrowser(LiveView):
 
     def _topic_changed(self, _change: Any) -> None:
         queues = self.broker.topic(self.topic.value).queues if self.topic.value else 0
-        self.queue.options = [("all", None), *[(str(q), q) for q in range(queues)]]
+        names = queue_names(self.broker, self.topic.value) if self.topic.value else None
+        self.queue.options = [("all", None), *[(str(q) if names is None else f"{q}  {names[q]}", q)
+                                               for q in range(queues)]]
         select(self.queue, None)
         self._starts, self._history = {}, []
         self.trace_view.value = ""

@@ -5,6 +5,27 @@ What it writes are ordinary RocketMQ messages: a record's key is the message's `
 client wrote. A few properties of its own (``RSTREAM_*``, never shown as headers) carry what a
 message cannot: a born time per record of a batch, a key that is bytes, and an append's attempt.
 
+Queues across brokers. A RocketMQ topic's queues are (broker name, queue id) pairs, as RIP-58 names
+them: a topic on two masters with 4 queues each has 8. The ``Broker`` contract numbers a topic's
+queues ``0..queues-1``; rstream numbers them in the order of (broker name, queue id), so queue 5 of
+that topic is ``broker-b:1`` (``queue_ids(topic)``, ``queue_label(topic, queue)``). A number never
+changes while the topic lives: the numbering is written to the decision log when rstream creates a
+topic (or first reads one that another tool made), and a broker that is down keeps its numbers (the
+name server forgets its queues until it registers again). A topic that later has queues its
+numbering does not hold (an operator added queues or a broker) is refused with an error that says so
+(``adopt_queues`` numbers the new ones after the old, when no job reads the topic). ``create_topic``
+spreads a topic's queues over the cluster's masters (as ``mqadmin updateTopic -c`` does, every
+master), as evenly as it can: ``queues`` is the topic's total, the first brokers by name taking one
+more when it does not divide (``topic_brokers`` or ``create_topic(brokers=...)`` chooses others).
+
+Brokers that go away. Every request to a broker goes to the address the name server gives for its
+name (``brokerAddrs[0]``, the master); one that cannot be reached is looked up again, so a broker
+that moved, failed over or was replaced is found where it is now, and while it is not registered the
+request waits, saying so in the ``rstream.rocketmq`` log every 10 s, for up to ``broker_wait_s``
+seconds before it raises a ``BrokerError`` that names the broker. A topic's route is read again
+every ``ROUTE_TTL_S`` seconds and when a broker says it has no such topic. ``namesrv`` may name
+several name servers (``"ns1:9876;ns2:9876"``), each tried in turn.
+
 Exactly once without atomic appends. RocketMQ appends one batch to one queue atomically, never
 several queues or topics at once, and its transactions hold one message. So an append of several
 queues (a task's outputs: sink, shuffle, state and late topics, with its commit tag) is made
@@ -26,23 +47,41 @@ sees. A consumer outside rstream sees every message, lost attempts' too: ``commi
 (or ``read``) gives it what committed, and a sink whose consumers cannot filter can be read
 through rstream.
 
+A reader relies on two orders: (a) an attempt's open record is readable before any of its records
+is, so a reader that reads a queue's end and then the log knows every attempt the end counts
+records of, and clips the end at the attempt's low offset while it is undecided; (b) an attempt's
+records are readable once its commit is, so a commit tag's ``outputs`` can be read at once (a job
+that sees a range committed reads what it wrote). RocketMQ makes one broker's messages readable in
+the order of its commit log, so on the log's broker both hold by sending in that order. On another
+broker they are made to hold by waiting: the writer reads its open record back from the log before
+it sends records to another broker, and waits until each other broker's readable end reaches the
+records it sent there before it appends the commit (a broker that goes away meanwhile is waited
+for; a writer that gives up aborts, and one whose attempt a reader aborted meanwhile, after
+``txn_timeout_ms``, appends again under a new attempt). What this asks of the brokers: that one that acknowledged a
+message keeps it (a broker JVM killed keeps it: its page cache outlives it; a machine that crashes
+before flushing does not, unless the broker flushes synchronously or replicates: then a commit on
+the log's broker can name records that another broker lost).
+
+The decision log lives on one broker: the cluster's first master by name when it is first created
+(every other master gets a read-only marker of it, so a client that starts while the log's broker
+is down waits for it rather than making a second log). One log for every job is the simplest
+placement that keeps a range's decision in one order; a broker of its own per job would spread the
+load and is what a job's own log (one per job) will want.
+
 Compact topics are ordinary RocketMQ topics, their setting kept in the decision log: RocketMQ 5's
 ``cleanup.policy=COMPACTION`` topics serve reads from a compaction store built in the background
 (a record just written is not readable yet, read in 5.3.3's ``DefaultMessageStore.getMessage``) and
 refuse records without a key, so rstream reads a compact topic as the latest record per key itself.
-
-The decision log and every topic rstream creates live on one broker (the cluster's first master
-by name), so the log's order and the data's agree: RocketMQ makes a message readable in the order
-of its commit log.
 
 A deleted topic's messages come back after a crash. RocketMQ deletes a topic's queue index, never
 its messages in the commit log; a broker restarted after a crash rebuilds its queue indexes from
 the commit log, and in 5.3.3 it puts a deleted topic's messages back into every queue of that name
 that is empty then, or created later (``CommitLog.recoverAbnormally`` dispatches all it reads;
 tests/rocketmq/test_topic_incarnations.py shows it). So ``delete_topic`` notes the deletion in the
-decision log, and readers skip the messages of a topic stored before its last deletion (the
-broker's store times: every rstream topic lives on the log's broker). A topic deleted by another
-tool (``mqadmin deleteTopic``) has no such note: give a new topic a new name.
+decision log, and readers skip the messages of a topic stored before its last deletion (the store
+times of the topic's brokers against the log broker's: their clocks must agree within a few
+milliseconds, as NTP keeps them). A topic deleted by another tool (``mqadmin deleteTopic``) has no
+such note: give a new topic a new name.
 """
 
 from __future__ import annotations
@@ -51,14 +90,15 @@ import base64
 import functools
 import itertools
 import json
+import logging
 import os
 import threading
 import time
 import uuid
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from rstream.broker.base import (
     BrokerError,
@@ -75,13 +115,16 @@ from rstream.broker.base import (
     validate_topic_name,
 )
 from rstream.rocketmq.remoting import (
+    SYSTEM_BUSY,
     SYSTEM_PROPERTIES,
+    TOPIC_NOT_EXIST,
     BatchBody,
     Client,
     OutcomeUnknownError,
     PulledMessage,
     RemotingError,
     message_head,
+    name_servers,
     parse_properties,
     properties_field,
     properties_string,
@@ -91,6 +134,13 @@ from rstream.rocketmq.remoting import (
 TXN_TOPIC = "rstream_txn"
 #: The consumer group whose offsets rstream's readers never commit (a pull needs a group name).
 READER_GROUP = "rstream-reader"
+#: Seconds between two reads of a topic's route from the name server (queues added, a broker gone).
+ROUTE_TTL_S = 30.0
+#: Where a broker that cannot be reached is reported while a request waits for it.
+LOG = logging.getLogger("rstream.rocketmq")
+
+#: A queue as RocketMQ names it: (broker name, queue id).
+QueueId = tuple[str, int]
 
 _TXN, _BORN, _KEY = "RSTREAM_TXN", "RSTREAM_BORN", "RSTREAM_KEY"
 _OWN = frozenset({_TXN, _BORN, _KEY})
@@ -101,16 +151,69 @@ _MAX_BATCH_BYTES = 3 << 20  # under RocketMQ's default 4 MB per request
 # and the queue's offsets then overlap, losing messages without an error. So a batch holds fewer.
 _MAX_BATCH_MESSAGES = 32767
 _PULL = 2048
+# Seconds a connection to a broker tries its address before RocketMQBroker asks the name server where
+# the broker is now (a broker that moved, failed over or was replaced registers another address).
+_RECONNECT_S = 2.0
+_NOTE_EVERY_S = 10.0
+_READ, _WRITE = 4, 2  # RocketMQ's permission bits (PermName)
+
+T = TypeVar("T")
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# -- how rstream numbers a topic's queues (pure: tests/rocketmq/test_queue_numbering.py) ------------------
+def route_queues(route: Mapping[str, Any] | None) -> tuple[QueueId, ...]:
+    """A route's queues in rstream's order: (broker name, queue id), by broker name, then queue id.
+    A broker's queues are the larger of its read and write queue counts (a topic whose write queues
+    an operator shrank keeps its other queues readable)."""
+    found: set[QueueId] = set()
+    for data in (route or {}).get("queueDatas") or []:
+        count = max(int(data.get("readQueueNums", 0)), int(data.get("writeQueueNums", 0)))
+        found.update((str(data["brokerName"]), i) for i in range(count))
+    return tuple(sorted(found))
+
+
+def spread(queues: int, brokers: Iterable[str]) -> dict[str, int]:
+    """How many of a new topic's ``queues`` each broker holds: as even as it gets, the first brokers
+    by name taking one more when ``queues`` does not divide (a broker taking none is left out)."""
+    names = sorted(set(brokers))
+    if not names:
+        raise BrokerError("no broker to put the topic's queues on")
+    each, extra = divmod(queues, len(names))
+    counts = {name: each + (1 if i < extra else 0) for i, name in enumerate(names)}
+    return {name: n for name, n in counts.items() if n}
+
+
+def numbered(counts: Mapping[str, int]) -> tuple[QueueId, ...]:
+    """The queues of brokers holding ``counts`` queues each, in rstream's order."""
+    return tuple(sorted((name, i) for name, n in counts.items() for i in range(n)))
+
+
+def unnumbered(numbering: Sequence[QueueId], seen: Iterable[QueueId]) -> list[QueueId]:
+    """The queues of ``seen`` (a route's) that ``numbering`` has no number for: queues added later."""
+    known = set(numbering)
+    return sorted(q for q in seen if q not in known)
+
+
+def label(queue: QueueId) -> str:
+    """A queue as a person reads it: ``"broker-b:3"``."""
+    return f"{queue[0]}:{queue[1]}"
+
+
 @dataclass
 class _Topic:
     info: TopicInfo
-    broker: str  # "host:port" of the master that holds its queues
+    queue_ids: tuple[QueueId, ...]  # rstream's queue q is queue_ids[q]
+    read_at: float = 0.0  # time.monotonic() when its route was last read
+    by_broker: dict[str, list[int]] = field(init=False, repr=False)  # broker name -> its queues (rstream's numbers)
+
+    def __post_init__(self) -> None:
+        self.by_broker = {}
+        for q, (name, _queue_id) in enumerate(self.queue_ids):
+            self.by_broker.setdefault(name, []).append(q)
 
 
 @dataclass
@@ -125,40 +228,82 @@ class _Log:
     by_job: dict[str, list[CommitTag]] = field(default_factory=dict)  # commit order
     compact: set[str] = field(default_factory=set)  # the topics created compact
     deleted_ms: dict[str, int] = field(default_factory=dict)  # topic -> the broker's time of its last deletion
+    numbering: dict[str, tuple[QueueId, ...]] = field(default_factory=dict)  # topic -> its queues, numbered
+
+
+class _Waiting:
+    """A request waiting for a broker: says so in the log every ``_NOTE_EVERY_S`` and gives up after ``wait_s``."""
+
+    def __init__(self, broker: str, what: str, wait_s: float, namesrv: str) -> None:
+        self.broker, self.what, self.wait_s, self.namesrv = broker, what, wait_s, namesrv
+        self.began = time.monotonic()
+        self.noted = 0.0
+        self.pause = 0.05
+
+    def note(self, problem: str) -> None:
+        waited = time.monotonic() - self.began
+        if waited > self.wait_s:
+            raise BrokerError(
+                f"RocketMQ broker {self.broker} has not been reachable for {waited:.0f} s ({problem}), so {self.what} "
+                f"could not be done: start it again (LocalRocketMQ.start_broker), or start a broker named "
+                f"{self.broker!r} in its place, registered with the name server {self.namesrv}; "
+                "RocketMQBroker(broker_wait_s=...) waits longer")
+        if not self.noted or time.monotonic() - self.noted >= _NOTE_EVERY_S:
+            self.noted = time.monotonic()
+            LOG.warning("rstream is waiting for RocketMQ broker %s (%s) to %s: waited %.0f s of %.0f s; it goes on "
+                        "once the broker, or one registered under its name, is back", self.broker, problem,
+                        self.what, waited, self.wait_s)
+        time.sleep(self.pause)
+        self.pause = min(self.pause * 2, 1.0)
+
+    def done(self) -> None:
+        if self.noted:
+            LOG.warning("RocketMQ broker %s is back after %.1f s: rstream goes on", self.broker,
+                        time.monotonic() - self.began)
 
 
 class RocketMQBroker:
-    """The ``Broker`` contract on the RocketMQ cluster whose name server is ``namesrv`` ("host:port").
+    """The ``Broker`` contract on the RocketMQ cluster whose name server is ``namesrv`` ("host:port",
+    or several: "ns1:9876;ns2:9876").
 
-    ``txn_timeout_ms``: an append undecided for that long (its writer died and nothing retried its
-    range) is aborted by the next reader that waits on it, so readers never wait forever.
+    ``cluster``: the cluster whose masters hold the topics rstream creates (default: every master the
+    name server knows). ``topic_brokers``: the broker names to create topics on instead (default:
+    every master). ``txn_timeout_ms``: an append undecided for that long (its writer died and nothing
+    retried its range) is aborted by the next reader that waits on it, so readers never wait forever.
+    ``broker_wait_s``: how long a request waits for a broker that went away before it raises.
     """
 
     #: Offsets may skip what an attempt that lost its race wrote (see the module's docstring).
     gapless = False
 
     def __init__(self, namesrv: str, *, cluster: str | None = None, timeout: float = 10.0,
-                 txn_timeout_ms: int = 300_000) -> None:
-        if not isinstance(namesrv, str) or ":" not in namesrv:
-            raise BrokerError(f"namesrv must be 'host:port' of a RocketMQ name server, got {namesrv!r}")
+                 txn_timeout_ms: int = 300_000, broker_wait_s: float = 300.0,
+                 topic_brokers: Sequence[str] | None = None) -> None:
+        name_servers(namesrv)  # raises for what is no list of host:port
         self.namesrv, self.cluster, self.timeout, self.txn_timeout_ms = namesrv, cluster, timeout, txn_timeout_ms
-        self._client = Client(namesrv, timeout)
+        self.broker_wait_s = broker_wait_s
+        self.topic_brokers = None if topic_brokers is None else tuple(topic_brokers)
+        self._client = Client(namesrv, timeout, reconnect_s=_RECONNECT_S)
         self._topics: dict[str, _Topic] = {}
         self._log = _Log()
         self._lock = threading.RLock()
         self._groups: set[tuple[str, str]] = set()
         self._watched: dict[str, _Topic] = {}  # the topics whose end offsets were asked (``data_version``)
-        self._home: str | None = None
+        self._addrs: dict[str, str] = {}  # broker name -> its master's address, as the name server said last
+        self._log_broker: str | None = None  # the name of the broker holding the decision log
         self._rr = itertools.count(os.getpid())
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namesrv": self.namesrv, "cluster": self.cluster, "timeout": self.timeout,
-                "txn_timeout_ms": self.txn_timeout_ms, "home": self._home}
+                "txn_timeout_ms": self.txn_timeout_ms, "broker_wait_s": self.broker_wait_s,
+                "topic_brokers": self.topic_brokers, "addrs": dict(self._addrs), "log_broker": self._log_broker}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["namesrv"], cluster=state["cluster"], timeout=state["timeout"],  # type: ignore[misc]
-                      txn_timeout_ms=state["txn_timeout_ms"])
-        self._home = state.get("home")
+                      txn_timeout_ms=state["txn_timeout_ms"], broker_wait_s=state.get("broker_wait_s", 300.0),
+                      topic_brokers=state.get("topic_brokers"))
+        self._addrs.update(state.get("addrs") or {})
+        self._log_broker = state.get("log_broker")
 
     def __repr__(self) -> str:
         return f"RocketMQBroker({self.namesrv!r})"
@@ -167,50 +312,137 @@ class RocketMQBroker:
         self._client.close()
 
     # -- where things live ------------------------------------------------------------------------
-    def home_broker(self, wait_s: float = 60.0) -> str:
-        """The broker rstream creates its topics on: the cluster's first master, by name. Waits up to
-        ``wait_s`` for one to register (a broker that just started registers within about 30 s)."""
-        deadline = time.monotonic() + wait_s
-        while self._home is None:
-            info = self._client.cluster_info()
-            names = info.get("clusterAddrTable", {}).get(self.cluster) if self.cluster else None
-            table = info.get("brokerAddrTable", {})
-            masters = sorted((name, data["brokerAddrs"]["0"]) for name, data in table.items()
-                             if "0" in data.get("brokerAddrs", {}) and (names is None or name in names))
-            if masters:
-                self._home = masters[0][1]
-            elif time.monotonic() > deadline:
-                raise BrokerError(f"the RocketMQ name server at {self.namesrv} knows no master broker"
-                                  + (f" of cluster {self.cluster!r}" if self.cluster else "")
-                                  + ": start one, or wait until it has registered")
-            else:
-                time.sleep(0.5)
-        return self._home
+    def masters(self) -> dict[str, str]:
+        """The masters registered with the name server now (of ``cluster`` if given): broker name -> address."""
+        info = self._client.cluster_info()
+        names = info.get("clusterAddrTable", {}).get(self.cluster) if self.cluster else None
+        out = {}
+        for name, data in info.get("brokerAddrTable", {}).items():
+            addr = (data.get("brokerAddrs") or {}).get("0")
+            if addr and (names is None or name in names):
+                out[str(name)] = str(addr)
+        self._addrs.update(out)
+        return out
 
-    def _lookup(self, name: str) -> _Topic | None:
+    def _masters_now(self, what: str) -> dict[str, str]:
+        """``masters()``, waiting (``broker_wait_s``) while there is none."""
+        waiting = None
+        while True:
+            found = self.masters()
+            if found:
+                if waiting is not None:
+                    waiting.done()
+                return found
+            waiting = waiting or _Waiting("(any master)", what, self.broker_wait_s, self.namesrv)
+            waiting.note(f"the name server at {self.namesrv} knows no master broker"
+                         + (f" of cluster {self.cluster!r}" if self.cluster else "") + ": start one")
+
+    def _learn(self, route: Mapping[str, Any] | None) -> None:
+        for data in (route or {}).get("brokerDatas") or []:
+            addr = (data.get("brokerAddrs") or {}).get("0")
+            if addr:
+                self._addrs[str(data["brokerName"])] = str(addr)
+
+    def _at(self, broker: str, call: Callable[..., T], *args: Any, what: str = "answer a request") -> T:
+        """``call(address, *args)`` on the master of ``broker`` (a broker name). While the broker cannot
+        be reached, or is not registered, asks the name server where it is and waits (``_Waiting``).
+        A send cut off mid-way raises ``OutcomeUnknownError`` at once (whether it was stored is unknown)."""
+        waiting = None
+        while True:
+            addr = self._addrs.get(broker)
+            problem = f"not registered with the name server at {self.namesrv}"
+            if addr is None:
+                try:
+                    addr = self.masters().get(broker)
+                except RemotingError as exc:  # the name servers are away too: wait for both
+                    if exc.code is not None:
+                        raise
+                    problem = str(exc)
+            if addr is not None:
+                try:
+                    out = call(addr, *args)
+                    if waiting is not None:
+                        waiting.done()
+                    return out
+                except OutcomeUnknownError:
+                    raise
+                except RemotingError as exc:
+                    if exc.code == TOPIC_NOT_EXIST:  # moved or deleted: every route is read again at its next use
+                        for name in [n for n in self._topics if n != TXN_TOPIC]:
+                            del self._topics[name]
+                    if exc.code not in (None, SYSTEM_BUSY):
+                        raise
+                    problem = f"{addr}: {exc.__cause__ or exc}"
+                if self._addrs.get(broker) == addr:
+                    del self._addrs[broker]  # where is it now? (moved, failed over, replaced)
+            waiting = waiting or _Waiting(broker, what, self.broker_wait_s, self.namesrv)
+            waiting.note(problem)
+
+    def home_broker(self) -> str:
+        """The address of the broker that holds the decision log."""
+        self._txn_topic()
+        assert self._log_broker is not None
+        return self._at(self._log_broker, lambda addr: addr)
+
+    def _lookup(self, name: str, fresh: bool = False) -> _Topic | None:
+        """The topic, its route read again if older than ``ROUTE_TTL_S`` (or ``fresh``); None if it does
+        not exist. Raises ``BrokerError`` when the route has queues the topic's numbering lacks."""
         found = self._topics.get(name)
-        if found is not None:
+        if found is not None and not fresh and time.monotonic() - found.read_at < ROUTE_TTL_S:
             return found
-        route = self._client.route(name)
-        if not route or not route.get("queueDatas"):
-            # The name server forgets a broker's routes the moment it goes away, until it registers
-            # again (a restart): the broker itself still knows its topics.
-            config = self._client.topic_config(self.home_broker(), name)
-            if config is None:
-                return None
-            compact = name != TXN_TOPIC and name in self._refresh().compact
-            topic = _Topic(TopicInfo(name, int(config["writeQueueNums"]), compact), self.home_broker())
-            self._topics[name] = topic
-            return topic
-        queue_data = sorted(route["queueDatas"], key=lambda q: q["brokerName"])[0]
-        addrs = {b["brokerName"]: b["brokerAddrs"].get("0") for b in route.get("brokerDatas", [])}
-        addr = addrs.get(queue_data["brokerName"])
-        if addr is None:
+        if name == TXN_TOPIC:
+            return self._txn_topic()
+        try:
+            route = self._client.route(name)
+        except RemotingError as exc:
+            if exc.code is not None or found is None:
+                raise
+            found.read_at = time.monotonic()  # the name servers are away: the route it had, read again later
+            return found
+        self._learn(route)
+        seen = route_queues(route)
+        log = self._refresh()
+        numbering = log.numbering.get(name)
+        if numbering is None:
+            if not seen:
+                # The name server forgets a broker's routes the moment it goes away, until it registers
+                # again (a restart): the brokers themselves still know their topics.
+                seen = self._queues_in_configs(name)
+                if not seen:
+                    return None
+            # first seen (made by another tool): numbered now, for every reader after this one
+            self._log_append({"t": "numbering", "topic": name, "queues": [list(q) for q in seen]})
+            numbering = self._refresh().numbering.get(name, seen)
+        elif not seen and not self._may_exist(name, numbering):
             return None
-        compact = name != TXN_TOPIC and name in self._refresh().compact
-        topic = _Topic(TopicInfo(name, int(queue_data["writeQueueNums"]), compact), addr)
+        added = unnumbered(numbering, seen)
+        if added:
+            self._topics.pop(name, None)
+            raise BrokerError(
+                f"topic {name!r} now has queues {', '.join(map(label, added))} beyond the {len(numbering)} that rstream "
+                f"numbered ({', '.join(map(label, numbering))}); someone added queues or a broker to it. rstream never "
+                "renumbers a topic's queues by itself (a job's state and offsets are per queue number): once no job "
+                f"reads it, broker.adopt_queues({name!r}) numbers the new queues after the old ones")
+        topic = _Topic(TopicInfo(name, len(numbering), name in log.compact), tuple(numbering), time.monotonic())
         self._topics[name] = topic
         return topic
+
+    def _queues_in_configs(self, name: str) -> tuple[QueueId, ...]:
+        """The topic's queues as the registered masters' own topic configs have them."""
+        found: list[QueueId] = []
+        for broker, addr in sorted(self.masters().items()):
+            config = self._client.topic_config(addr, name)
+            if config is not None:
+                count = max(int(config.get("readQueueNums", 0)), int(config.get("writeQueueNums", 0)))
+                found += [(broker, i) for i in range(count)]
+        return tuple(sorted(found))
+
+    def _may_exist(self, name: str, numbering: Sequence[QueueId]) -> bool:
+        """Whether a topic rstream numbered, which the name server routes no queue of, still exists:
+        a registered broker of it has it, or none of its brokers is registered (they are away)."""
+        masters = self.masters()
+        mine = sorted({broker for broker, _ in numbering} & set(masters))
+        return not mine or any(self._client.topic_config(masters[b], name) is not None for b in mine)
 
     def _get(self, name: str) -> _Topic:
         topic = self._lookup(validate_topic_name(name) if isinstance(name, str) else name)
@@ -224,8 +456,36 @@ class RocketMQBroker:
             raise BrokerError(f"topic {name!r} has queues 0..{topic.info.queues - 1}, not {queue!r}")
         return topic
 
+    def queue_ids(self, topic: str) -> list[QueueId]:
+        """The topic's queues as RocketMQ names them, (broker name, queue id), in rstream's order:
+        rstream's queue ``q`` is ``queue_ids(topic)[q]``."""
+        return list(self._get(topic).queue_ids)
+
+    def queue_label(self, topic: str, queue: int) -> str:
+        """Queue ``queue`` of ``topic`` as RocketMQ names it: ``"broker-b:3"``."""
+        return label(self._queue(topic, queue).queue_ids[queue])
+
+    def adopt_queues(self, name: str) -> TopicInfo:
+        """Number the queues that were added to topic ``name`` (by an operator, or a broker that joined)
+        after its old ones, which keep their numbers. Only while no job reads the topic: a job's state
+        topics have as many queues as its source topics had."""
+        route = self._client.route(validate_topic_name(name))
+        self._learn(route)
+        numbering = self._refresh().numbering.get(name)
+        if numbering is None:
+            return self.topic(name)
+        added = unnumbered(numbering, route_queues(route))
+        if added:
+            self._log_append({"t": "numbering", "topic": name, "queues": [list(q) for q in (*numbering, *added)],
+                              "adopt": True})
+        self._topics.pop(name, None)
+        return self.topic(name)
+
     # -- topics ---------------------------------------------------------------------------------
-    def create_topic(self, name: str, queues: int = 8, compact: bool = False) -> TopicInfo:
+    def create_topic(self, name: str, queues: int = 8, compact: bool = False, *,
+                     brokers: Sequence[str] | None = None) -> TopicInfo:
+        """Create a topic of ``queues`` queues in all, spread over ``brokers`` (names; default
+        ``topic_brokers``, else every master of the cluster): ``spread``."""
         validate_topic_name(name)
         if not isinstance(queues, int) or queues < 1:
             raise BrokerError(f"a topic needs at least one queue, got queues={queues!r}")
@@ -237,14 +497,26 @@ class RocketMQBroker:
                                        f"{' (compact)' if existing.info.compact else ''}; asked for {queues}"
                                        f"{' (compact)' if compact else ''}. Use another name or delete it first")
             return existing.info
-        home = self.home_broker()
-        if compact:  # said first: a topic is never seen without its setting
-            self._log_append({"t": "topic", "topic": name, "compact": True})
-        self._client.create_topic(home, name, queues)
+        masters = self._masters_now(f"create topic {name!r}")
+        chosen = list(brokers if brokers is not None else self.topic_brokers or masters)
+        missing = sorted(set(chosen) - set(masters))
+        if missing or not chosen:
+            raise BrokerError(f"cannot create topic {name!r} on brokers {chosen}: "
+                              + (f"{', '.join(missing)} is not a registered master" if missing else "none given")
+                              + f"; the masters registered now are {', '.join(sorted(masters)) or 'none'}")
+        counts = spread(queues, chosen)
+        numbering = numbered(counts)
+        # said first: a topic is never seen without its setting and its numbering
+        self._log_append({"t": "topic", "topic": name, "compact": bool(compact),
+                          "queues": [list(q) for q in numbering]})
+        for broker, count in sorted(counts.items()):
+            self._at(broker, self._client.create_topic, name, count, what=f"create topic {name!r}")
         deadline = time.monotonic() + 15
-        while not self._client.route(name):  # the broker registers it with the name server (other clients ask it)
+        while set(route_queues(self._client.route(name))) != set(numbering):
+            # each broker registers it with the name server (other clients ask it)
             if time.monotonic() > deadline:
-                raise BrokerError(f"RocketMQ created topic {name!r} but its name server never routed it")
+                raise BrokerError(f"RocketMQ created topic {name!r} on {', '.join(sorted(counts))} but its name "
+                                  "server never routed all of its queues")
             time.sleep(0.05)
         return self._get(name).info
 
@@ -255,43 +527,89 @@ class RocketMQBroker:
         return self._lookup(name) is not None
 
     def topics(self) -> list[TopicInfo]:
+        found: dict[str, int] = {}
+        writable: set[str] = set()
+        for broker in sorted(self._masters_now("list topics")):
+            configs = self._at(broker, self._client.topic_configs, what="list topics")
+            for name, config in configs.items():
+                found[name] = found.get(name, 0) + max(int(config.get("readQueueNums", 0)),
+                                                       int(config.get("writeQueueNums", 0)))
+                if config.get("perm", 0) & 6 == 6:
+                    writable.add(name)
+        log = self._refresh()
         out = []
-        configs = self._client.topic_configs(self.home_broker())
-        compacts = self._refresh().compact
-        for name, config in sorted(configs.items()):
-            if name == TXN_TOPIC or not config.get("perm", 0) & 6 == 6 or _system_topic(name):
+        for name in sorted(found):
+            if name == TXN_TOPIC or name not in writable or _system_topic(name):
                 continue
-            compact = name in compacts
-            out.append(TopicInfo(name, int(config.get("writeQueueNums", 0)), compact))
+            queues = len(log.numbering[name]) if name in log.numbering else found[name]
+            out.append(TopicInfo(name, queues, name in log.compact))
         return out
 
     def delete_topic(self, name: str) -> None:
         topic = self._get(name)
-        self._client.delete_topic_in_broker(topic.broker, name)
+        for broker in topic.by_broker:
+            self._at(broker, self._client.delete_topic_in_broker, name, what=f"delete topic {name!r}")
         self._client.delete_topic_in_namesrv(name)
         self._topics.pop(name, None)
         with self._lock:
             self._watched.pop(name, None)
-        self._log_append({"t": "forget", "topic": name})  # its commit tags, and its messages, go with it
+        self._log_append({"t": "forget", "topic": name})  # its commit tags, numbering and messages go with it
         time.sleep(0.002)  # a topic made anew after this returns is stamped a later millisecond than its deletion
 
     # -- the decision log -----------------------------------------------------------------------
     def _txn_topic(self) -> _Topic:
-        topic = self._lookup(TXN_TOPIC)
-        if topic is None:
-            self.create_topic(TXN_TOPIC, queues=1)
-            topic = self._get(TXN_TOPIC)
+        """The decision log: one queue on one broker, found (or made, the first time) and never moved.
+
+        Made on the cluster's first master by name, with a read-only marker of the same name on every
+        other master: a client that starts while the log's broker is down finds a marker and waits
+        for that broker, where it would otherwise make a second log."""
+        found = self._topics.get(TXN_TOPIC)
+        if found is not None:
+            return found
+        waiting = None
+        while self._log_broker is None:
+            route = self._client.route(TXN_TOPIC)
+            self._learn(route)
+            holders = sorted(d["brokerName"] for d in (route or {}).get("queueDatas") or [] if d["perm"] & _WRITE)
+            markers = bool(route and route.get("queueDatas"))
+            if not holders:
+                masters = self.masters()
+                configs = {b: self._client.topic_config(a, TXN_TOPIC) for b, a in masters.items()}
+                holders = sorted(b for b, c in configs.items() if c is not None and int(c.get("perm", 6)) & _WRITE)
+                markers = markers or any(c is not None for c in configs.values())
+                if not holders and not markers and masters:  # the first time on this cluster
+                    first, *others = sorted(masters)
+                    self._client.create_topic(masters[first], TXN_TOPIC, 1)
+                    for other in others:
+                        self._client.create_topic(masters[other], TXN_TOPIC, 1, perm=_READ)
+                    holders = [first]
+            if holders:
+                self._log_broker = holders[0]
+                break
+            waiting = waiting or _Waiting("(the decision log's)", f"read the decision log {TXN_TOPIC}",
+                                          self.broker_wait_s, self.namesrv)
+            waiting.note("the broker holding it is not registered" if markers else "no master is registered")
+        if waiting is not None:
+            waiting.done()
+        topic = _Topic(TopicInfo(TXN_TOPIC, 1, False), ((self._log_broker, 0),), time.monotonic())
+        self._topics[TXN_TOPIC] = topic
         return topic
 
     def _log_append(self, entry: dict[str, Any], wait: bool = True) -> int:
         """Append ``entry`` to the decision log; with ``wait``, return once a reader sees it."""
         topic = self._txn_topic()
         body = json.dumps(entry, separators=(",", ":")).encode()
-        offset = self._client.send(topic.broker, TXN_TOPIC, 0, body, {"KEYS": str(entry.get("a", entry["t"]))},
-                                   now_ms(), repeatable=True)  # the log's first word on an attempt counts
+        offset = self._at(topic.queue_ids[0][0], self._client.send, TXN_TOPIC, 0, body,
+                          {"KEYS": str(entry.get("a", entry["t"]))}, now_ms(), "rstream-writer",
+                          True, what="append to the decision log")  # repeatable: the log's first word counts
         if wait:
             self._refresh(until=offset + 1)
         return offset
+
+    def _max_offset(self, topic: _Topic, queue: int) -> int:
+        broker, queue_id = topic.queue_ids[queue]
+        return self._at(broker, self._client.max_offset, topic.info.name, queue_id,
+                        what=f"read the end of {topic.info.name}/{queue}")
 
     def _await(self, topic: _Topic, queue: int, end: int) -> None:
         """Wait until a reader sees the queue reach ``end``: RocketMQ acknowledges a send once it is in
@@ -299,9 +617,22 @@ class RocketMQBroker:
         this broker object wrote reads back, here and in any other process."""
         deadline = time.monotonic() + self.timeout
         pause = 0.0005
-        while self._client.max_offset(topic.broker, topic.info.name, queue) < end:
+        while self._max_offset(topic, queue) < end:
             if time.monotonic() > deadline:
-                raise BrokerError(f"RocketMQ acknowledged records of {topic.info.name}/{queue} up to offset {end} "
+                raise BrokerError(f"RocketMQ acknowledged records of {topic.info.name}/{queue} "
+                                  f"({label(topic.queue_ids[queue])}) up to offset {end} but did not make them "
+                                  f"readable within {self.timeout} s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
+    def _await_ends(self, topic: _Topic, queues: Sequence[int], ends: Sequence[int]) -> None:
+        """``_await`` for several queues of a topic: one request per broker and look (``_raw_ends``)."""
+        deadline = time.monotonic() + self.timeout
+        pause = 0.0005
+        while any(now < end for now, end in zip(self._raw_ends(topic, queues), ends)):
+            if time.monotonic() > deadline:
+                raise BrokerError(f"RocketMQ acknowledged records of {topic.info.name} queues "
+                                  f"{', '.join(label(topic.queue_ids[q]) for q in queues)} up to offsets {list(ends)} "
                                   f"but did not make them readable within {self.timeout} s")
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
@@ -315,11 +646,11 @@ class RocketMQBroker:
         says where the log ends (``maxOffset``), so no request asks that apart."""
         with self._lock:
             log = self._log
-            topic = self._txn_topic()
+            broker = self._txn_topic().queue_ids[0][0]
             deadline = pause = 0.0
             while True:
-                messages, nxt, end = self._client.pull_log(topic.broker, TXN_TOPIC, 0, log.next_offset, _PULL,
-                                                           READER_GROUP)
+                messages, nxt, end = self._at(broker, self._client.pull_log, TXN_TOPIC, 0, log.next_offset, _PULL,
+                                              READER_GROUP, what="read the decision log")
                 for m in messages:
                     self._apply(log, m)
                 if messages:
@@ -367,12 +698,23 @@ class RocketMQBroker:
                 for loser in log.opened.pop(rng, set()) - {attempt}:  # the range's other attempts lost
                     log.decided[loser] = False
                     _settle(log, loser)
-        elif kind == "topic":
-            log.compact.add(entry["topic"])
+        elif kind == "topic":  # made by rstream: its setting, and its queues numbered
+            name = entry["topic"]
+            if entry.get("compact", True):  # entries before numbering were written for compact topics only
+                log.compact.add(name)
+            else:
+                log.compact.discard(name)
+            if "queues" in entry:
+                log.numbering[name] = tuple((str(b), int(q)) for b, q in entry["queues"])
+        elif kind == "numbering":  # a topic made by another tool, numbered when rstream first saw it (or adopted)
+            name = entry["topic"]
+            if name not in log.numbering or entry.get("adopt"):  # the first word counts
+                log.numbering[name] = tuple((str(b), int(q)) for b, q in entry["queues"])
         elif kind == "forget":
             job, topic = entry.get("job"), entry.get("topic")
             if job is None:  # a deleted topic: its setting, and what attempts were writing to it, go with it
                 log.compact.discard(topic)
+                log.numbering.pop(topic, None)
                 log.deleted_ms[topic] = max(log.deleted_ms.get(topic, 0), m.store_timestamp)
                 for where in [w for w in log.pending if w.rpartition("/")[0] == topic]:
                     del log.pending[where]
@@ -405,14 +747,22 @@ class RocketMQBroker:
 
     def _raw_ends(self, topic: _Topic, queues: Sequence[int]) -> list[int]:
         """Per queue of ``queues``, its end as RocketMQ says it (records of undecided attempts
-        included): one ``GET_MAX_OFFSET`` for one queue, one ``GET_TOPIC_STATS_INFO`` for more."""
+        included): per broker, one ``GET_MAX_OFFSET`` for one queue, one ``GET_TOPIC_STATS_INFO`` for more."""
         name = topic.info.name
-        if len(queues) > 1:
-            stats = self._client.topic_offsets(topic.broker, name)
-            if stats is not None and len(stats) >= topic.info.queues:
-                return [stats[q][1] for q in queues]
-            # deleted (or made anew) by another client since this object looked it up: ask as before
-        return [self._client.max_offset(topic.broker, name, q) for q in queues]
+        ends: dict[int, int] = {}
+        mine: dict[str, list[int]] = {}
+        for q in queues:
+            mine.setdefault(topic.queue_ids[q][0], []).append(q)
+        for broker, qs in mine.items():
+            if len(qs) > 1:
+                stats = self._at(broker, self._client.topic_offsets, name, what=f"read the end offsets of {name}")
+                if stats is not None and len(stats) > max(topic.queue_ids[q][1] for q in qs):
+                    ends.update({q: stats[topic.queue_ids[q][1]][1] for q in qs})
+                    continue
+                # deleted (or made anew) by another client since this object looked it up: ask as before
+            for q in qs:
+                ends[q] = self._max_offset(topic, q)
+        return [ends[q] for q in queues]
 
     # -- offsets --------------------------------------------------------------------------------
     def end_offsets(self, topic: str) -> list[int]:
@@ -425,13 +775,15 @@ class RocketMQBroker:
         """A value that changes when a record is stored in a topic whose ``end_offsets`` this object
         was asked, or the decision log grows (an attempt opened, committed or aborted): what a started
         job's idle source watches instead of reading every queue's end. One request per such topic
-        (``GET_TOPIC_STATS_INFO``) and one for the log (which it reads on, as ``_refresh`` does)."""
+        and broker (``GET_TOPIC_STATS_INFO``) and one for the log (which it reads on, as ``_refresh`` does)."""
         with self._lock:
             watched = list(self._watched.values())
         version = [self._refresh().next_offset]  # the log first: what it says of a record is stored after it
         for topic in watched:
-            stats = self._client.topic_offsets(topic.broker, topic.info.name)
-            version += [end for _first, end in stats] if stats is not None else [-1]
+            for broker in topic.by_broker:
+                stats = self._at(broker, self._client.topic_offsets, topic.info.name,
+                                 what=f"watch {topic.info.name} for input")
+                version += [end for _first, end in stats] if stats is not None else [-1]
         return tuple(version)
 
     def commits_version(self) -> int:
@@ -442,10 +794,12 @@ class RocketMQBroker:
 
     def search_offset(self, topic: str, queue: int, timestamp_ms: int) -> int:
         found = self._queue(topic, queue)
-        lo, hi = self._client.min_offset(found.broker, topic, queue), self._stable_ends(found, [queue])[0]
+        broker, queue_id = found.queue_ids[queue]
+        lo = self._at(broker, self._client.min_offset, topic, queue_id)
+        hi = self._stable_ends(found, [queue])[0]
         while lo < hi:  # the first offset stored at or after timestamp_ms: store times never go back
             mid = (lo + hi) // 2
-            messages, _ = self._client.pull(found.broker, topic, queue, mid, 1, READER_GROUP)
+            messages, _ = self._at(broker, self._client.pull, topic, queue_id, mid, 1, READER_GROUP)
             if messages and messages[0].store_timestamp >= timestamp_ms:
                 hi = mid
             else:
@@ -507,6 +861,7 @@ class RocketMQBroker:
         decision log, which RocketMQ makes readable after them (it makes the messages of its commit
         log readable in order). Records sent without one are readable when it returns."""
         first = last_end = -1
+        where, queue_id = topic.queue_ids[queue]
         own = f"{_TXN}\x01{attempt}\x02" if attempt is not None else ""
         headers: dict[int, str] = {}  # id -> the properties text of a headers dict (a batch shares a few)
         # key -> the properties field of a record with no headers, no tags and the batch's born time:
@@ -556,7 +911,7 @@ class RocketMQBroker:
             size = 20 + n + len(field)
             if count and (len(data) + size > _MAX_BATCH_BYTES or count >= _MAX_BATCH_MESSAGES):
                 batch.count = count
-                at = self._client.send_batch(topic.broker, name, queue, batch, born0)
+                at = self._at(where, self._client.send_batch, name, queue_id, batch, born0, what=f"write to {name}/{queue}")
                 first = at if first < 0 else first
                 batch, born0, field = BatchBody(), born, own_field
                 data, count, size = batch.data, 0, 20 + n + len(own_field)
@@ -566,7 +921,7 @@ class RocketMQBroker:
             count += 1
         if count:
             batch.count = count
-            at = self._client.send_batch(topic.broker, name, queue, batch, born0)
+            at = self._at(where, self._client.send_batch, name, queue_id, batch, born0, what=f"write to {name}/{queue}")
             first = at if first < 0 else first
             last_end = at + count
         if last_end > 0 and attempt is None:
@@ -582,14 +937,19 @@ class RocketMQBroker:
             return True
         while True:
             try:
-                return self._append_attempt(targets, writes, tag)
+                won = self._append_attempt(targets, writes, tag)
             except OutcomeUnknownError:  # the broker went away mid-send: that attempt is aborted, try anew
                 continue
+            if won is not None:
+                return won
 
     def _append_attempt(self, targets: Mapping[tuple[str, int], _Topic],
-                        writes: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None) -> bool:
-        """One attempt of ``append``: open, records, commit. Raises ``OutcomeUnknownError`` (after
-        aborting the attempt) when the broker went away while its records were under way."""
+                        writes: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None) -> bool | None:
+        """One attempt of ``append``: open, records, commit. Whether it committed (False: another attempt
+        of the range did first); None when a reader aborted it meanwhile (it waited past ``txn_timeout_ms``,
+        a broker being away) and nothing else committed the range: to be tried again. Raises
+        ``OutcomeUnknownError`` (after aborting the attempt) when the broker went away while its records
+        were under way."""
         if tag is not None and (tag.job, tag.topic, tag.queue, tag.start_offset) in self._refresh().winners:
             return False
         attempt = uuid.uuid4().hex
@@ -597,17 +957,25 @@ class RocketMQBroker:
         by_topic: dict[str, list[int]] = {}
         for (t, q) in writes:
             by_topic.setdefault(t, []).append(q)
-        for t, queues in by_topic.items():  # one request per topic (``_raw_ends``)
+        for t, queues in by_topic.items():  # one request per topic and broker (``_raw_ends``)
             for q, low in zip(queues, self._raw_ends(targets[(t, queues[0])], queues)):
                 lows[f"{t}/{q}"] = low
         rng_list = None if tag is None else [tag.job, tag.topic, tag.queue, tag.start_offset]
-        # readable before the records (RocketMQ makes its commit log readable in order): no wait
-        self._log_append({"t": "open", "a": attempt, "range": rng_list, "at": lows}, wait=False)
+        log_broker = self._txn_topic().queue_ids[0][0]
+        # records on the log's own broker are readable after the open record (its commit log's order);
+        # records on another broker only once the open record was read back (the module's docstring)
+        elsewhere = [(t, q) for (t, q) in writes if targets[(t, q)].queue_ids[q][0] != log_broker]
+        self._log_append({"t": "open", "a": attempt, "range": rng_list, "at": lows}, wait=bool(elsewhere))
         outputs = {}
         try:
             for (t, q), recs in writes.items():
                 first, end = self._send_queue(targets[(t, q)], q, recs, attempt)
                 outputs[f"{t}/{q}"] = (first, end)
+            away: dict[str, list[int]] = {}
+            for t, q in elsewhere:
+                away.setdefault(t, []).append(q)
+            for t, queues in away.items():  # readable there before the commit is readable here
+                self._await_ends(targets[(t, queues[0])], queues, [outputs[f"{t}/{q}"][1] for q in queues])
         except BaseException:
             try:
                 self._log_append({"t": "abort", "a": attempt})
@@ -619,7 +987,11 @@ class RocketMQBroker:
                             "end_offset": tag.end_offset, "meta": tag.meta, "batch_id": tag.batch_id,
                             "info": tag.info, "outputs": outputs}
         self._log_append(entry)  # read back up to the commit: decided
-        return self._log.decided.get(attempt, False)
+        if self._log.decided.get(attempt, False):
+            return True
+        if tag is not None and (tag.job, tag.topic, tag.queue, tag.start_offset) in self._log.winners:
+            return False
+        return None
 
     # -- reading --------------------------------------------------------------------------------
     def _pulled(self, topic: _Topic, queue: int, start: int, end: int) -> Iterator[PulledMessage]:
@@ -628,10 +1000,12 @@ class RocketMQBroker:
         decided = self._log.decided
         # what a crash recovery put back from the topic's life before its last deletion (module docstring)
         before = self._log.deleted_ms.get(topic.info.name, -1)
+        broker, queue_id = topic.queue_ids[queue]
+        name = topic.info.name
         offset = max(start, 0)
         while offset < end:
-            messages, nxt = self._client.pull(topic.broker, topic.info.name, queue, offset,
-                                              min(_PULL, end - offset), READER_GROUP)
+            messages, nxt = self._at(broker, self._client.pull, name, queue_id, offset, min(_PULL, end - offset),
+                                     READER_GROUP, what=f"read {name}/{queue}")
             for m in messages:
                 if m.offset >= end:
                     return
@@ -683,7 +1057,8 @@ class RocketMQBroker:
     def compacted_below(self, topic: str, queue: int) -> int:
         """The queue's first offset RocketMQ still has (0 until it removed records)."""
         found = self._queue(topic, queue)
-        return self._client.min_offset(found.broker, topic, queue)
+        broker, queue_id = found.queue_ids[queue]
+        return self._at(broker, self._client.min_offset, topic, queue_id)
 
     # -- commit tags ----------------------------------------------------------------------------
     def _tags(self, job: str, topic: str, queue: int) -> list[CommitTag]:
@@ -713,18 +1088,20 @@ class RocketMQBroker:
     # -- consumer offsets -----------------------------------------------------------------------
     def _group(self, broker: str, group: str) -> None:
         if (broker, group) not in self._groups:
-            self._client.create_group(broker, group)
+            self._at(broker, self._client.create_group, group)
             self._groups.add((broker, group))
 
     def commit_offset(self, group: str, topic: str, queue: int, next_offset: int) -> None:
         found = self._queue(topic, queue)
-        self._group(found.broker, group)
-        self._client.update_consumer_offset(found.broker, group, topic, queue, next_offset)
+        broker, queue_id = found.queue_ids[queue]
+        self._group(broker, group)
+        self._at(broker, self._client.update_consumer_offset, group, topic, queue_id, next_offset)
 
     def committed_offset(self, group: str, topic: str, queue: int) -> int | None:
         found = self._queue(topic, queue)
+        broker, queue_id = found.queue_ids[queue]
         try:
-            return self._client.query_consumer_offset(found.broker, group, topic, queue)
+            return self._at(broker, self._client.query_consumer_offset, group, topic, queue_id)
         except RemotingError as exc:
             if exc.code in (24, 26):  # no such subscription or group: never committed
                 return None
@@ -739,7 +1116,8 @@ def _settle(log: _Log, attempt: str) -> None:
 def _system_topic(name: str) -> bool:
     return name in {"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "BenchmarkTest", "DefaultCluster",
                     "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
-                    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"} \
+                    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+                    "DefaultHeartBeatSyncerTopic"} \
         or name.startswith(("rmq_sys_", "%RETRY%", "%DLQ%", "RMQ_SYS_", "rocketmq-broker-")) \
         or name.startswith("broker-") or name.endswith("_REPLY_TOPIC")
 

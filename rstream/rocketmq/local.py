@@ -9,7 +9,10 @@
         mq.start_broker()           # the same store, the same ports
 
 Two JVMs: the name server (``NamesrvStartup``) and the gRPC proxy in local mode (``ProxyStartup -pm
-local``), which runs the broker inside its own JVM. They come from pinned Maven Central jars
+local``), which runs the broker inside its own JVM. ``LocalRocketMQ(brokers=2)`` runs a cluster instead:
+the name server, a JVM per broker (``BrokerStartup``; ``broker-a``, ``broker-b``, ..., each with its own
+store and ports) and the proxy in cluster mode in a JVM of its own; ``kill_broker(i)`` / ``start_broker(i)``
+act on one broker. They come from pinned Maven Central jars
 (``rocketmq/pom.xml``, RocketMQ ``ROCKETMQ_VERSION``) that ``bash setup.sh`` copies once into a cache
 outside the repository (``~/.cache/rstream/rocketmq-<version>/lib``; the environment variable
 ``RSTREAM_ROCKETMQ_LIB`` points elsewhere). Without them ``start()`` fetches them with Maven into
@@ -19,9 +22,10 @@ Every port listens on ``host`` (127.0.0.1) only: RocketMQ is told so where it ca
 and a small ``LD_PRELOAD`` shim (``bind_host.c``, compiled once into the cache) turns the wildcard
 binds RocketMQ cannot be told about (the proxy's gRPC server, the broker's HA port) into binds on
 ``host``. Everything the JVMs write lives under ``home`` (default ``./rstream-data/rocketmq``):
-``conf/``, ``store/`` (the broker's commit log, queues, topics and offsets, kept across starts),
-``logs/`` (``namesrv.out``, ``proxy.out``: each JVM's console; ``rocketmqlogs/``: RocketMQ's own logs),
-``pids/``. One LocalRocketMQ per ``home``: ``start()`` first stops what an earlier run (a kernel that
+``conf/``, ``store/`` (the broker's commit log, queues, topics and offsets, kept across starts; with
+several brokers ``store/broker-a``, ...), ``logs/`` (``namesrv.out``, ``proxy.out``, ``broker-a.out``:
+each JVM's console; ``rocketmqlogs/``: RocketMQ's own logs, a broker of a cluster's in
+``brokers/<name>/logs/rocketmqlogs/``), ``pids/``. One LocalRocketMQ per ``home``: ``start()`` first stops what an earlier run (a kernel that
 died) left running there.
 """
 
@@ -68,7 +72,9 @@ _SHIM_SOURCE = Path(__file__).with_name("bind_host.c")
 _MAIN_JARS = tuple(f"rocketmq-{name}-{ROCKETMQ_VERSION}.jar" for name in ("namesrv", "broker", "proxy"))
 _NAMESRV_CLASS = "org.apache.rocketmq.namesrv.NamesrvStartup"
 _PROXY_CLASS = "org.apache.rocketmq.proxy.ProxyStartup"
+_BROKER_CLASS = "org.apache.rocketmq.broker.BrokerStartup"
 _NAMESRV_READY = "The Name Server boot success"
+_BROKER_READY = "boot success. serializeType="
 _PROXY_READY = "rocketmq-proxy startup successfully"
 # Small JVMs (as rstream.cluster's daemons): serial GC, the client compiler only, a small code cache;
 # one Netty buffer arena each (Netty's and gRPC's shaded copy; by default two per core, each holding
@@ -86,7 +92,7 @@ _YOUNG = {"namesrv": ("-Xmn8m",)}
 _OPENS = tuple(f"--add-opens=java.base/{package}=ALL-UNNAMED"
                for package in ("java.lang", "java.nio", "sun.nio.ch", "java.util"))
 _CLUSTER = "DefaultCluster"
-_BROKER_NAME = "broker-a"
+_MAX_BROKERS = 26  # broker-a .. broker-z
 _MEMORY = re.compile(r"^\d+[kmg]$")
 _MANAGED_BROKER_KEYS = {"brokerClusterName", "brokerName", "brokerId", "namesrvAddr", "brokerIP1", "brokerIP2",
                         "listenPort", "bindAddress", "storePathRootDir", "storePathCommitLog"}
@@ -299,6 +305,12 @@ class LocalRocketMQ:
     HA port), ``proxy_port`` (gRPC) and ``proxy_remoting_port``. A given port that is taken raises
     ``RocketMQError`` before anything starts. ``kill_broker()`` / ``start_broker()`` keep them.
 
+    ``brokers``: how many brokers (``broker-a``, ``broker-b``, ...; up to 26). One (the default) runs it
+    inside the proxy's JVM as above; more run each in a JVM of its own (``broker_heap`` each, free ports:
+    ``broker_port`` is for one broker only) and the proxy in cluster mode, started once they registered
+    (about 20 s on 2 shared cores; four JVMs of about 670 MB resident together, 500 MB with the timer
+    wheel off). ``kill_broker(i)``, ``stop_broker(i)`` and ``start_broker(i)`` act on broker ``i``.
+
     Heaps are JVM sizes (``"128m"``, ``"1g"``). The two JVMs take about 320 MB resident after the start
     and a quarter of a core when idle, most of it RocketMQ's timer wheel (delayed messages; the official client's
     ``SimpleConsumer`` receives by pop, which a broker refuses without it). ``broker_conf`` adds broker
@@ -324,20 +336,29 @@ class LocalRocketMQ:
         proxy_heap: str = "256m",
         broker_conf: dict[str, str] | None = None,
         start_timeout: float = 120.0,
+        brokers: int = 1,
+        broker_heap: str = "256m",
     ) -> None:
         try:
             socket.inet_aton(host)
         except OSError:
             raise RocketMQError(f"host={host!r} is not an IPv4 address: give the address to listen on, "
                                 "e.g. '127.0.0.1'") from None
-        for name, heap in (("namesrv_heap", namesrv_heap), ("proxy_heap", proxy_heap)):
+        if not isinstance(brokers, int) or not 1 <= brokers <= _MAX_BROKERS:
+            raise RocketMQError(f"brokers={brokers!r}: give a number of brokers from 1 to {_MAX_BROKERS}")
+        if brokers > 1 and broker_port is not None:
+            raise RocketMQError(f"broker_port={broker_port} names one broker's port, and brokers={brokers} start "
+                                "several: leave broker_port out (each broker gets free ports), or start one broker")
+        for name, heap in (("namesrv_heap", namesrv_heap), ("proxy_heap", proxy_heap), ("broker_heap", broker_heap)):
             if not _MEMORY.match(heap.lower()) or _megabytes(heap.lower()) < 32:
                 raise RocketMQError(f"{name}={heap!r} is not a JVM heap size it can use: write it as '256m' or "
                                     "'1g' (32m at least)")
+        self.broker_names = [f"broker-{chr(ord('a') + i)}" for i in range(brokers)]
+        """The brokers' names (``brokerName``): ``broker-a``, ``broker-b``, ..."""
         self._wanted = {"namesrv": namesrv_port, "broker": broker_port, "proxy": proxy_port,
-                        "proxy_remoting": proxy_remoting_port}
+                        "proxy_remoting": proxy_remoting_port, **{_port_key(i): None for i in range(1, brokers)}}
         for name, port in self._wanted.items():
-            low = 3 if name == "broker" else 1  # the broker's fast remoting port is broker_port - 2
+            low = 3 if name.startswith("broker") else 1  # the broker's fast remoting port is broker_port - 2
             if port is not None and not low <= port <= 65534:
                 raise RocketMQError(f"{name}_port={port} is not a port it can use: give {low}..65534, or None "
                                     "for a free one")
@@ -352,6 +373,7 @@ class LocalRocketMQ:
         self.broker_conf = {str(key): str(value) for key, value in (broker_conf or {}).items()}
         self.namesrv_heap = namesrv_heap.lower()
         self.proxy_heap = proxy_heap.lower()
+        self.broker_heap = broker_heap.lower()
         self.start_timeout = start_timeout
         self._home = Path(home if home is not None else Path("rstream-data") / "rocketmq")
         self._home = self._home.expanduser().absolute().resolve()
@@ -383,8 +405,24 @@ class LocalRocketMQ:
 
     @property
     def store_dir(self) -> Path:
-        """The broker's store: commit log, consume queues, ``config/`` (topics, offsets, groups)."""
+        """The broker's store: commit log, consume queues, ``config/`` (topics, offsets, groups); with
+        several brokers, one folder per broker in it (``store/broker-a``, ...)."""
         return self._home / "store"
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the brokers run in JVMs of their own, the proxy in cluster mode (``brokers > 1``)."""
+        return len(self.broker_names) > 1
+
+    def _broker_index(self, i: int) -> int:
+        if not isinstance(i, int) or not 0 <= i < len(self.broker_names):
+            raise RocketMQError(f"there is no broker {i!r}: this LocalRocketMQ runs brokers 0..{len(self.broker_names) - 1} "
+                                f"({', '.join(self.broker_names)})")
+        return i
+
+    def _broker_process(self, i: int) -> str:
+        """The name of the JVM that holds broker ``i``: the proxy (one broker, local mode) or its own."""
+        return self.broker_names[self._broker_index(i)] if self.clustered else "proxy"
 
     def _address(self, name: str) -> str:
         if name not in self._ports:
@@ -408,18 +446,27 @@ class LocalRocketMQ:
 
     @property
     def broker_addr(self) -> str:
-        """``"127.0.0.1:<port>"``: the broker's remoting port, the address it registers with the name server."""
+        """``"127.0.0.1:<port>"``: the (first) broker's remoting port, the address it registers with the name server."""
         return self._address("broker")
 
     @property
+    def broker_addrs(self) -> list[str]:
+        """Every broker's remoting address, in the order of ``broker_names``."""
+        return [self._address(_port_key(i)) for i in range(len(self.broker_names))]
+
+    @property
     def ports(self) -> dict[str, int]:
-        """Every port the JVMs listen on, by use (the broker's fast remoting and HA ports included)."""
+        """Every port the JVMs listen on, by use (the broker's fast remoting and HA ports included; with
+        several brokers the second's are ``broker1``, ``broker1_fast``, ``broker1_ha``, and so on)."""
         if not self._ports:
             raise RocketMQError("LocalRocketMQ is not running: call start() first")
-        broker = self._ports["broker"]
-        return {"namesrv": self._ports["namesrv"], "broker": broker, "broker_fast": broker - 2,
-                "broker_ha": broker + 1, "proxy": self._ports["proxy"],
-                "proxy_remoting": self._ports["proxy_remoting"]}
+        out = {"namesrv": self._ports["namesrv"]}
+        for i in range(len(self.broker_names)):
+            key = _port_key(i)
+            broker = self._ports[key]
+            out.update({key: broker, f"{key}_fast": broker - 2, f"{key}_ha": broker + 1})
+        out.update({"proxy": self._ports["proxy"], "proxy_remoting": self._ports["proxy_remoting"]})
+        return out
 
     @property
     def running(self) -> bool:
@@ -429,13 +476,18 @@ class LocalRocketMQ:
 
     @property
     def broker_running(self) -> bool:
-        """Whether the broker's JVM (the proxy) is alive: False after ``kill_broker()``."""
-        proc = self._procs.get("proxy")
+        """Whether the (first) broker's JVM is alive: False after ``kill_broker()``."""
+        return self.broker_alive(0)
+
+    def broker_alive(self, i: int = 0) -> bool:
+        """Whether broker ``i``'s JVM is alive: False after ``kill_broker(i)``."""
+        proc = self._procs.get(self._broker_process(i))
         return proc is not None and proc.poll() is None
 
     @property
     def pids(self) -> dict[str, int]:
-        """The live JVMs' pids: ``{"namesrv": ..., "proxy": ...}`` (the proxy holds the broker)."""
+        """The live JVMs' pids: ``{"namesrv": ..., "proxy": ...}`` (one broker: the proxy holds it), and
+        ``"broker-a"``, ``"broker-b"``, ... with several."""
         return {name: proc.pid for name, proc in self._procs.items() if proc.poll() is None}
 
     def rss_bytes(self) -> int:
@@ -495,7 +547,10 @@ class LocalRocketMQ:
                 deadline = time.monotonic() + self.start_timeout
                 try:
                     self._start_namesrv(deadline)
-                    self._start_proxy(deadline)
+                    if self.clustered:
+                        self._start_cluster(deadline)
+                    else:
+                        self._start_proxy(deadline)
                     break
                 except _PortRace:
                     self._stop_processes(grace=5.0)
@@ -538,47 +593,61 @@ class LocalRocketMQ:
 
     # ------------------------------------------------------------------ the broker, for fault demos
 
-    def kill_broker(self, timeout: float = 30.0) -> int:
-        """SIGKILL the JVM holding the broker's store (the proxy), as a crashed machine would; its pid.
+    def kill_broker(self, i: int = 0, timeout: float = 30.0) -> int:
+        """SIGKILL the JVM holding broker ``i``'s store, as a crashed machine would; its pid. With one
+        broker that JVM is the proxy's (local mode); with several, the broker's own.
 
         Returns once the process is gone. The name server stays up and drops the broker once it sees
         the connection close. Does nothing (returns 0) if the broker is already down.
         """
         if not self._ports:
             raise RocketMQError("LocalRocketMQ is not running: call start() first")
-        proc = self._procs.get("proxy")
+        proc = self._procs.get(self._broker_process(i))
         if proc is None or proc.poll() is not None:
             return 0
         proc.kill()
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise RocketMQError(f"the broker's JVM (pid {proc.pid}) is still there {timeout:.0f} s after "
-                                "SIGKILL: end it by hand (kill -9 <pid>)") from None
+            raise RocketMQError(f"the JVM of {self.broker_names[i]} (pid {proc.pid}) is still there {timeout:.0f} s "
+                                "after SIGKILL: end it by hand (kill -9 <pid>)") from None
         return proc.pid
 
-    def start_broker(self) -> LocalRocketMQ:
-        """Start the broker's JVM again after ``kill_broker()``, on the same store and ports; return once ready.
+    def stop_broker(self, i: int = 0, grace: float = 30.0) -> None:
+        """Stop broker ``i``'s JVM cleanly (SIGTERM; SIGKILL after ``grace`` s), as an operator's shutdown
+        would: the broker unregisters from the name server and flushes its store. ``start_broker(i)`` starts it again."""
+        if not self._ports:
+            raise RocketMQError("LocalRocketMQ is not running: call start() first")
+        self._end(self._broker_process(i), grace)
+
+    def start_broker(self, i: int = 0) -> LocalRocketMQ:
+        """Start broker ``i``'s JVM again after ``kill_broker(i)``, on the same store and ports; return once ready.
 
         The broker recovers its store (the commit log written before the kill, topics, offsets) and
         registers with the name server again. Does nothing if it is running.
         """
         if not self._ports:
             raise RocketMQError("LocalRocketMQ is not running: call start() first")
-        if self.broker_running:
+        if self.broker_alive(i):
             return self
         began = time.monotonic()
         check_disk(self._home)
-        taken = [f"{port}{_holder(port)}" for port in self._proxy_ports() if not _bindable(self.host, port)]
+        ports = self._broker_ports(i) if self.clustered else self._proxy_ports()
+        taken = [f"{port}{_holder(port)}" for port in ports if not _bindable(self.host, port)]
         if taken:
-            raise RocketMQError(f"the broker's ports on {self.host} are taken now: {', '.join(taken)}; stop what "
-                                "holds them, or stop() and start() again for new ports")
+            raise RocketMQError(f"the ports of {self.broker_names[i]} on {self.host} are taken now: {', '.join(taken)}; "
+                                "stop what holds them, or stop() and start() again for new ports")
+        name = self._broker_process(i)
         try:
-            self._start_proxy(time.monotonic() + self.start_timeout)
+            deadline = time.monotonic() + self.start_timeout
+            if self.clustered:
+                self._wait_broker(i, self._launch_broker(i), deadline)
+            else:
+                self._start_proxy(deadline)
         except _PortRace as exc:
             raise RocketMQError(str(exc)) from None
         except BaseException:
-            self._end("proxy", grace=5.0)
+            self._end(name, grace=5.0)
             raise
         self.broker_start_seconds = time.monotonic() - began
         return self
@@ -597,12 +666,16 @@ class LocalRocketMQ:
         return fetch_jars(lib)
 
     def _proxy_ports(self) -> list[int]:
-        broker = self._ports["broker"]
-        return [broker - 2, broker, broker + 1, self._ports["proxy"], self._ports["proxy_remoting"]]
+        own = [self._ports["proxy"], self._ports["proxy_remoting"]]
+        return own if self.clustered else self._broker_ports(0) + own
+
+    def _broker_ports(self, i: int) -> list[int]:
+        broker = self._ports[_port_key(i)]
+        return [broker - 2, broker, broker + 1]
 
     def _pick_ports(self) -> dict[str, int]:
         """The ports to use: the given ones (checked free), free ones for the rest."""
-        derived = {"namesrv": [0], "broker": [-2, 0, 1], "proxy": [0], "proxy_remoting": [0]}
+        derived = {name: [-2, 0, 1] if name.startswith("broker") else [0] for name in self._wanted}
         roles = {-2: " (the broker's fast remoting port, broker_port - 2)", 1: " (the broker's HA port, "
                  "broker_port + 1)", 0: ""}
         ports: dict[str, int] = {}
@@ -635,11 +708,22 @@ class LocalRocketMQ:
         conf, host, ports = self._home / "conf", self.host, self._ports
         namesrv = f"{host}:{ports['namesrv']}"
         (conf / "namesrv.conf").write_text(f"listenPort={ports['namesrv']}\nbindAddress={host}\n")
-        store = self.store_dir
-        (conf / "broker.conf").write_text("\n".join([
-            f"brokerClusterName={_CLUSTER}", f"brokerName={_BROKER_NAME}", "brokerId=0",
+        for i, name in enumerate(self.broker_names):
+            # one broker: its store is store/ (as before there were several); several: store/<name>
+            store = self.store_dir / name if self.clustered else self.store_dir
+            conf_file = conf / (f"{name}.conf" if self.clustered else "broker.conf")
+            conf_file.write_text(self._broker_conf(name, ports[_port_key(i)], namesrv, store))
+        (conf / "proxy.json").write_text(json.dumps({
+            "rocketMQClusterName": _CLUSTER, "namesrvAddr": namesrv, "localServeAddr": host,
+            "grpcServerPort": ports["proxy"], "remotingListenPort": ports["proxy_remoting"],
+        }, indent=2) + "\n")
+
+    def _broker_conf(self, name: str, port: int, namesrv: str, store: Path) -> str:
+        host = self.host
+        return "\n".join([
+            f"brokerClusterName={_CLUSTER}", f"brokerName={name}", "brokerId=0",
             f"namesrvAddr={namesrv}", f"brokerIP1={host}", f"brokerIP2={host}",
-            f"listenPort={ports['broker']}", f"bindAddress={host}",
+            f"listenPort={port}", f"bindAddress={host}",
             f"storePathRootDir={store}", f"storePathCommitLog={store / 'commitlog'}",
             "autoCreateTopicEnable=false",
             # RocketMQ's timer wheel (delayed messages, and pop, which the official SimpleConsumer receives by)
@@ -649,11 +733,7 @@ class LocalRocketMQ:
             "maxTransferCountOnMessageInMemory=8192", "maxTransferBytesOnMessageInMemory=8388608",
             "maxTransferCountOnMessageInDisk=8192", "maxTransferBytesOnMessageInDisk=8388608",
             *(f"{key}={value}" for key, value in self.broker_conf.items()), "",
-        ]))
-        (conf / "proxy.json").write_text(json.dumps({
-            "rocketMQClusterName": _CLUSTER, "namesrvAddr": namesrv, "localServeAddr": host,
-            "grpcServerPort": ports["proxy"], "remotingListenPort": ports["proxy_remoting"],
-        }, indent=2) + "\n")
+        ])
 
     def _start_namesrv(self, deadline: float) -> None:
         proc = self._launch("namesrv", _NAMESRV_CLASS, self.namesrv_heap,
@@ -664,9 +744,30 @@ class LocalRocketMQ:
         conf = self._home / "conf"
         proc = self._launch("proxy", _PROXY_CLASS, self.proxy_heap,
                             ["-pm", "local", "-bc", str(conf / "broker.conf"), "-pc", str(conf / "proxy.json")])
-        self._wait("proxy", proc, _PROXY_READY, self._proxy_ports(), deadline, self._broker_registered)
+        self._wait("proxy", proc, _PROXY_READY, self._proxy_ports(), deadline,
+                   lambda: self._broker_registered(0))
 
-    def _broker_registered(self) -> bool:
+    def _start_cluster(self, deadline: float) -> None:
+        """Several brokers, each in a JVM of its own, started at once (each waits about 10 s to register),
+        then the proxy in cluster mode (it makes a topic of its own on the cluster's brokers as it starts,
+        and exits if none is registered); return once every one is ready."""
+        conf = self._home / "conf"
+        launched = [self._launch_broker(i) for i in range(len(self.broker_names))]
+        for i, proc in enumerate(launched):
+            self._wait_broker(i, proc, deadline)
+        proxy = self._launch("proxy", _PROXY_CLASS, self.proxy_heap, ["-pm", "cluster", "-pc", str(conf / "proxy.json")])
+        self._wait("proxy", proxy, _PROXY_READY, self._proxy_ports(), deadline)
+
+    def _launch_broker(self, i: int) -> subprocess.Popen[bytes]:
+        name = self.broker_names[i]
+        return self._launch(name, _BROKER_CLASS, self.broker_heap, ["-c", str(self._home / "conf" / f"{name}.conf")],
+                            logback="broker", user_home=self._home / "brokers" / name)
+
+    def _wait_broker(self, i: int, proc: subprocess.Popen[bytes], deadline: float) -> None:
+        self._wait(self.broker_names[i], proc, _BROKER_READY, self._broker_ports(i), deadline,
+                   lambda: self._broker_registered(i))
+
+    def _broker_registered(self, i: int) -> bool:
         conn = Connection(self.namesrv, timeout=3.0, reconnect_s=0.0)
         try:
             reply = conn.request(GET_BROKER_CLUSTER_INFO)
@@ -674,15 +775,19 @@ class LocalRocketMQ:
             return False
         finally:
             conn.close()
-        return reply.code == 0 and f'"{self.broker_addr}"'.encode() in reply.body
+        return reply.code == 0 and f'"{self._address(_port_key(i))}"'.encode() in reply.body
 
-    def _launch(self, name: str, main_class: str, heap: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _launch(self, name: str, main_class: str, heap: str, args: list[str], logback: str | None = None,
+                user_home: Path | None = None) -> subprocess.Popen[bytes]:
         assert self._java is not None and self._lib is not None and self._shim is not None
         home = self._home
+        if user_home is not None:
+            user_home.mkdir(parents=True, exist_ok=True)
         command = [
             self._java, "-Xms16m", f"-Xmx{heap}", *_YOUNG.get(name, ()), *_JAVA_OPTS, *_OPENS,
-            f"-Drocketmq.home.dir={home}", f"-Duser.home={home}", f"-Djava.io.tmpdir={home / 'tmp'}",
-            f"-Drmq.logback.configurationFile=rmq.{name}.logback.xml",  # a resource in the jar of each server
+            f"-Drocketmq.home.dir={home}", f"-Duser.home={user_home or home}", f"-Djava.io.tmpdir={home / 'tmp'}",
+            # a resource in the jar of each server; RocketMQ's logs go to <user.home>/logs/rocketmqlogs
+            f"-Drmq.logback.configurationFile=rmq.{logback or name}.logback.xml",
             "-cp", f"{self._lib}{os.sep}*", main_class, *args,
         ]
         env = {key: value for key, value in os.environ.items()
@@ -703,7 +808,8 @@ class LocalRocketMQ:
     def _wait(self, name: str, proc: subprocess.Popen[bytes], ready_line: str, ports: list[int],
               deadline: float, registered: Callable[[], bool] | None = None) -> None:
         out = self.log_dir / f"{name}.out"
-        what = "name server" if name == "namesrv" else "proxy (with the broker)"
+        what = {"namesrv": "name server", "proxy": "proxy" if self.clustered else "proxy (with the broker)"}.get(
+            name, f"broker {name}")
         while True:
             if proc.poll() is not None:
                 raise self._failed(name, f"the RocketMQ {what} exited with code {proc.returncode} while starting")
@@ -718,7 +824,7 @@ class LocalRocketMQ:
                 waiting = [f"{ready_line!r} in {out.name}"] if not printed else []
                 waiting += [f"port {p}" for p in ports if p not in listening]
                 if printed and registered is not None and not registered():
-                    waiting.append(f"the broker {self.broker_addr} registered with the name server")
+                    waiting.append("the broker registered with the name server")
                 raise self._failed(name, f"the RocketMQ {what} was not ready within {self.start_timeout:.0f} s "
                                          f"(waiting for {', '.join(waiting) or 'nothing: it just got ready'}); "
                                          "a busy machine may need LocalRocketMQ(start_timeout=...) larger")
@@ -730,9 +836,12 @@ class LocalRocketMQ:
         if ("Address already in use" in text or "BindException" in text) and any(
                 port is None for port in self._wanted.values()):
             return _PortRace(f"{what}: a port was taken meanwhile; see {out}:\n{text}")
-        detail = self.log_dir / "rocketmqlogs" / ("namesrv.log" if name == "namesrv" else "broker.log")
+        logs = (self._home / "brokers" / name / "logs" if name in self.broker_names and self.clustered
+                else self.log_dir) / "rocketmqlogs"
+        detail = logs / {"namesrv": "namesrv.log", "proxy": "proxy.log" if self.clustered else "broker.log"}.get(
+            name, "broker.log")
         return RocketMQError(f"{what}. The end of {out}:\n{text}\nRocketMQ's own logs are in "
-                             f"{self.log_dir / 'rocketmqlogs'}; the end of {detail.name}:\n{_tail(detail, 10)}")
+                             f"{logs}; the end of {detail.name}:\n{_tail(detail, 10)}")
 
     def _end(self, name: str, grace: float) -> None:
         proc = self._procs.get(name)
@@ -787,6 +896,11 @@ class LocalRocketMQ:
                 pass
         psutil.wait_procs(alive, timeout=30)
         return [proc.pid for proc in found]
+
+
+def _port_key(i: int) -> str:
+    """The key of broker ``i``'s port in ``LocalRocketMQ.ports``: ``broker``, ``broker1``, ``broker2``, ..."""
+    return "broker" if i == 0 else f"broker{i}"
 
 
 class _PortRace(RocketMQError):

@@ -393,19 +393,41 @@ def decode_messages(data: bytes) -> list[PulledMessage]:
 
 
 # -- the calls ------------------------------------------------------------------------------------
-class Client:
-    """Connections to a cluster's name server and brokers, and the calls rstream makes."""
+def name_servers(namesrv: str) -> list[str]:
+    """The ``"host:port"`` addresses of a name server list as RocketMQ's clients take it
+    (``"a:9876;b:9876"``); raises ``BrokerError`` for one that is not ``host:port``."""
+    addrs = [addr.strip() for addr in namesrv.split(";") if addr.strip()] if isinstance(namesrv, str) else []
+    bad = [addr for addr in addrs if not re.fullmatch(r"[^\s:;]+:\d{1,5}", addr)]
+    if not addrs or bad:
+        raise BrokerError(f"namesrv must be 'host:port' of a RocketMQ name server, or several separated by ';' "
+                          f"('ns1:9876;ns2:9876'), got {namesrv!r}")
+    return addrs
 
-    def __init__(self, namesrv: str, timeout: float = 10.0) -> None:
-        self.namesrv, self.timeout = namesrv, timeout
+
+class Client:
+    """Connections to a cluster's name servers and brokers, and the calls rstream makes.
+
+    ``namesrv``: one name server ``"host:port"``, or several (``"a:9876;b:9876"``): a request goes to
+    the one that answered last, and to the next when it cannot be reached. ``reconnect_s``: how long
+    a request to a broker waits for it to be reachable again (``Connection``); a caller that looks a
+    moved broker up again asks for a short one."""
+
+    #: Seconds a request to the name servers waits for one to be reachable, trying each in turn.
+    namesrv_reconnect_s = 60.0
+
+    def __init__(self, namesrv: str, timeout: float = 10.0, reconnect_s: float = 60.0) -> None:
+        self.namesrv, self.timeout, self.reconnect_s = namesrv, timeout, reconnect_s
+        self.namesrvs = [addr.strip() for addr in namesrv.split(";") if addr.strip()] or [namesrv]
         self._conns: dict[str, Connection] = {}
         self._lock = threading.Lock()
+        self._answered = 0  # the name server that answered last (an index of ``namesrvs``)
 
-    def conn(self, addr: str) -> Connection:
+    def conn(self, addr: str, reconnect_s: float | None = None) -> Connection:
         with self._lock:
             conn = self._conns.get(addr)
             if conn is None:
-                conn = self._conns[addr] = Connection(addr, self.timeout)
+                conn = self._conns[addr] = Connection(addr, self.timeout,
+                                                      self.reconnect_s if reconnect_s is None else reconnect_s)
             return conn
 
     def close(self) -> None:
@@ -413,24 +435,54 @@ class Client:
             conn.close()
 
     # name server
+    def namesrv_call(self, code: int, ext: Mapping[str, Any] | None = None,
+                     ok: Iterable[int] = (SUCCESS,)) -> Command:
+        """A request to the name servers: the one that answered last first, then each other in turn,
+        for up to ``namesrv_reconnect_s`` seconds while none can be reached."""
+        if len(self.namesrvs) == 1:
+            return self.conn(self.namesrvs[0], self.namesrv_reconnect_s).call(code, ext, ok=ok)
+        deadline = time.monotonic() + self.namesrv_reconnect_s
+        failures: dict[str, str] = {}
+        while True:
+            first = self._answered
+            for i in range(len(self.namesrvs)):
+                at = (first + i) % len(self.namesrvs)
+                try:
+                    reply = self.conn(self.namesrvs[at], 0.0).call(code, ext, ok=ok)
+                except RemotingError as exc:
+                    if exc.code is not None:
+                        raise
+                    failures[self.namesrvs[at]] = str(exc.__cause__ or exc)
+                    continue
+                self._answered = at
+                return reply
+            if time.monotonic() > deadline:
+                said = "; ".join(f"{addr}: {why}" for addr, why in failures.items())
+                raise RemotingError(f"none of the RocketMQ name servers {self.namesrv} could be reached for "
+                                    f"{self.namesrv_reconnect_s:.0f} s ({said}): are they running?", None)
+            time.sleep(0.2)
+
     def cluster_info(self) -> dict[str, Any]:
         """``GET_BROKER_CLUSTER_INFO``: ``{"brokerAddrTable": {name: {"brokerAddrs": {id: addr}}}, ...}``."""
-        data = parse_json(self.conn(self.namesrv).call(GET_BROKER_CLUSTER_INFO).body)
+        data = parse_json(self.namesrv_call(GET_BROKER_CLUSTER_INFO).body)
         return data if isinstance(data, dict) else {}
 
     def route(self, topic: str) -> dict[str, Any] | None:
         """``GET_ROUTEINFO_BY_TOPIC``: the topic's brokers and queues, None if the name server has none."""
-        reply = self.conn(self.namesrv).call(GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, ok=(SUCCESS, TOPIC_NOT_EXIST))
+        reply = self.namesrv_call(GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, ok=(SUCCESS, TOPIC_NOT_EXIST))
         return None if reply.code == TOPIC_NOT_EXIST else parse_json(reply.body)
 
     def delete_topic_in_namesrv(self, topic: str, cluster: str | None = None) -> None:
-        self.conn(self.namesrv).call(DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster})
+        self.namesrv_call(DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster})
 
     # broker
-    def create_topic(self, broker: str, topic: str, queues: int, attributes: str | None = None) -> None:
+    def create_topic(self, broker: str, topic: str, queues: int, attributes: str | None = None,
+                     perm: int = 6) -> None:
+        """``UPDATE_AND_CREATE_TOPIC`` on one broker: ``queues`` read and write queues; ``perm``
+        RocketMQ's permission bits (6: read and write, 4: read only)."""
         self.conn(broker).call(UPDATE_AND_CREATE_TOPIC, {
             "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
-            "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
+            "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False,
             "attributes": attributes})
 
     def topic_configs(self, broker: str) -> dict[str, dict[str, Any]]:
@@ -540,7 +592,7 @@ class Client:
             "consumerGroup": group, "topic": topic, "queueId": queue, "commitOffset": offset})
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"namesrv": self.namesrv, "timeout": self.timeout}
+        return {"namesrv": self.namesrv, "timeout": self.timeout, "reconnect_s": self.reconnect_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["namesrv"], state["timeout"])  # type: ignore[misc]
+        self.__init__(state["namesrv"], state["timeout"], state.get("reconnect_s", 60.0))  # type: ignore[misc]

@@ -23,11 +23,17 @@ BROKERS: dict[str, Callable[[Path, bool], Broker]] = {
                     "compact_delete_retention_ms": 0} if compacting else {})),
 }
 BROKERS["rocketmq"] = lambda folder, compacting: _session_rocketmq().broker()
+#: A RocketMQ cluster of two brokers: every topic the suite makes has queues on both (the decision log
+#: on broker-a), so every append of several queues writes across brokers.
+BROKERS["rocketmq-2"] = lambda folder, compacting: _session_rocketmq("rocketmq-2").broker()
+
+#: The session fixture (tests/support/rocketmq.py) that starts each server kind on first use.
+_FIXTURES = {"rocketmq": "local_rocketmq", "rocketmq-2": "rocketmq_cluster"}
 
 
-def _session_rocketmq() -> Any:
-    """The test session's ``LocalRocketMQ`` (tests/support/rocketmq.py), started on first use."""
-    return _SESSION["rocketmq"]
+def _session_rocketmq(kind: str = "rocketmq") -> Any:
+    """The test session's ``LocalRocketMQ`` of ``kind`` (tests/support/rocketmq.py), started on first use."""
+    return _SESSION[kind]
 
 
 _SESSION: dict[str, Any] = {}
@@ -35,10 +41,10 @@ _SESSION: dict[str, Any] = {}
 
 @pytest.fixture(autouse=True)
 def _rocketmq_when_asked(request: Any) -> None:
-    """A conformance test of the ``rocketmq`` kind gets the session's RocketMQ (started on first use)."""
+    """A conformance test of a RocketMQ kind gets the session's RocketMQ of that kind (started on first use)."""
     factory = request.node.funcargs.get("broker_factory")
-    if factory is not None and factory.kind == "rocketmq" and "rocketmq" not in _SESSION:
-        _SESSION["rocketmq"] = request.getfixturevalue("local_rocketmq")
+    if factory is not None and factory.kind in _FIXTURES and factory.kind not in _SESSION:
+        _SESSION[factory.kind] = request.getfixturevalue(_FIXTURES[factory.kind])
 
 
 class BrokerFactory:
@@ -62,7 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: A broker kind that starts a server is an end-to-end test (the rest of the suite is unit).
-_E2E = {"rocketmq"}
+_E2E = set(_FIXTURES)
 
 
 @pytest.fixture(scope="module", params=[pytest.param(kind, marks=pytest.mark.e2e) if kind in _E2E else kind

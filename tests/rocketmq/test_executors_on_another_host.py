@@ -1,11 +1,11 @@
 """Beyond one machine: Spark's executors on another host, reading and writing RocketMQ over the network.
 
 The other host is a network namespace the test makes (``tests/support/netns.py``): an address of its
-own (10.210.X.2), joined to this one (10.210.X.1) by a veth pair. RocketMQ (a ``LocalRocketMQ``) and the
-Spark master listen on 10.210.X.1 only; the one Spark worker, and so its executor and the executor's
+own (10.210.X.2), joined to this one (10.210.X.1) by a veth pair. RocketMQ (a ``LocalRocketMQ`` of two
+brokers, so the job's topics have queues on both) and the Spark master listen on 10.210.X.1 only; the one Spark worker, and so its executor and the executor's
 Python workers, run inside the namespace. A driver in a subprocess (the test session may hold a
 local SparkContext, and a process holds one) runs a keyed word count on ``RocketMQBroker``: exact
-counts, every task inside the namespace. The same job on an ``EmbeddedBroker`` (a SQLite file the executors could not reach on a
+counts, every task inside the namespace, ranges read from both brokers' queues. The same job on an ``EmbeddedBroker`` (a SQLite file the executors could not reach on a
 real other host) fails at once with an error that names ``RocketMQBroker``, never reading nothing.
 Afterwards no process, namespace or veth is left.
 """
@@ -101,7 +101,8 @@ _DRIVER = textwrap.dedent("""
     job.stop()
     state = job.state()
     counts = {w: [int(v) for v in vs] for w, vs in sink_values(broker, "counts").items()}
-    result = {"probes": probes, "rows": rows, "counts": counts, "state": dict(zip(state["key"], state["value"]))}
+    result = {"probes": probes, "rows": rows, "counts": counts, "state": dict(zip(state["key"], state["value"])),
+              "brokers": {t: [b for b, _ in broker.queue_ids(t)] for t in {row["topic"] for row in rows}}}
     lap("stop, state and sink")
 
     embedded = EmbeddedBroker(ctl / "embedded")
@@ -138,7 +139,7 @@ def test_executors_on_another_host_count_exactly_on_rocketmq_and_refuse_an_embed
         second_host: Namespace, tmp_path: Path) -> None:
     ns = second_host
     began = time.monotonic()
-    mq = LocalRocketMQ(tmp_path / "rocketmq", host=ns.host_ip)
+    mq = LocalRocketMQ(tmp_path / "rocketmq", host=ns.host_ip, brokers=2, broker_conf={"timerWheelEnable": "false"})
     cluster = LocalCluster(workers=1, work_dir=tmp_path / "cluster", host=ns.host_ip, worker_host=ns.ns_ip,
                            worker_prefix=ns.prefix)
     control = tmp_path / "control"
@@ -181,6 +182,9 @@ def test_executors_on_another_host_count_exactly_on_rocketmq_and_refuse_an_embed
     assert "sentences" in {r["topic"] for r in rows} and len({r["topic"] for r in rows}) > 1  # source and shuffle
     assert all(r["executor"].startswith("executor-") for r in rows), rows
     assert {(r["netns"], r["jvm_netns"]) for r in rows} == {(ns.inode, ns.inode)}, rows
+    # ...from both brokers: the source's and the shuffle's queues are on broker-a and broker-b
+    for topic in {r["topic"] for r in rows}:
+        assert {result["brokers"][topic][r["queue"]] for r in rows if r["topic"] == topic} == {"broker-a", "broker-b"}
 
     # exact: each word's running counts 1, 2, ..., n, each once, in order
     words = Counter(w for r in range(ROUNDS) for s in sentences(r) for w in s.split())

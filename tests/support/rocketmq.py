@@ -7,6 +7,13 @@ Tests that stop RocketMQ start their own LocalRocketMQ: the shared one must stay
 shared broker's JVM and starts it again at once (tests/rocketmq/test_jobs_on_rocketmq.py): a broker with
 the history of the tests before it, whose deleted topics a crash recovery brings back
 (tests/rocketmq/test_topic_incarnations.py).
+
+``rocketmq_cluster``: a second one, of two brokers (``broker-a``, ``broker-b``, each its own JVM, and the
+proxy in cluster mode), also started once on first use, for the tests of topics across brokers
+(tests/rocketmq/test_cluster.py, the ``rocketmq-2`` kind of tests/broker/test_conformance.py). Its timer
+wheel is off (a fifth of a core per broker; only the official client's consumer needs it, and these
+tests only produce with it). A test that kills one of its brokers asks for ``healthy_cluster`` too,
+which starts every broker that is down after it.
 """
 
 from __future__ import annotations
@@ -32,6 +39,26 @@ def local_rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRo
         yield mq
     finally:
         mq.stop()
+
+
+@pytest.fixture(scope="session")
+def rocketmq_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRocketMQ]:
+    """One two-broker LocalRocketMQ (name server, broker-a, broker-b, proxy; 127.0.0.1) shared by the session."""
+    mq = LocalRocketMQ(tmp_path_factory.mktemp("rocketmq-cluster"), brokers=2,
+                       broker_conf={"timerWheelEnable": "false"}).start()
+    try:
+        yield mq
+    finally:
+        mq.stop(grace=3.0)  # its store is thrown away: no need to wait the proxy's 12 s of clean shutdown
+
+
+@pytest.fixture
+def healthy_cluster(rocketmq_cluster: LocalRocketMQ) -> Iterator[LocalRocketMQ]:
+    """The two-broker cluster, every broker of it started again after the test (one it killed)."""
+    yield rocketmq_cluster
+    for i in range(len(rocketmq_cluster.broker_names)):
+        if not rocketmq_cluster.broker_alive(i):
+            rocketmq_cluster.start_broker(i)
 
 
 def listening(pid: int) -> set[tuple[str, int]]:
