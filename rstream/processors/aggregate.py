@@ -13,9 +13,10 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rstream.processors.base import Partial, Processor, StreamContext
+from rstream.processors.base import Processor, StreamContext
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.fold import (
+    Accumulated,
     Accumulator,
     AccumulatorFold,
     AvgFold,
@@ -39,7 +40,7 @@ __all__ = ["AGGREGATE", "AVG", "COUNT", "MAX", "MIN", "SUM", "Accumulator", "Agg
 class AggregateProcessor(Processor):
     """One keyed aggregation on one shuffle queue, folding with ``fold``. With ``per_batch``
     (``aggregate_emit="batch"``) a key's result is emitted once per batch, at its end, instead of
-    for every input record; its input may then hold ``Partial`` results combined before the shuffle."""
+    for every input record; its input may then hold ``Accumulated`` values folded before the shuffle."""
 
     emits_results = True
 
@@ -69,7 +70,7 @@ class AggregateProcessor(Processor):
                 acc = self.store.get(self.name, key)
                 if acc is MISSING:
                     acc = self.fold.initial()
-            if type(value) is Partial:
+            if type(value) is Accumulated:
                 acc = self.fold.merge(acc, value.acc)
             else:
                 acc = self._step(acc, value)
@@ -85,7 +86,7 @@ class AggregateProcessor(Processor):
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
         # a count that emits every update (it cannot raise): the counts at once, handed on as a
         # chunk; anything else (user folds, partials, per-batch emission) record by record
-        if self.per_batch or not self.fold.counts or Partial in set(map(type, chunk.values)):
+        if self.per_batch or not self.fold.counts or Accumulated in set(map(type, chunk.values)):
             plan.each(chunk, self.process)
             return
         cache, get, name, keys = self.cache, self.store.get, self.name, chunk.keys

@@ -14,12 +14,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from rstream.broker.batch import BodyRecords
 from rstream.enums import TextEnum
 from rstream.errors import RStreamError
 from rstream.processors.metrics import OperatorMetrics
-from rstream.serde.batches import FrameRecords, ItemRecords
-from rstream.serde.codec import MARSHAL_VERSION, encode
 from rstream.settings import DEFAULTS, JobProperties
 from rstream.time.watermark import NO_WATERMARK
 
@@ -27,7 +24,6 @@ if TYPE_CHECKING:
     from rstream.broker.base import RecordBlock
     from rstream.processors.chunk import Chunk, ChunkedPipeline
     from rstream.processors.watermarks import OperatorWatermark
-    from rstream.shuffle.wire import WindowPartial
     from rstream.state.store import StateStore
 
 
@@ -145,22 +141,26 @@ class Frame(NamedTuple):
 NO_FRAME = Frame(NO_WATERMARK, "", -1, 0)
 
 
-class Partial:
-    """A value that is already a partial aggregate (a batch's fold of one key's values, combined
-    before the shuffle), not an input value: the aggregation merges it instead of adding it."""
-
-    __slots__ = ("acc",)
-
-    def __init__(self, acc: Any) -> None:
-        self.acc = acc
-
-    def __repr__(self) -> str:
-        return f"Partial({self.acc!r})"
-
-
 #: One on-time record of a source range as its shuffle sink saw it: (source offset, value, data time,
 #: its source queue's watermark then).
 SourceRecord = tuple[int, Any, Any, int]
+
+
+class CountsByWindow(Protocol):
+    """What a window count takes at once instead of records (``take_partial``): a source range's
+    on-time records of one key counted per window start, their data times, and where they came from
+    (the producer ``topic/queue/shuffle sink``, the source range ``[source_start, source_end)`` and its
+    watermark before it, the join side), so the records can be found again. How it travels is the
+    shuffle's business (``rstream.shuffle.wire``)."""
+
+    starts: list[Any]
+    counts: list[int]
+    times: list[Any]
+    producer: str
+    source_start: int
+    source_end: int
+    watermark: int
+    side: int
 
 
 class LateCause(TextEnum):
@@ -235,9 +235,9 @@ class StreamContext:
     #: The range of the input queue being processed, ``[range_start, range_end)`` (-1: not known).
     range_start: int = -1
     range_end: int = -1
-    #: The records a ``WindowPartial`` counted, per key, found again by running its source range once
+    #: The records a window count's ``CountsByWindow`` counted, per key, found again by running its source range once
     #: more (set by the task; ``rstream.runtime.queue_run.QueueRun.source_records``).
-    source_records: Callable[[WindowPartial], dict[Any, list[SourceRecord]]] | None = None
+    source_records: Callable[[CountsByWindow], dict[Any, list[SourceRecord]]] | None = None
     #: Whether combine nodes combine (False: a range run again to find the records a partial holds,
     #: each of them then goes on alone).
     combine: bool = True
@@ -246,7 +246,7 @@ class StreamContext:
     observer: Observer | None = None
 
     def __post_init__(self) -> None:
-        self.outputs: dict[tuple[str, int], Any] = {}  # lists, ItemRecords (``item_output``), FrameRecords, BodyRecords
+        self.outputs: dict[tuple[str, int], Any] = {}  # lists, or columns its writer keeps (``columns_output``)
         self.errors: list[dict[str, Any]] = []
         self.printed: list[str] = []
         self.frame = NO_FRAME  # what the current record of a framed shuffle topic carried
@@ -327,27 +327,10 @@ class StreamContext:
             out = self.outputs[key] = [] if self.make_output is None else self.make_output(topic, queue)
         return out
 
-    def item_output(self, topic: str, queue: int) -> list[Any] | ItemRecords:
-        """Like ``output``, for records whose bodies are ``encode(item)`` (shuffle records): an
-        ``ItemRecords`` that a shuffle sink fills with ``add(key, item, born)``, so each body is
-        encoded with its stored batch, not one by one. While a range is re-executed
-        (``make_output``), the plain list of ``output``."""
-        return self._kept_output(topic, queue, lambda: ItemRecords(encode, MARSHAL_VERSION))
-
-    def frame_output(self, topic: str, queue: int) -> list[Any] | FrameRecords:
-        """Like ``output``, for records whose bodies are ``encode(frame)`` (a framed shuffle sink's):
-        a ``FrameRecords`` that keeps the frames in parts, as columns. While a range is re-executed
-        (``make_output``), or where another writer made the plain list first, that list."""
-        return self._kept_output(topic, queue, lambda: FrameRecords(encode, MARSHAL_VERSION))
-
-    def body_output(self, topic: str, queue: int) -> list[Any] | BodyRecords:
-        """Like ``output``, kept as columns (``BodyRecords``) for a sink to fill: unless the range is
-        re-executed (``make_output``) or another writer made the plain list first."""
-        return self._kept_output(topic, queue, BodyRecords)
-
-    def _kept_output(self, topic: str, queue: int, make: Callable[[], Any]) -> Any:
-        """The output of ``topic``/``queue``: the one already made, else ``make()``'s, else (a range
-        re-executed with ``make_output``) the plain list of ``output``."""
+    def columns_output(self, topic: str, queue: int, make: Callable[[], Any]) -> Any:
+        """Like ``output``, kept as columns by the writer that fills it: the output of ``topic``/``queue``
+        already made, else ``make()``'s (a sink's ``BodyRecords``, a shuffle sink's items or frames),
+        else (a range re-executed with ``make_output``) the plain list of ``output``."""
         key = (topic, queue)
         out = self.outputs.get(key)
         if out is None and self.make_output is None:

@@ -36,6 +36,19 @@ class Accumulator(Generic[V, A, R]):
         return cast(R, acc)
 
 
+class Accumulated:
+    """A value that is already an accumulator of the fold (a source range's values of one key folded
+    before the shuffle): an aggregation merges it (``Fold.merge``) instead of adding it."""
+
+    __slots__ = ("acc",)
+
+    def __init__(self, acc: Any) -> None:
+        self.acc = acc
+
+    def __repr__(self) -> str:
+        return f"Accumulated({self.acc!r})"
+
+
 class Fold(ABC):
     """Base of the folds. ``fn`` picks what a record contributes; None: the value itself.
 

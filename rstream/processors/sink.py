@@ -34,7 +34,7 @@ class SinkProcessor(Processor):
 
     def open(self, ctx: Any) -> None:
         super().open(ctx)
-        self._outs = [ctx.body_output(self.topic, q) for q in range(self.queues)]
+        self._outs = [ctx.columns_output(self.topic, q, BodyRecords) for q in range(self.queues)]
         self._keyless = self._outs[ctx.queue % self.queues]
         self._routes: dict[Any, tuple[list[Any], Any]] = {}  # key -> (its queue's output, message key)
         #: key -> the appends of its queue's columns and its message key (outputs kept as columns)

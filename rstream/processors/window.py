@@ -37,7 +37,7 @@ from rstream.time.windows import (
 )
 
 if TYPE_CHECKING:
-    from rstream.shuffle.wire import WindowPartial
+    from rstream.processors.base import CountsByWindow
 
 #: Pending windows listed per operator and queue in the progress (for "why has it not fired?").
 MAX_PENDING = 20
@@ -250,7 +250,7 @@ class WindowAggregateProcessor(WindowedOperator):
         self.records_in += len(chunk.offsets)
         self._add_counts(added.items())
 
-    def take_partial(self, key: Any, partial: WindowPartial) -> None:
+    def take_partial(self, key: Any, partial: CountsByWindow) -> None:
         """A source range's on-time records of ``key``, counted per window before the shuffle
         (``rstream.shuffle.combine.WindowCountCombiner``): each window's count added at once, as
         ``take_chunk`` adds a chunk's. Where a window already fired, its records are found again
@@ -276,7 +276,7 @@ class WindowAggregateProcessor(WindowedOperator):
                     open_window(wk)
             cache[wk] = acc + n
 
-    def _late_in_partial(self, key: Any, partial: WindowPartial, fired: list[Any]) -> None:
+    def _late_in_partial(self, key: Any, partial: CountsByWindow, fired: list[Any]) -> None:
         """Report late the records ``partial`` counted in the windows starting at ``fired`` (each
         already fired): found again by the task (``StreamContext.source_records``), in their order,
         each with its own source offset and watermark. Records that running the range again did not

@@ -16,6 +16,7 @@ from typing import Any
 from rstream.broker.base import CommitTag, ReadRecord, RecordBlock, blocks_of, read_blocks
 from rstream.processors.base import (
     END_OF_BATCH,
+    CountsByWindow,
     Observer,
     Processor,
     RecordError,
@@ -27,7 +28,6 @@ from rstream.processors.rewrites import CHUNKS
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark, finite
 from rstream.runtime.config import TaskConfig
 from rstream.shuffle import wire
-from rstream.shuffle.wire import WindowPartial
 from rstream.state.store import StateStore
 from rstream.time.watermark import NO_WATERMARK
 
@@ -200,7 +200,7 @@ class QueueRun:
         )
         return records, info
 
-    def source_records(self, partial: WindowPartial) -> dict[Any, list[SourceRecord]]:
+    def source_records(self, partial: CountsByWindow) -> dict[Any, list[SourceRecord]]:
         """The on-time records ``partial`` counted and the others of its source range that came to
         this queue, per key, in order, as its shuffle sink saw them: the range run again through its
         pipeline alone, windows not combined, nothing written (the records it would have shuffled
@@ -215,13 +215,7 @@ class QueueRun:
                          make_output=lambda _topic, _queue: [], only=sink, source_watermarks={sink: partial.watermark},
                          combine=False)
         again.feed_blocks(read_blocks(cfg.broker, topic, queue, partial.source_start, partial.source_end))
-        found = {}
-        for kb, body, ts, headers, _tags in again.ctx.outputs.get((self.topic, self.queue), ()):
-            record = wire.decode(kb, body, headers, framed=True)
-            if not isinstance(record, wire.FramedRecord):
-                continue
-            if record.producer == partial.producer and ts >= record.watermark:  # on time (a late one came alone)
-                found.setdefault(record.key, []).append((record.source_offset, record.value, ts, record.watermark))
+        found = wire.on_time_by_key(again.ctx.outputs.get((self.topic, self.queue), ()), partial.producer)
         self._found[(partial.producer, partial.source_start)] = found
         return found
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from rstream.graph.topology import STATE_TOPIC_SUFFIX, Topology
 from rstream.processors.base import DLQ_ERROR
-from rstream.processors.watermarks import finite
 from rstream.serde.codec import decode
 from rstream.shuffle import wire
 from rstream.state.store import DELETE_HEADER, is_bookkeeping, is_timer, split_state_key, unframe
@@ -90,30 +89,9 @@ def decode_message(role: TopicRole, key: Any, body: bytes, headers: Any = None) 
 
 def _shuffle(role: TopicRole, key: Any, body: bytes, headers: dict[str, str]) -> Decoded:
     record = wire.decode(key if isinstance(key, bytes) and key else None, body, headers, role.framed or None)
-    k = record.key if isinstance(key, bytes) and key else key
-    if isinstance(record, wire.Marker):
-        return Decoded("watermark", None, record.watermark,
-                       {"producer": record.producer, "active_ms": record.active_ms,
-                        **({"behind": True} if record.behind else {})})
-    if isinstance(record, wire.Tick):
-        return Decoded("flush tick" if record.flush else "idle tick", None, None, {"tick_ms": record.tick_ms})
-    if isinstance(record, wire.WindowCounts) and record.partial is not None:
-        p = record.partial  # a source range's on-time records of one key, counted per window
-        return Decoded("partial", k, record.describe(), {
-            "records": record.records, "counts": dict(zip(p.starts, p.counts)), "times": record.times,
-            "producer": p.producer, "source_offsets": f"{p.source_start}..{p.source_end}",
-            "watermark": finite(p.watermark)})
-    if isinstance(record, wire.RecordsPartial):  # a range's records of one key, before a count of every update
-        return Decoded("partial", k, record.describe(), {"records": record.records, "times": record.times})
-    if isinstance(record, wire.FoldPartial):  # a range's values of one key folded (aggregate_emit="batch")
-        return Decoded("partial", k, record.describe(), {"records": record.records, "accumulator": record.accumulator})
-    if isinstance(record, wire.FramedRecord):
-        detail = {"watermark": record.watermark, "producer": record.producer, "source_offset": record.source_offset}
-        if record.side:
-            detail["side"] = "right"
-        return Decoded("data", k, record.value, detail)
-    assert isinstance(record, wire.Record)
-    return Decoded("data", k, record.value)
+    kind, keyed, value, detail = record.shown()
+    k = (record.key if isinstance(key, bytes) and key else key) if keyed else None
+    return Decoded(kind, k, value, detail)
 
 
 def _state(key: Any, body: bytes, headers: dict[str, str]) -> Decoded:

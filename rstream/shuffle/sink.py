@@ -51,6 +51,14 @@ def running_marks(times: list[Any], lateness: int, watermark: int) -> list[Any]:
     return marks
 
 
+def _frames() -> FrameRecords:
+    return FrameRecords(encode, MARSHAL_VERSION)
+
+
+def _items() -> ItemRecords:
+    return ItemRecords(encode, MARSHAL_VERSION)
+
+
 class ShuffleSinkProcessor(Processor):
     """Sends each record to the shuffle topic queue chosen by a stable hash of its serialized key,
     so every record of a key meets the same aggregate, in whatever process it runs.
@@ -87,11 +95,14 @@ class ShuffleSinkProcessor(Processor):
         super().open(ctx)
         self.records_out = 0  # the input records this batch's shuffle records stand for (markers: none)
         self.from_source = ctx.watermarks is None  # in a shuffle pipeline, time comes from upstream
+        # a framed sink keeps its frames in parts, as columns (``FrameRecords``); a deferred one its values
+        # as items (``ItemRecords``): each encoded with its stored batch, not one by one here
         if self.framed:
-            self._outs = [ctx.frame_output(self.topic, q) for q in range(self.queues)]
+            self._outs = [ctx.columns_output(self.topic, q, _frames) for q in range(self.queues)]
+        elif self.defer:
+            self._outs = [ctx.columns_output(self.topic, q, _items) for q in range(self.queues)]
         else:
-            output = ctx.item_output if self.defer else ctx.output
-            self._outs = [output(self.topic, q) for q in range(self.queues)]
+            self._outs = [ctx.output(self.topic, q) for q in range(self.queues)]
         self._deferred = all(isinstance(out, ItemRecords) for out in self._outs)
         #: every queue's output keeps frames as columns (``FrameRecords``): a chunk goes in as columns
         self._fielded = self.framed and all(type(out) is FrameRecords for out in self._outs)

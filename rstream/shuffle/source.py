@@ -11,8 +11,9 @@ from itertools import repeat
 from typing import Any, Protocol, cast
 
 from rstream.broker.base import RecordBlock
-from rstream.processors.base import Frame, Partial, Processor, RecordError
+from rstream.processors.base import Frame, Processor, RecordError
 from rstream.processors.chunk import Chunk
+from rstream.processors.fold import Accumulated
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import SOURCE_STYLE, OperatorSpec, Role, register
 from rstream.serde.batches import Fields
@@ -26,9 +27,9 @@ _loads = marshal.loads
 
 
 def _shuffled_value(body: bytes, headers: dict[str, str] | None) -> Any:
-    """The value of an unframed shuffle record: a partial aggregate (``Partial``) or a value."""
+    """The value of an unframed shuffle record: a fold partial's accumulator (``Accumulated``) or a value."""
     if headers is not None and PARTIAL_HEADER in headers:  # a fold partial: (accumulator, records)
-        return Partial(decode(body)[0])
+        return Accumulated(decode(body)[0])
     return _loads(body) if body[0] != PICKLE_MARK else decode(body)
 
 

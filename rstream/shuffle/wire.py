@@ -99,6 +99,10 @@ class ShuffleRecord:
         """What it is, in a learner's words."""
         return f"one record of key {self.key!r}"
 
+    def shown(self) -> tuple[str, bool, Any, dict[str, Any]]:
+        """How a topic browser shows it: its kind in words, whether it has a key, its value, details."""
+        return "data", True, getattr(self, "value", None), {}
+
 
 @dataclass(frozen=True)
 class Record(ShuffleRecord):
@@ -118,6 +122,13 @@ class FramedRecord(ShuffleRecord):
     producer: str = ""
     source_offset: int = -1
     side: int = 0
+
+    def shown(self) -> tuple[str, bool, Any, dict[str, Any]]:
+        detail: dict[str, Any] = {"watermark": self.watermark, "producer": self.producer,
+                                  "source_offset": self.source_offset}
+        if self.side:
+            detail["side"] = "right"
+        return "data", True, self.value, detail
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,9 @@ class FoldPartial(_Partial):
     def records(self) -> int:
         return self.count
 
+    def shown(self) -> tuple[str, bool, Any, dict[str, Any]]:
+        return "partial", True, self.describe(), {"records": self.records, "accumulator": self.accumulator}
+
 
 @dataclass(frozen=True)
 class RecordsPartial(_Partial):
@@ -153,6 +167,9 @@ class RecordsPartial(_Partial):
     data times, in order; the count emits an update for each, as if each had come alone."""
 
     kind = "records partial"
+
+    def shown(self) -> tuple[str, bool, Any, dict[str, Any]]:
+        return "partial", True, self.describe(), {"records": self.records, "times": self.times}
 
 
 @dataclass(frozen=True)
@@ -167,6 +184,15 @@ class WindowCounts(_Partial):
         p = self.partial
         where = f" from {p.producer} offsets {p.source_start}..{p.source_end}" if p else ""
         return f"{super().describe()}{where}, counted per window"
+
+    def shown(self) -> tuple[str, bool, Any, dict[str, Any]]:
+        p = self.partial
+        if p is None:
+            return "partial", True, self.describe(), {"records": self.records, "times": self.times}
+        return "partial", True, self.describe(), {
+            "records": self.records, "counts": dict(zip(p.starts, p.counts)), "times": self.times,
+            "producer": p.producer, "source_offsets": f"{p.source_start}..{p.source_end}",
+            "watermark": None if p.watermark <= NO_WATERMARK else p.watermark}
 
 
 @dataclass(frozen=True)
@@ -188,6 +214,14 @@ class Marker(ShuffleRecord):
     def describe(self) -> str:
         return f"watermark {self.watermark} of {self.producer}" + (" (end of its input)" if self.flush else "")
 
+    def shown(self) -> tuple[str, bool, Any, dict[str, Any]]:
+        detail: dict[str, Any] = {"producer": self.producer, "active_ms": self.active_ms}
+        if self.behind:
+            detail["behind"] = True
+        if self.flush:
+            detail["end_of_input"] = True
+        return "watermark", False, self.watermark, detail
+
 
 @dataclass(frozen=True)
 class Tick(ShuffleRecord):
@@ -204,6 +238,9 @@ class Tick(ShuffleRecord):
 
     def describe(self) -> str:
         return "flush tick (every producer idle)" if self.flush else f"idle tick at {self.tick_ms}"
+
+    def shown(self) -> tuple[str, bool, Any, dict[str, Any]]:
+        return "flush tick" if self.flush else "idle tick", False, None, {"tick_ms": self.tick_ms}
 
 
 def decode(key: bytes | None, body: bytes, headers: Mapping[str, str] | None, framed: bool | None = None) -> ShuffleRecord:
@@ -232,6 +269,18 @@ def decode(key: bytes | None, body: bytes, headers: Mapping[str, str] | None, fr
         inner, wm, producer, source_offset, side = value
         return FramedRecord(k, inner, wm, producer, source_offset, side)
     return Record(k, value)
+
+
+def on_time_by_key(records: Iterable[tuple[Any, ...]], producer: str) -> dict[Any, list[tuple[int, Any, Any, int]]]:
+    """Of the framed records a source range wrote to one queue (``(key, body, data time, headers,
+    tags)``, as a shuffle sink appends them), those ``producer`` sent on time, per key in order: ``(source
+    offset, value, data time, watermark)`` (a late one came alone, not in a window count's partial)."""
+    found: dict[Any, list[tuple[int, Any, Any, int]]] = {}
+    for kb, body, ts, headers, _tags in records:
+        record = decode(kb, body, headers, framed=True)
+        if isinstance(record, FramedRecord) and record.producer == producer and ts >= record.watermark:
+            found.setdefault(record.key, []).append((record.source_offset, record.value, ts, record.watermark))
+    return found
 
 
 def _int(text: str | None) -> int | None:
