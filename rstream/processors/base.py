@@ -346,14 +346,30 @@ def _drop(key: Any, value: Any, ts: int) -> None:
 
 
 class Processor:
-    """A real node's processor for one queue. Subclasses implement ``process``; stateful ones
-    also ``flush`` (stage their changed keys in the store at the end of the batch). Each kind of
-    processor is made by its ``OperatorSpec`` (``rstream.processors.spec``), declared beside it.
+    """A real node's processor for one queue. Each kind is made by its ``OperatorSpec``
+    (``rstream.processors.spec``), declared beside it; a new operator is a module of this package
+    with its processor and its spec (``rstream.processors.catalog`` finds it).
 
-    Chunked execution (``rstream.processors.chunk``): a ``pure`` processor also implements
-    ``chunk`` (the same work over a whole chunk, changing nothing, raising where ``process`` would);
-    a root that can read a chunk of records (``chunked_root``) implements ``chunk_of``; any
-    processor may override ``take_chunk`` to take a chunk's items faster than one by one."""
+    The contract, in the order a task calls it (``rstream.runtime.queue_run.QueueRun``):
+
+    1. ``open(ctx)`` before the batch's first record: ``ctx`` (a ``StreamContext``) is the range, the
+       state store, the outputs and the settings. A timed operator appends itself to
+       ``ctx.time_operators``.
+    2. ``process(key, value, ts)`` per record, in the queue's order; results go on through
+       ``self.forward(key, value, ts)``. User code that raises is ``ctx.record_error(...)`` raised.
+    3. ``on_watermark(watermark)`` (timed operators) whenever the operator watermark may have moved: at a
+       marker, an idle tick, a record that raised its producer's watermark, and the batch's end. Fire
+       what is due, in data-time order; never depend on where the batch ended (the rule of
+       ``rstream.processors.ordered``: results are a function of the records, not of batch cuts).
+    4. ``flush()`` after the last record: stage what changed in the store (persisted with the batch's
+       one tagged commit).
+    5. ``metrics()``: what it did, typed.
+
+    Everything else is optional and declared: speed paths (``pure`` with ``chunk``, ``chunked_root``
+    with ``chunk_of``/``chunk_done``, ``take_chunk``, ``writes_chunks`` with ``bodies``/``append``),
+    each taken only where its rewrite is named (``rstream.processors.rewrites``); and what a trace
+    needs (``emits_results``, ``fires_windows``, ``results_later``, ``result_of``, ``staged``). An
+    operator never names another's class: it asks these."""
 
     #: Whether ``chunk`` may run this processor over many records at once: no state, no side effect.
     pure = False
