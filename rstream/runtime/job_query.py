@@ -419,8 +419,9 @@ class QueryDriver:
                 if q.topic in self.core.topology.source_topics and q.records_in:
                     self._last_input_ms = time.time_ns() // 1_000_000
                 if q.topic in self.core.topology.framed_topics:
-                    self._open_windows[(q.topic, q.queue)] = sum(  # timers too: ticks fire them
-                        op.windows_open + op.timers_pending for op in q.operators.values())
+                    # timers and held records too: ticks fire them, and take what an idle stream holds
+                    self._open_windows[(q.topic, q.queue)] = sum(
+                        op.windows_open + op.timers_pending + op.held for op in q.operators.values())
         self.progress_log.notify(progress)
 
     def _raise_fatal(self, infos: list[dict[str, Any]], batch_id: int) -> None:

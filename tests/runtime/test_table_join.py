@@ -93,3 +93,23 @@ def test_a_table_s_changelog_on_spark(broker: EmbeddedBroker, make_job: Any) -> 
     make_job(changelog_job(job_id("changes"))).run_until_idle()
     assert changelog(broker) == {"a": [(1000, 2), (1002, None), (1005, 5)], "b": [(1001, 3), (1003, None)],
                                  "c": [(1004, 7), (1007, 8)], "x": [(1006, None)]}
+
+
+def test_a_running_join_takes_what_it_holds_once_its_sources_are_idle(broker: EmbeddedBroker, make_job: Any) -> None:
+    """A started job's join holds each record until the watermark passes it; when no more input comes,
+    its idle ticks declare the sources idle and it takes the rest: every order is enriched without
+    another record to move time on."""
+    broker.create_topic("prices", queues=1)
+    broker.create_topic("orders", queues=2)
+    job = make_job(timed_table_job(job_id("idle-join"), "left"), idle_timeout_ms=600, trigger_interval_ms=100)
+    job.start()
+    try:
+        t = 1_700_000_000_000
+        broker.send_batch("prices", [json.dumps({"k": "a", "v": 5, "ts": t})])
+        orders = [{"k": "a", "n": i, "ts": t + 1000 * i} for i in range(1, 7)]
+        broker.send_batch("orders", [json.dumps(o) for o in orders])
+        job.wait_for(lambda j: len(emitted(broker, "out").get("a", [])) == len(orders), timeout=120,
+                     what="every order enriched")
+    finally:
+        job.stop()
+    assert sorted(emitted(broker, "out")["a"]) == [[o["n"], 5] for o in orders]
