@@ -170,7 +170,9 @@ class ProcessContext:
 
     @property
     def watermark(self) -> int | None:
-        """The operator watermark (epoch ms; None before any): event-time timers up to it have fired."""
+        """The event time the operator has reached (epoch ms; None before any): the time of the record
+        or timer being handled, or later for a record that was late where it was read. Every timer up
+        to it has fired, and no record earlier than it comes after (but such a late one)."""
         return finite(self._watermark)
 
     def current_processing_time(self) -> int:
