@@ -615,18 +615,11 @@ class RocketMQBroker:
         """Wait until a reader sees the queue reach ``end``: RocketMQ acknowledges a send once it is in
         the commit log and makes it readable a moment later (its reput service); after this, what
         this broker object wrote reads back, here and in any other process."""
-        deadline = time.monotonic() + self.timeout
-        pause = 0.0005
-        while self._max_offset(topic, queue) < end:
-            if time.monotonic() > deadline:
-                raise BrokerError(f"RocketMQ acknowledged records of {topic.info.name}/{queue} "
-                                  f"({label(topic.queue_ids[queue])}) up to offset {end} but did not make them "
-                                  f"readable within {self.timeout} s")
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
+        self._await_ends(topic, [queue], [end])
 
     def _await_ends(self, topic: _Topic, queues: Sequence[int], ends: Sequence[int]) -> None:
-        """``_await`` for several queues of a topic: one request per broker and look (``_raw_ends``)."""
+        """``_await`` for several queues of a topic: one request per broker and look (``_raw_ends``: one
+        ``GET_MAX_OFFSET`` for a broker's one queue)."""
         deadline = time.monotonic() + self.timeout
         pause = 0.0005
         while any(now < end for now, end in zip(self._raw_ends(topic, queues), ends)):

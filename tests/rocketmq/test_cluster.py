@@ -26,6 +26,7 @@ from rstream.rocketmq.errors import RocketMQError
 from rstream.rocketmq.official import produce
 from rstream.runtime.inprocess import InProcessJob
 from tests.support.inprocess import emitted as emitted_per_key
+from tests.support.inprocess import results
 from tests.support.jobs import job_id, sink_values, wordcount
 from tests.support.joins import emitted, events, join_job, windowed_pairs
 from tests.support.process import Unpaid, orders, process_job
@@ -354,12 +355,7 @@ def test_jobs_on_both_brokers_stay_exact_while_each_broker_is_killed_and_started
     per_queue = {q: [json.loads(m.body) for m in broker.read("clicks", q)] for q in range(2)}
     on_time, late = split_late(per_queue, lambda e: e["ts"], LATENESS)
     frame = window_frame(on_time, lambda e: e["user"], lambda e: e["ts"], lambda e: 1, 5000)
-    got_windows = {}
-    for m in broker.read("results"):
-        doc = json.loads(m.body)
-        key = tuple(doc["key"])
-        assert key not in got_windows, "a window fired twice"
-        got_windows[key] = doc["value"]
+    got_windows = results(broker)
     assert got_windows == {(k, s, e): n for (k, s, e), n in frame.groupby(["key", "start", "end"]).size().items()}
     assert late, "the clicks hold late records"
     # the windowed join
