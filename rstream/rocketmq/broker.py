@@ -162,6 +162,7 @@ _NOTE_EVERY_S = 10.0
 _PIECE = 1 << 20  # characters of a checkpoint of the decision log per entry (RocketMQ takes 4 MB a message)
 _SNAPSHOTS_KEPT = 4  # a compact queue's newest snapshots the decision log keeps notes of (older states' reads)
 _FILE_RESERVED_HOURS = 72  # RocketMQ's default fileReservedTime
+_SCAN_EVERY_S = 600.0  # ``maintain`` looks at ages at most this often (and a twelfth of the retention)
 _READ, _WRITE = 4, 2  # RocketMQ's permission bits (PermName)
 
 T = TypeVar("T")
@@ -252,7 +253,6 @@ class _Log:
     lost: dict[str, dict[str, int | None]] = field(default_factory=dict)  # attempt -> queue -> its records' end
     snapshots: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "topic/q" -> notes, oldest first
     checkpoint: tuple[int, int, int] = (-1, 0, 0)  # the newest checkpoint: (its last entry, its ms, as of)
-    own_checkpoint: int = -1  # the offset of an entry this process appended on a checkpoint boundary
 
 
 class _Waiting:
@@ -333,7 +333,8 @@ class RocketMQBroker:
         self._log_broker: str | None = None  # the name of the broker holding the decision log
         self._rr = itertools.count(os.getpid())
         self._seen_open: dict[str, float] = {}  # attempt -> time.monotonic() when this reader first saw it open
-        self._maintained = 0.0  # time.monotonic() of the last ``maintain()`` that looked at ages
+        self._maintained = time.monotonic()  # when ``maintain()`` last looked at ages (first: a while after this)
+        self._checkpointing = False
         self._retention_ms: int | None = None if retention_s is None else int(retention_s * 1000)
         self._wrote: dict[tuple[str, int], int] = {}  # the last append's queues -> their end after it
 
@@ -651,10 +652,16 @@ class RocketMQBroker:
         offset = self._at(topic.queue_ids[0][0], self._client.send, TXN_TOPIC, 0, body,
                           {"KEYS": str(entry.get("a", entry["t"]))}, now_ms(), "rstream-writer",
                           True, what="append to the decision log")  # repeatable: the log's first word counts
-        if (offset + 1) % self.checkpoint_every == 0:  # this process writes the next checkpoint (``maintain``)
-            self._log.own_checkpoint = offset
         if wait:
             self._refresh(until=offset + 1)
+        if (offset + 1) % self.checkpoint_every == 0 and not self._checkpointing:
+            self._checkpointing = True  # the entry on the boundary elects its writer to write the next checkpoint
+            try:
+                self.checkpoint()
+            except (BrokerError, RemotingError) as exc:  # another process writes one later (``maintain``)
+                LOG.warning("rstream could not write a checkpoint of the decision log %s: %s", TXN_TOPIC, exc)
+            finally:
+                self._checkpointing = False
         return offset
 
     def _max_offset(self, topic: _Topic, queue: int) -> int:
@@ -1374,13 +1381,13 @@ class RocketMQBroker:
 
     def maintain(self, wrote: Mapping[tuple[str, int], int] | None = None) -> None:
         """Keep what rstream needs readable past RocketMQ's retention (the module's docstring): a
-        checkpoint of the decision log when an entry of this process landed on a checkpoint boundary
-        (or twice ``checkpoint_every`` entries came since the last), a snapshot of each compact queue
-        of ``wrote`` (queue -> its end after an append) that ``compact_min`` records (and as many as
-        its last snapshot holds) came after; and, at most every twelfth of the retention, a new
-        checkpoint or snapshot wherever the last is older than a third of it. ``append`` calls it, and
-        so does ``data_version`` (a job waiting for input). What fails is logged and tried again later:
-        the append it follows has committed."""
+        snapshot of each compact queue of ``wrote`` (queue -> its end after an append) that
+        ``compact_min`` records (and as many as its last snapshot holds) came after; a checkpoint of
+        the decision log when twice ``checkpoint_every`` entries came since the last (the process
+        whose entry landed on the boundary died before it wrote one); and, every twelfth of the
+        retention (at most every 10 minutes), a new checkpoint or snapshot wherever the last is older
+        than a third of it. ``append`` calls it, and so does ``data_version`` (a job waiting for input).
+        What fails is logged and tried again later: the append it follows has committed."""
         try:
             self._maintain(wrote or {})
         except (BrokerError, RemotingError) as exc:
@@ -1389,21 +1396,19 @@ class RocketMQBroker:
 
     def _maintain(self, wrote: Mapping[tuple[str, int], int]) -> None:
         log = self._log
-        if log.own_checkpoint > log.checkpoint[0] or \
-                log.next_offset - max(log.checkpoint[0], 0) >= 2 * self.checkpoint_every:
-            log.own_checkpoint = -1
-            self.checkpoint()
+        if log.loaded and log.next_offset - max(log.checkpoint[0], 0) >= 2 * self.checkpoint_every:
+            self.checkpoint()  # the process elected for the last one (``_log_append``) died before it wrote it
         for (name, q), end in wrote.items():
             if name in log.compact:
                 notes = log.snapshots.get(f"{name}/{q}")
                 base, keys = (int(notes[-1]["as_of"]), int(notes[-1]["keys"])) if notes else (0, 0)
                 if end - base >= max(self.compact_min, keys):
                     self.snapshot(name, q)
-        retention = self.retention_ms()
-        if time.monotonic() - self._maintained < retention / 12_000:
+        every = min(_SCAN_EVERY_S, (self._retention_ms or 2**62) / 12_000)
+        if time.monotonic() - self._maintained < every:
             return
         self._maintained = time.monotonic()
-        limit = retention // 3
+        limit = self.retention_ms() // 3
         log = self._refresh()
         now = now_ms()  # this host's clock against store times: skew is nothing beside a third of the retention
         if log.next_offset > 0 and now - log.checkpoint[1] > limit:
