@@ -39,7 +39,13 @@ atomic for readers, the way Kafka's transactions are (``read_committed``, the la
 
 The decision log decides, in its order, for everyone: of the attempts of one range, the first
 commit wins; a later one lost (the same task's retry, rerun or zombie), and so did an attempt that
-an *abort* record (a reader's, after ``txn_timeout_ms``) came before. Every rstream reader, state
+an *abort* record came before: its writer's own (it broke off), or a reader's that gave up on it. A
+reader gives up once ``txn_timeout_ms`` passed since the open in the log broker's time (the newest
+entry's store time) or in its own steady clock since it first saw the attempt open, and its abort
+counts only if the broker's store times of the abort and the open are that far apart: no host's wall
+clock is ever compared with the broker's, so a reader whose clock is minutes off neither aborts a
+writer in time nor waits for ever. A writer whose attempt lost to an abort, not to another attempt's
+commit of its range, appends again under a new attempt: a range is never left unwritten. Every rstream reader, state
 replay included, reads committed records only: a queue's end offset (``end_offsets``) stops
 before the first record of an undecided attempt, and a lost attempt's records are skipped. Offsets
 are RocketMQ's own, so a lost attempt leaves a hole in a queue's offsets that no rstream reader
@@ -64,9 +70,33 @@ the log's broker can name records that another broker lost).
 
 The decision log lives on one broker: the cluster's first master by name when it is first created
 (every other master gets a read-only marker of it, so a client that starts while the log's broker
-is down waits for it rather than making a second log). One log for every job is the simplest
-placement that keeps a range's decision in one order; a broker of its own per job would spread the
-load and is what a job's own log (one per job) will want.
+is down waits for it rather than making a second log). One log for every job keeps every decision
+in one order that one read gives a reader of any topic, whichever jobs wrote it; logs of their own
+per job would spread the load, but a reader would then need to know every job that writes a topic.
+
+Retention. RocketMQ deletes commit-log files older than ``fileReservedTime`` (72 h by default), whatever
+they hold; a queue's first offset then moves up. rstream's own data must outlive that, so it keeps
+rewriting what still counts, and never reads the past it needs from before:
+
+- the decision log gets a *checkpoint* every ``checkpoint_every`` entries (written by the process whose
+  entry lands on the boundary) and whenever the last is older than a third of the retention: its state
+  that counts (each input queue's last commit and the commits since the previous checkpoint, attempts
+  still open, lost attempts whose records may still be read, topics' settings, numbering and
+  deletions, compact queues' snapshots), in entries of up to 1 M characters. A client starts from the
+  newest whole checkpoint, found reading the log back from its end, so a new process reads a bounded
+  tail, not the whole log; one that finds entries deleted and no checkpoint raises;
+- a compact topic's queue (state, tables) gets a *snapshot*: its latest record per key as of its
+  stable end, written to ``<topic>-rstream-snapshots`` (same queue number, hidden from ``topics()``),
+  then noted in the decision log, which makes it count; once ``compact_min`` records (and at least as
+  many as the snapshot held) came after it, and whenever it is older than a third of the retention.
+  ``read_latest``, ``read_compacted`` (state replay) and ``compacted_below`` start from the newest
+  snapshot whose tail RocketMQ still has; records deleted with no snapshot standing for them raise.
+
+``maintain()`` does the rewriting by age; appends and a waiting job's ``data_version`` call it. So what
+must hold is that some rstream process using the cluster runs at least once a third of the retention
+(a running job does). The retention is asked from the log broker (``fileReservedTime``) unless
+``retention_s`` says it; ages are this host's clock against store times, where a skew of minutes is
+nothing beside a third of the retention.
 
 Compact topics are ordinary RocketMQ topics, their setting kept in the decision log: RocketMQ 5's
 ``cleanup.policy=COMPACTION`` topics serve reads from a compaction store built in the background
@@ -1293,15 +1323,14 @@ class RocketMQBroker:
                     "looked after for longer than the retention cannot be rebuilt")
             start = 0 if note is None else int(note["as_of"])
             out: list[tuple[PulledMessage, bool]] = []
-            snaps = None
+            kept = True
             if note is not None and note["keys"]:
                 snaps = self._get(snapshot_topic(topic))
                 out += [(m, True) for m in self._pulled(snaps, queue, note["first"], note["end"])
                         if _parsed(m.properties_text)[5] == note["id"]]
+                kept = self._first_offsets(snaps)[queue] <= note["first"]  # after the read: it may delete meanwhile
             out += [(m, False) for m in self._pulled(found, queue, start, end)]
-            # checked after the reads: RocketMQ may delete a file while they run
-            if self._first_offsets(found)[queue] <= start and (
-                    snaps is None or self._first_offsets(snaps)[queue] <= note["first"]):  # type: ignore[index]
+            if kept and self._first_offsets(found)[queue] <= start:
                 return out, end
         raise BrokerError(f"{topic} queue {queue}: RocketMQ deleted its records faster than rstream could read them "
                           "(three times over): its retention is far shorter than rstream was told")

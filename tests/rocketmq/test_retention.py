@@ -82,7 +82,7 @@ def test_a_word_count_keeps_every_key_and_its_progress_through_retention(
         broker.send_batch(pad, PADDING[:2], queue=0)  # a file rolls every second round or so
         job.run_until_idle(fire_idle=False)
         rounds += 1
-        time.sleep(0.2)
+        time.sleep(0.3)
     ran = time.monotonic() - began
     assert broker.compacted_below(state_topic, 0) > 0  # replay can only start from a snapshot now
     progress = {q: broker.last_commit(name, source, q) for q in range(2)}
