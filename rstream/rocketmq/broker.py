@@ -192,6 +192,7 @@ _NOTE_EVERY_S = 10.0
 _PIECE = 1 << 20  # characters of a checkpoint of the decision log per entry (RocketMQ takes 4 MB a message)
 _SNAPSHOTS_KEPT = 4  # a compact queue's newest snapshots the decision log keeps notes of (older states' reads)
 _FILE_RESERVED_HOURS = 72  # RocketMQ's default fileReservedTime
+_GIVEN_UP_MAX = 5  # attempts of one append that readers gave up on before ``append`` raises
 _SCAN_EVERY_S = 600.0  # ``maintain`` looks at ages at most this often (and a twelfth of the retention)
 _READ, _WRITE = 4, 2  # RocketMQ's permission bits (PermName)
 
@@ -1190,6 +1191,7 @@ class RocketMQBroker:
                 self._wrote[(t, q)] = self._send_queue(targets[(t, q)], q, list(recs), None)[1]
             self.maintain(self._wrote)
             return True
+        given_up = 0
         while True:
             try:
                 won = self._append_attempt(targets, writes, tag)
@@ -1198,6 +1200,13 @@ class RocketMQBroker:
             if won is not None:
                 self.maintain(self._wrote if won else {})
                 return won
+            given_up += 1
+            if given_up >= _GIVEN_UP_MAX:
+                what = "an append" if tag is None else f"the append of {tag.job}'s {tag.topic}/{tag.queue} from {tag.start_offset}"
+                raise BrokerError(
+                    f"readers gave up on {what} {given_up} times in a row: each attempt took longer between its open "
+                    "and its commit than a reader's txn_timeout_ms, so it never commits. Give the readers (every "
+                    "RocketMQBroker that reads its topics) a longer txn_timeout_ms, or append less at once")
 
     def _append_attempt(self, targets: Mapping[tuple[str, int], _Topic],
                         writes: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None) -> bool | None:
@@ -1399,12 +1408,12 @@ class RocketMQBroker:
         return note
 
     def retention_ms(self) -> int:
-        """How long the brokers keep a commit-log file (ms): ``retention_s``, else the log broker's
-        ``fileReservedTime`` (hours; asked once; at least a minute)."""
+        """How long the brokers keep a commit-log file (ms): ``retention_s``, else the shortest
+        ``fileReservedTime`` of the masters (hours; asked once; at least a minute)."""
         if self._retention_ms is None:
-            broker = self._txn_topic().queue_ids[0][0]
-            config = self._at(broker, self._client.broker_config, what="read the broker's settings")
-            hours = float(config.get("fileReservedTime") or _FILE_RESERVED_HOURS)
+            masters = self._masters_now("read the brokers' settings")
+            hours = min(float(self._client.broker_config(addr).get("fileReservedTime") or _FILE_RESERVED_HOURS)
+                        for addr in masters.values())
             self._retention_ms = max(int(hours * 3_600_000), 60_000)
         return self._retention_ms
 

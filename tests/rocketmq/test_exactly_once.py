@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import rstream.rocketmq.broker as rocketmq_broker
-from rstream.broker.base import CommitTag
+from rstream.broker.base import BrokerError, CommitTag
 from rstream.rocketmq import LocalRocketMQ, RocketMQBroker
 from rstream.runtime.inprocess import InProcessJob
 from tests.support.jobs import assert_exact_counts, job_id, wordcount
@@ -35,7 +35,7 @@ FIVE_MINUTES_MS = 5 * 60_000
 DIES_BEFORE_ITS_COMMIT = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
-    from rstream.broker.base import CommitTag
+    from rstream.broker.base import BrokerError, CommitTag
     from rstream.rocketmq import RocketMQBroker
     from rstream.runtime.inprocess import InProcessJob
     from tests.support.jobs import wordcount
@@ -197,3 +197,21 @@ def test_a_reader_whose_clock_is_minutes_behind_gives_up_on_a_stalled_writer(
     assert reader.find_commit(tag.job, "input", 0, 0).outputs == {f"{topic}/0": (3, 6)}  # type: ignore[union-attr]
     writer.close()
     reader.close()
+
+
+def test_a_writer_that_readers_give_up_on_every_time_fails_loudly(local_rocketmq: LocalRocketMQ) -> None:
+    """Every attempt of an append is given up on by a reader before its commit (the append is slower than
+    the readers' ``txn_timeout_ms``): after five attempts the append raises, naming the setting, rather than
+    trying for ever; nothing of it is read, and the range is not committed."""
+    writer, impatient = local_rocketmq.broker(), RocketMQBroker(local_rocketmq.namesrv, txn_timeout_ms=0)
+    topic = unique("slow")
+    writer.create_topic(topic, queues=1)
+    attempts: list[str] = []
+    stalled_at_commit(writer, lambda attempt: (attempts.append(attempt), impatient.end_offsets(topic)))
+    tag = CommitTag(unique("job"), "input", 0, 0, 2)
+    with pytest.raises(BrokerError, match=r"readers gave up on the append of .* 5 times in a row.*txn_timeout_ms"):
+        writer.append({(topic, 0): [("k", b"v", 1, None, None)] * 2}, tag)
+    assert len(set(attempts)) == 5
+    assert impatient.read(topic) == [] and impatient.find_commit(tag.job, "input", 0, 0) is None
+    writer.close()
+    impatient.close()
