@@ -6,6 +6,7 @@ lost attempt whose records outlive the log entries that decided it is still neve
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections import Counter
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rstream.broker.base import CommitTag
+from rstream.broker.base import BrokerError, CommitTag
 from rstream.rocketmq import LocalRocketMQ, RocketMQBroker
 from rstream.rocketmq.broker import TXN_TOPIC, snapshot_topic
 from rstream.runtime.inprocess import InProcessJob
@@ -107,6 +108,10 @@ def test_a_word_count_keeps_every_key_and_its_progress_through_retention(
         assert got[word] and got[word] == list(range(n - len(got[word]) + 1, n + 1)), (word, got[word])
     assert fresh.has_topic(snapshot_topic(state_topic)) and snapshot_topic(state_topic) not in {
         t.name for t in fresh.topics()}
+    fresh._log.snapshots.clear()  # as if rstream had never written one: what RocketMQ deleted is lost, loudly
+    with pytest.raises(BrokerError, match=rf"{re.escape(state_topic)} queue 0: RocketMQ deleted its records below offset \d+ "
+                                          r"\(the broker's retention, fileReservedTime\) and rstream holds no snapshot"):
+        fresh.read_latest(state_topic, 0)
     print(f"\nRocketMQ deleted {retention.deleted()} commit-log files while the job ran {rounds} rounds "
           f"({ran:.1f} s)")
     fresh.close()
