@@ -45,11 +45,11 @@ entry's store time) or in its own steady clock since it first saw the attempt op
 counts only if the broker's store times of the abort and the open are that far apart: no host's wall
 clock is ever compared with the broker's, so a reader whose clock is minutes off neither aborts a
 writer in time nor waits for ever. A writer whose attempt lost to an abort, not to another attempt's
-commit of its range, appends again under a new attempt: a range is never left unwritten. Every rstream reader, state
-replay included, reads committed records only: a queue's end offset (``end_offsets``) stops
-before the first record of an undecided attempt, and a lost attempt's records are skipped. Offsets
-are RocketMQ's own, so a lost attempt leaves a hole in a queue's offsets that no rstream reader
-sees. A consumer outside rstream sees every message, lost attempts' too: ``committed_only(...)``
+commit of its range, appends again under a new attempt (and raises after five such attempts in a
+row): a range is never left unwritten. Every rstream reader, state replay included, reads committed
+records only: a queue's end offset (``end_offsets``) stops before the first record of an undecided
+attempt, and a lost attempt's records are skipped. Offsets are RocketMQ's own, so a lost attempt
+leaves a hole in a queue's offsets that no rstream reader sees. A consumer outside rstream sees every message, lost attempts' too: ``committed_only(...)``
 (or ``read``) gives it what committed, and a sink whose consumers cannot filter can be read
 through rstream.
 
@@ -94,7 +94,7 @@ rewriting what still counts, and never reads the past it needs from before:
 
 ``maintain()`` does the rewriting by age; appends and a waiting job's ``data_version`` call it. So what
 must hold is that some rstream process using the cluster runs at least once a third of the retention
-(a running job does). The retention is asked from the log broker (``fileReservedTime``) unless
+(a running job does). The retention is the masters' shortest ``fileReservedTime`` unless
 ``retention_s`` says it; ages are this host's clock against store times, where a skew of minutes is
 nothing beside a third of the retention.
 
@@ -330,7 +330,7 @@ class RocketMQBroker:
     What outlives RocketMQ's retention (the module's docstring): ``compact_min``: a compact queue gets a
     new snapshot once that many records (and at least as many as its last snapshot held) came after
     its last one; ``checkpoint_every``: the decision log gets a checkpoint every that many entries;
-    ``retention_s``: how long the brokers keep a commit-log file (default: the log broker's
+    ``retention_s``: how long the brokers keep a commit-log file (default: the masters' shortest
     ``fileReservedTime``, asked once): a snapshot or checkpoint older than a third of it is written
     anew by ``maintain()``, which appends and the idle watch of a running job call.
     """
