@@ -328,6 +328,15 @@ class Broker(Protocol):
         offsets, end offsets or what ``read_latest`` gives; a broker may compact whenever it likes."""
         ...
 
+    def read_compacted(self, topic: str, queue: int, end: int | None = None) -> Iterable[tuple[RecordBlock, bool]]:
+        """How a compact queue reads below ``end`` (default: its end), for a reader that rebuilds its
+        latest record per key fast (state replay): blocks of records in the order they apply, a key's
+        last record in that order being its latest (what ``read_latest`` gives), each with True when
+        the block is compacted: it holds no key twice and comes before every block marked False. A
+        broker whose retention deleted old records (RocketMQ) starts from a snapshot of the queue it
+        keeps itself, and raises ``BrokerError`` when it deleted records no snapshot stands for."""
+        ...
+
     # -- commit tags -----------------------------------------------------------------------------
     def last_commit(self, job: str, topic: str, queue: int) -> CommitTag | None:
         """The committed tag of ``job`` on input ``topic``/``queue`` with the highest

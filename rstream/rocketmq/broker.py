@@ -39,11 +39,17 @@ atomic for readers, the way Kafka's transactions are (``read_committed``, the la
 
 The decision log decides, in its order, for everyone: of the attempts of one range, the first
 commit wins; a later one lost (the same task's retry, rerun or zombie), and so did an attempt that
-an *abort* record (a reader's, after ``txn_timeout_ms``) came before. Every rstream reader, state
-replay included, reads committed records only: a queue's end offset (``end_offsets``) stops
-before the first record of an undecided attempt, and a lost attempt's records are skipped. Offsets
-are RocketMQ's own, so a lost attempt leaves a hole in a queue's offsets that no rstream reader
-sees. A consumer outside rstream sees every message, lost attempts' too: ``committed_only(...)``
+an *abort* record came before: its writer's own (it broke off), or a reader's that gave up on it. A
+reader gives up once ``txn_timeout_ms`` passed since the open in the log broker's time (the newest
+entry's store time) or in its own steady clock since it first saw the attempt open, and its abort
+counts only if the broker's store times of the abort and the open are that far apart: no host's wall
+clock is ever compared with the broker's, so a reader whose clock is minutes off neither aborts a
+writer in time nor waits for ever. A writer whose attempt lost to an abort, not to another attempt's
+commit of its range, appends again under a new attempt (and raises after five such attempts in a
+row): a range is never left unwritten. Every rstream reader, state replay included, reads committed
+records only: a queue's end offset (``end_offsets``) stops before the first record of an undecided
+attempt, and a lost attempt's records are skipped. Offsets are RocketMQ's own, so a lost attempt
+leaves a hole in a queue's offsets that no rstream reader sees. A consumer outside rstream sees every message, lost attempts' too: ``committed_only(...)``
 (or ``read``) gives it what committed, and a sink whose consumers cannot filter can be read
 through rstream.
 
@@ -64,9 +70,33 @@ the log's broker can name records that another broker lost).
 
 The decision log lives on one broker: the cluster's first master by name when it is first created
 (every other master gets a read-only marker of it, so a client that starts while the log's broker
-is down waits for it rather than making a second log). One log for every job is the simplest
-placement that keeps a range's decision in one order; a broker of its own per job would spread the
-load and is what a job's own log (one per job) will want.
+is down waits for it rather than making a second log). One log for every job keeps every decision
+in one order that one read gives a reader of any topic, whichever jobs wrote it; logs of their own
+per job would spread the load, but a reader would then need to know every job that writes a topic.
+
+Retention. RocketMQ deletes commit-log files older than ``fileReservedTime`` (72 h by default), whatever
+they hold; a queue's first offset then moves up. rstream's own data must outlive that, so it keeps
+rewriting what still counts, and never reads the past it needs from before:
+
+- the decision log gets a *checkpoint* every ``checkpoint_every`` entries (written by the process whose
+  entry lands on the boundary) and whenever the last is older than a third of the retention: its state
+  that counts (each input queue's last commit and the commits since the previous checkpoint, attempts
+  still open, lost attempts whose records may still be read, topics' settings, numbering and
+  deletions, compact queues' snapshots), in entries of up to 1 M characters. A client starts from the
+  newest whole checkpoint, found reading the log back from its end, so a new process reads a bounded
+  tail, not the whole log; one that finds entries deleted and no checkpoint raises;
+- a compact topic's queue (state, tables) gets a *snapshot*: its latest record per key as of its
+  stable end, written to ``<topic>-rstream-snapshots`` (same queue number, hidden from ``topics()``),
+  then noted in the decision log, which makes it count; once ``compact_min`` records (and at least as
+  many as the snapshot held) came after it, and whenever it is older than a third of the retention.
+  ``read_latest``, ``read_compacted`` (state replay) and ``compacted_below`` start from the newest
+  snapshot whose tail RocketMQ still has; records deleted with no snapshot standing for them raise.
+
+``maintain()`` does the rewriting by age; appends and a waiting job's ``data_version`` call it. So what
+must hold is that some rstream process using the cluster runs at least once a third of the retention
+(a running job does). The retention is the masters' shortest ``fileReservedTime`` unless
+``retention_s`` says it; ages are this host's clock against store times, where a skew of minutes is
+nothing beside a third of the retention.
 
 Compact topics are ordinary RocketMQ topics, their setting kept in the decision log: RocketMQ 5's
 ``cleanup.policy=COMPACTION`` topics serve reads from a compaction store built in the background
@@ -106,11 +136,13 @@ from rstream.broker.base import (
     Message,
     MessageKey,
     ReadRecord,
+    RecordBlock,
     RecordTuple,
     SendResult,
     TopicExistsError,
     TopicInfo,
     UnknownTopicError,
+    blocks_of,
     messages_frame,
     validate_topic_name,
 )
@@ -132,6 +164,8 @@ from rstream.rocketmq.remoting import (
 
 #: The decision log: open, commit and abort records of every append that needs one (one queue).
 TXN_TOPIC = "rstream_txn"
+#: The end of the name of the topic that holds a compact topic's snapshots (``snapshot_topic``).
+SNAPSHOTS_SUFFIX = "-rstream-snapshots"
 #: The consumer group whose offsets rstream's readers never commit (a pull needs a group name).
 READER_GROUP = "rstream-reader"
 #: Seconds between two reads of a topic's route from the name server (queues added, a broker gone).
@@ -142,8 +176,8 @@ LOG = logging.getLogger("rstream.rocketmq")
 #: A queue as RocketMQ names it: (broker name, queue id).
 QueueId = tuple[str, int]
 
-_TXN, _BORN, _KEY = "RSTREAM_TXN", "RSTREAM_BORN", "RSTREAM_KEY"
-_OWN = frozenset({_TXN, _BORN, _KEY})
+_TXN, _BORN, _KEY, _SNAP = "RSTREAM_TXN", "RSTREAM_BORN", "RSTREAM_KEY", "RSTREAM_SNAP"
+_OWN = frozenset({_TXN, _BORN, _KEY, _SNAP})
 _HIDDEN = SYSTEM_PROPERTIES | _OWN
 _MAX_BATCH_BYTES = 3 << 20  # under RocketMQ's default 4 MB per request
 # RocketMQ 5.3.3 advances a queue's next offset by a batch's message count cast to a short
@@ -155,6 +189,11 @@ _PULL = 2048
 # the broker is now (a broker that moved, failed over or was replaced registers another address).
 _RECONNECT_S = 2.0
 _NOTE_EVERY_S = 10.0
+_PIECE = 1 << 20  # characters of a checkpoint of the decision log per entry (RocketMQ takes 4 MB a message)
+_SNAPSHOTS_KEPT = 4  # a compact queue's newest snapshots the decision log keeps notes of (older states' reads)
+_FILE_RESERVED_HOURS = 72  # RocketMQ's default fileReservedTime
+_GIVEN_UP_MAX = 5  # attempts of one append that readers gave up on before ``append`` raises
+_SCAN_EVERY_S = 600.0  # ``maintain`` looks at ages at most this often (and a twelfth of the retention)
 _READ, _WRITE = 4, 2  # RocketMQ's permission bits (PermName)
 
 T = TypeVar("T")
@@ -203,6 +242,15 @@ def label(queue: QueueId) -> str:
     return f"{queue[0]}:{queue[1]}"
 
 
+def snapshot_topic(name: str) -> str:
+    """The topic holding rstream's snapshots of compact topic ``name``: ``<name>-rstream-snapshots``
+    (its end replaced by a hash of ``name`` past RocketMQ's 127 characters)."""
+    out = name + SNAPSHOTS_SUFFIX
+    if len(out) > 127:
+        out = f"{name[:127 - len(SNAPSHOTS_SUFFIX) - 9]}-{zlib.crc32(name.encode()):08x}{SNAPSHOTS_SUFFIX}"
+    return out
+
+
 @dataclass
 class _Topic:
     info: TopicInfo
@@ -229,6 +277,13 @@ class _Log:
     compact: set[str] = field(default_factory=set)  # the topics created compact
     deleted_ms: dict[str, int] = field(default_factory=dict)  # topic -> the broker's time of its last deletion
     numbering: dict[str, tuple[QueueId, ...]] = field(default_factory=dict)  # topic -> its queues, numbered
+    # what outlives the broker's retention (the module's docstring, "Retention"):
+    loaded: bool = False  # whether the log's latest checkpoint (or its start) was found
+    last_ms: int = 0  # the broker's store time of the newest entry read: the log broker's clock, as late as known
+    undecided: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)  # attempt -> (open's ms, queues)
+    lost: dict[str, dict[str, int | None]] = field(default_factory=dict)  # attempt -> queue -> its records' end
+    snapshots: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "topic/q" -> notes, oldest first
+    checkpoint: tuple[int, int, int] = (-1, 0, 0)  # the newest checkpoint: (its last entry, its ms, as of)
 
 
 class _Waiting:
@@ -271,6 +326,13 @@ class RocketMQBroker:
     every master). ``txn_timeout_ms``: an append undecided for that long (its writer died and nothing
     retried its range) is aborted by the next reader that waits on it, so readers never wait forever.
     ``broker_wait_s``: how long a request waits for a broker that went away before it raises.
+
+    What outlives RocketMQ's retention (the module's docstring): ``compact_min``: a compact queue gets a
+    new snapshot once that many records (and at least as many as its last snapshot held) came after
+    its last one; ``checkpoint_every``: the decision log gets a checkpoint every that many entries;
+    ``retention_s``: how long the brokers keep a commit-log file (default: the masters' shortest
+    ``fileReservedTime``, asked once): a snapshot or checkpoint older than a third of it is written
+    anew by ``maintain()``, which appends and the idle watch of a running job call.
     """
 
     #: Offsets may skip what an attempt that lost its race wrote (see the module's docstring).
@@ -278,8 +340,17 @@ class RocketMQBroker:
 
     def __init__(self, namesrv: str, *, cluster: str | None = None, timeout: float = 10.0,
                  txn_timeout_ms: int = 300_000, broker_wait_s: float = 300.0,
-                 topic_brokers: Sequence[str] | None = None) -> None:
+                 topic_brokers: Sequence[str] | None = None, compact_min: int = 10_000,
+                 checkpoint_every: int = 4096, retention_s: float | None = None) -> None:
         name_servers(namesrv)  # raises for what is no list of host:port
+        if compact_min < 1 or checkpoint_every < 2:
+            raise BrokerError(f"compact_min={compact_min!r} and checkpoint_every={checkpoint_every!r}: give at least "
+                              "1 and 2 (records of a compact queue between its snapshots, entries of the log between "
+                              "its checkpoints)")
+        if retention_s is not None and retention_s <= 0:
+            raise BrokerError(f"retention_s={retention_s!r}: give the seconds the brokers keep a commit-log file, "
+                              "or None to ask the broker (fileReservedTime)")
+        self.compact_min, self.checkpoint_every, self.retention_s = compact_min, checkpoint_every, retention_s
         self.namesrv, self.cluster, self.timeout, self.txn_timeout_ms = namesrv, cluster, timeout, txn_timeout_ms
         self.broker_wait_s = broker_wait_s
         self.topic_brokers = None if topic_brokers is None else tuple(topic_brokers)
@@ -292,16 +363,24 @@ class RocketMQBroker:
         self._addrs: dict[str, str] = {}  # broker name -> its master's address, as the name server said last
         self._log_broker: str | None = None  # the name of the broker holding the decision log
         self._rr = itertools.count(os.getpid())
+        self._seen_open: dict[str, float] = {}  # attempt -> time.monotonic() when this reader first saw it open
+        self._maintained = time.monotonic()  # when ``maintain()`` last looked at ages (first: a while after this)
+        self._checkpointing = False
+        self._retention_ms: int | None = None if retention_s is None else int(retention_s * 1000)
+        self._wrote: dict[tuple[str, int], int] = {}  # the last append's queues -> their end after it
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namesrv": self.namesrv, "cluster": self.cluster, "timeout": self.timeout,
                 "txn_timeout_ms": self.txn_timeout_ms, "broker_wait_s": self.broker_wait_s,
-                "topic_brokers": self.topic_brokers, "addrs": dict(self._addrs), "log_broker": self._log_broker}
+                "topic_brokers": self.topic_brokers, "addrs": dict(self._addrs), "log_broker": self._log_broker,
+                "compact_min": self.compact_min, "checkpoint_every": self.checkpoint_every,
+                "retention_s": self.retention_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["namesrv"], cluster=state["cluster"], timeout=state["timeout"],  # type: ignore[misc]
                       txn_timeout_ms=state["txn_timeout_ms"], broker_wait_s=state.get("broker_wait_s", 300.0),
-                      topic_brokers=state.get("topic_brokers"))
+                      topic_brokers=state.get("topic_brokers"), compact_min=state.get("compact_min", 10_000),
+                      checkpoint_every=state.get("checkpoint_every", 4096), retention_s=state.get("retention_s"))
         self._addrs.update(state.get("addrs") or {})
         self._log_broker = state.get("log_broker")
 
@@ -539,7 +618,7 @@ class RocketMQBroker:
         log = self._refresh()
         out = []
         for name in sorted(found):
-            if name == TXN_TOPIC or name not in writable or _system_topic(name):
+            if name == TXN_TOPIC or name not in writable or _system_topic(name) or name.endswith(SNAPSHOTS_SUFFIX):
                 continue
             queues = len(log.numbering[name]) if name in log.numbering else found[name]
             out.append(TopicInfo(name, queues, name in log.compact))
@@ -547,6 +626,8 @@ class RocketMQBroker:
 
     def delete_topic(self, name: str) -> None:
         topic = self._get(name)
+        if topic.info.compact and self.has_topic(snapshot_topic(name)):
+            self.delete_topic(snapshot_topic(name))
         for broker in topic.by_broker:
             self._at(broker, self._client.delete_topic_in_broker, name, what=f"delete topic {name!r}")
         self._client.delete_topic_in_namesrv(name)
@@ -604,6 +685,14 @@ class RocketMQBroker:
                           True, what="append to the decision log")  # repeatable: the log's first word counts
         if wait:
             self._refresh(until=offset + 1)
+        if (offset + 1) % self.checkpoint_every == 0 and not self._checkpointing:
+            self._checkpointing = True  # the entry on the boundary elects its writer to write the next checkpoint
+            try:
+                self.checkpoint()
+            except (BrokerError, RemotingError) as exc:  # another process writes one later (``maintain``)
+                LOG.warning("rstream could not write a checkpoint of the decision log %s: %s", TXN_TOPIC, exc)
+            finally:
+                self._checkpointing = False
         return offset
 
     def _max_offset(self, topic: _Topic, queue: int) -> int:
@@ -640,6 +729,8 @@ class RocketMQBroker:
         with self._lock:
             log = self._log
             broker = self._txn_topic().queue_ids[0][0]
+            if not log.loaded:
+                self._load_log(log, broker)
             deadline = pause = 0.0
             while True:
                 messages, nxt, end = self._at(broker, self._client.pull_log, TXN_TOPIC, 0, log.next_offset, _PULL,
@@ -663,32 +754,164 @@ class RocketMQBroker:
                 time.sleep(pause)
                 pause = min(pause * 2, 0.02)
 
+    def _log_range(self, broker: str, start: int, end: int) -> Iterator[PulledMessage]:
+        """The decision log's entries in ``[start, end)``, in order (holes stepped over)."""
+        offset = start
+        while offset < end:
+            messages, nxt, _end = self._at(broker, self._client.pull_log, TXN_TOPIC, 0, offset,
+                                           min(_PULL, end - offset), READER_GROUP, what="read the decision log")
+            for m in messages:
+                if m.offset < end:
+                    yield m
+            offset = max(nxt, messages[-1].offset + 1) if messages else max(nxt, offset + 1)
+
+    def _load_log(self, log: _Log, broker: str) -> None:
+        """Start ``log`` from the decision log's newest complete checkpoint (found reading back from
+        its end), or from its first entry when it has none and RocketMQ deleted none of it."""
+        first = self._at(broker, self._client.min_offset, TXN_TOPIC, 0, what="read the decision log")
+        end = self._at(broker, self._client.max_offset, TXN_TOPIC, 0, what="read the decision log")
+        found: tuple[int, dict[str, Any], int] | None = None
+        at = end
+        while at > first and found is None:
+            lo = max(first, at - _PULL)
+            for m in reversed(list(self._log_range(broker, lo, at))):
+                entry = json.loads(m.body)
+                if entry["t"] == "ckpt" and entry["i"] == entry["n"] - 1:
+                    found = (m.offset, entry, m.store_timestamp)
+                    break
+            at = lo
+        if found is None:
+            if first > 0:
+                raise BrokerError(
+                    f"RocketMQ deleted the decision log {TXN_TOPIC}'s entries below offset {first} (its retention, "
+                    f"fileReservedTime) and what is left holds no checkpoint of rstream's: the commit tags, topic "
+                    "settings and decisions before it are lost. rstream writes a checkpoint every "
+                    f"checkpoint_every entries and whenever the last is older than a third of the retention, while "
+                    "any of its processes runs; a log nobody used for longer than the retention is gone. Give "
+                    "rstream a RocketMQ cluster of its own, or keep a job running")
+            log.loaded = True
+            return
+        last, marker, marker_ms = found
+        as_of = int(marker["as_of"])
+        if as_of < first:
+            raise BrokerError(f"RocketMQ deleted the decision log {TXN_TOPIC}'s entries {as_of}..{first - 1}, which came "
+                              f"after its newest checkpoint's state (entry {last}) was taken: that state cannot be "
+                              "completed. rstream keeps its checkpoints newer than a third of the retention; is "
+                              "fileReservedTime shorter than RocketMQBroker(retention_s=...) says?")
+        pieces: dict[int, str] = {}
+        after: list[PulledMessage] = []
+        for m in self._log_range(broker, as_of, last + 1):
+            entry = json.loads(m.body)
+            if entry["t"] != "ckpt":
+                after.append(m)
+            elif entry["id"] == marker["id"]:
+                pieces[int(entry["i"])] = entry["d"]
+        if sorted(pieces) != list(range(int(marker["n"]))):
+            raise BrokerError(f"the checkpoint of {TXN_TOPIC} ending at entry {last} lacks pieces "
+                              f"{sorted(set(range(int(marker['n']))) - set(pieces))}: RocketMQ lost entries it acknowledged")
+        _restore(log, json.loads("".join(pieces[i] for i in range(len(pieces)))))
+        for m in after:  # said after its state was taken, before it was whole
+            self._apply(log, m)
+        log.checkpoint = (last, marker_ms, as_of)
+        log.next_offset, log.loaded = last + 1, True
+
+    def checkpoint(self) -> int:
+        """Append a checkpoint of the decision log: what it says now that counts (each range's last
+        commit and the commits since the previous checkpoint, attempts still open, lost attempts whose
+        records may still be read, topics' settings and numbering, compact queues' snapshots), in
+        pieces of ``_PIECE`` characters. A reader starts from the newest whole one. Returns the offset
+        of its last piece."""
+        with self._lock:
+            log = self._refresh()
+            as_of = log.next_offset
+            self._forget_lost(log)
+            text = json.dumps(_dump(log), separators=(",", ":"))
+        pieces = [text[i:i + _PIECE] for i in range(0, len(text), _PIECE)]
+        cid = uuid.uuid4().hex
+        last = -1
+        for i, piece in enumerate(pieces):
+            last = self._log_append({"t": "ckpt", "id": cid, "i": i, "n": len(pieces), "as_of": as_of, "d": piece},
+                                    wait=i == len(pieces) - 1)
+        return last
+
+    def _forget_lost(self, log: _Log) -> None:
+        """Drop the lost attempts whose records RocketMQ deleted (every queue's first offset is past
+        their end) or whose topics were deleted: no reader can meet them again. An attempt whose
+        records' end is unknown (a writer that died while a reader aborted it) is kept."""
+        firsts: dict[str, list[int] | None] = {}
+        for attempt, ends in list(log.lost.items()):
+            gone = True
+            for where, end in ends.items():
+                name, _, q = where.rpartition("/")
+                if name not in log.numbering:
+                    continue  # deleted (or never rstream's): its messages are skipped by deletion time
+                if end is None:
+                    gone = False
+                    break
+                if name not in firsts:
+                    topic = self._lookup(name)
+                    firsts[name] = None if topic is None else self._first_offsets(topic)
+                known = firsts[name]
+                if known is not None and known[int(q)] < end:
+                    gone = False
+                    break
+            if gone:
+                del log.lost[attempt]
+                log.decided.pop(attempt, None)
+
+    def _first_offsets(self, topic: _Topic) -> list[int]:
+        """Per queue of ``topic``, the first offset RocketMQ still has (0 until retention deleted records)."""
+        firsts = [0] * topic.info.queues
+        for broker, queues in topic.by_broker.items():
+            stats = self._at(broker, self._client.topic_offsets, topic.info.name,
+                             what=f"read the first offsets of {topic.info.name}")
+            for q in queues:
+                queue_id = topic.queue_ids[q][1]
+                firsts[q] = stats[queue_id][0] if stats is not None and queue_id < len(stats) else 0
+        return firsts
+
     @staticmethod
     def _apply(log: _Log, m: PulledMessage) -> None:
         entry = json.loads(m.body)
         kind = entry["t"]
         attempt = entry.get("a")
+        log.last_ms = max(log.last_ms, m.store_timestamp)
         if kind == "open":
-            if attempt in log.decided:
+            if attempt in log.decided or attempt in log.undecided:
                 return
             rng = tuple(entry["range"]) if entry.get("range") else None
             if rng is not None:
                 log.opened.setdefault(rng, set()).add(attempt)
             for where, low in entry["at"].items():
                 log.pending.setdefault(where, {})[attempt] = (int(low), m.store_timestamp)
+            log.undecided[attempt] = (m.store_timestamp, tuple(entry["at"]))
         elif kind in ("commit", "abort"):
-            if attempt in log.decided:
+            out = entry.get("out")
+            if attempt not in log.undecided:  # decided before: a late word, which only says where records went
+                if out and attempt in log.lost:
+                    _lost_at(log, attempt, out)
+                return
+            # A reader's abort counts once txn_timeout_ms (its "after") passed since the open in the log
+            # broker's own time: the two store times, never a reader's clock against the broker's.
+            if kind == "abort" and m.store_timestamp - log.undecided[attempt][0] < int(entry.get("after", 0)):
                 return
             rng = tuple(entry["range"]) if entry.get("range") else None
             won = kind == "commit" and (rng is None or rng not in log.winners)
+            wrote = log.undecided[attempt][1]
             log.decided[attempt] = won
             _settle(log, attempt)
+            if not won:
+                log.lost[attempt] = dict.fromkeys(wrote)
+                if out:
+                    _lost_at(log, attempt, out)
             if won and rng is not None:
                 tag = CommitTag(**entry["tag"], seq=m.offset + 1, committed_ms=m.store_timestamp)
                 tag = replace(tag, outputs={k: (int(v[0]), int(v[1])) for k, v in tag.outputs.items()})
                 log.winners[rng] = tag
                 log.by_job.setdefault(tag.job, []).append(tag)
                 for loser in log.opened.pop(rng, set()) - {attempt}:  # the range's other attempts lost
+                    if loser in log.undecided:
+                        log.lost[loser] = dict.fromkeys(log.undecided[loser][1])
                     log.decided[loser] = False
                     _settle(log, loser)
         elif kind == "topic":  # made by rstream: its setting, and its queues numbered
@@ -703,6 +926,14 @@ class RocketMQBroker:
             name = entry["topic"]
             if name not in log.numbering or entry.get("adopt"):  # the first word counts
                 log.numbering[name] = tuple((str(b), int(q)) for b, q in entry["queues"])
+        elif kind == "snap":  # a compact queue's snapshot, complete
+            notes = log.snapshots.setdefault(f"{entry['topic']}/{entry['q']}", [])
+            notes.append({**entry, "ms": m.store_timestamp})
+            notes.sort(key=lambda n: n["as_of"])
+            del notes[:-_SNAPSHOTS_KEPT]
+        elif kind == "ckpt":  # a piece of a checkpoint: what it says was said before; the last marks it whole
+            if entry["i"] == entry["n"] - 1:
+                log.checkpoint = (m.offset, m.store_timestamp, int(entry["as_of"]))
         elif kind == "forget":
             job, topic = entry.get("job"), entry.get("topic")
             if job is None:  # a deleted topic: its setting, and what attempts were writing to it, go with it
@@ -711,6 +942,8 @@ class RocketMQBroker:
                 log.deleted_ms[topic] = max(log.deleted_ms.get(topic, 0), m.store_timestamp)
                 for where in [w for w in log.pending if w.rpartition("/")[0] == topic]:
                     del log.pending[where]
+                for where in [w for w in log.snapshots if w.rpartition("/")[0] == topic]:
+                    del log.snapshots[where]
             gone = [rng for rng in log.winners if (job is None or rng[0] == job) and (topic is None or rng[1] == topic)]
             for rng in gone:
                 tag = log.winners.pop(rng)
@@ -727,16 +960,34 @@ class RocketMQBroker:
         for q, end in zip(queues, ends):
             waiting = log.pending.get(f"{topic.info.name}/{q}")
             if waiting:
-                stale = [a for a, (_low, ms) in waiting.items() if now_ms() - ms > self.txn_timeout_ms]
-                for attempt in stale:
-                    self._log_append({"t": "abort", "a": attempt})
+                stale = [a for a, (_low, ms) in waiting.items() if self._overdue(log, a, ms)]
+                for attempt in stale:  # judged again by everyone in the log broker's time (``_apply``)
+                    self._log_append({"t": "abort", "a": attempt, "after": self.txn_timeout_ms})
                 if stale:
                     log = self._refresh()
                     waiting = log.pending.get(f"{topic.info.name}/{q}") or {}
+                    for attempt in set(stale) & set(waiting):  # not taken (the broker's clock went back): later
+                        self._seen_open[attempt] = time.monotonic()
                 if waiting:
                     end = min(end, min(low for low, _ms in waiting.values()))
             out.append(end)
         return out
+
+    def _overdue(self, log: _Log, attempt: str, open_ms: int) -> bool:
+        """Whether this reader gives up on an undecided attempt: ``txn_timeout_ms`` passed since its open
+        in the log broker's time (the newest entry's store time against the open's), or in this
+        process's own steady clock since it first saw the attempt open (the log may be idle). Never this
+        host's wall clock against the broker's: a reader whose clock is minutes off neither aborts an
+        attempt at once nor waits for ever."""
+        if log.last_ms - open_ms >= self.txn_timeout_ms:
+            return True
+        seen = self._seen_open.get(attempt)
+        if seen is None:
+            if len(self._seen_open) > 4096:  # forget attempts decided since
+                for gone in [a for a in self._seen_open if a not in log.undecided]:
+                    del self._seen_open[gone]
+            seen = self._seen_open[attempt] = time.monotonic()
+        return (time.monotonic() - seen) * 1000 >= self.txn_timeout_ms
 
     def _raw_ends(self, topic: _Topic, queues: Sequence[int]) -> list[int]:
         """Per queue of ``queues``, its end as RocketMQ says it (records of undecided attempts
@@ -771,6 +1022,7 @@ class RocketMQBroker:
         and broker (``GET_TOPIC_STATS_INFO``) and one for the log (which it reads on, as ``_refresh`` does)."""
         with self._lock:
             watched = list(self._watched.values())
+        self.maintain()  # a job waiting for input keeps its state past the retention too
         version = [self._refresh().next_offset]  # the log first: what it says of a record is stored after it
         for topic in watched:
             for broker in topic.by_broker:
@@ -846,7 +1098,7 @@ class RocketMQBroker:
         return [SendResult(topic, q, firsts[q] + i) for q, i in zip(placed, index)]
 
     def _send_queue(self, topic: _Topic, queue: int, records: Iterable[RecordTuple],
-                    attempt: str | None) -> tuple[int, int]:
+                    attempt: str | None, snapshot: str | None = None) -> tuple[int, int]:
         """Append ``records`` to one queue in batch requests of at most ``_MAX_BATCH_BYTES`` and
         ``_MAX_BATCH_MESSAGES``; ``(first offset, end offset)``: the first request's first, the last request's end.
 
@@ -856,6 +1108,8 @@ class RocketMQBroker:
         first = last_end = -1
         where, queue_id = topic.queue_ids[queue]
         own = f"{_TXN}\x01{attempt}\x02" if attempt is not None else ""
+        if snapshot is not None:  # a record of a compact queue's snapshot (``snapshot``)
+            own += f"{_SNAP}\x01{snapshot}\x02"
         headers: dict[int, str] = {}  # id -> the properties text of a headers dict (a batch shares a few)
         # key -> the properties field of a record with no headers, no tags and the batch's born time:
         # most records of an append (a sink's, a shuffle's) are such records, their keys repeating
@@ -924,17 +1178,28 @@ class RocketMQBroker:
     def append(self, records: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None = None) -> bool:
         targets = {(t, q): self._queue(t, q) for (t, q) in records}  # every queue checked before any write
         writes = {tq: recs for tq, recs in records.items() if len(recs)}
+        self._wrote = {}
         if tag is None and len(writes) <= 1 and all(len(recs) < 1000 for recs in writes.values()):
             for (t, q), recs in writes.items():  # one batch request: atomic as it is
-                self._send_queue(targets[(t, q)], q, list(recs), None)
+                self._wrote[(t, q)] = self._send_queue(targets[(t, q)], q, list(recs), None)[1]
+            self.maintain(self._wrote)
             return True
+        given_up = 0
         while True:
             try:
                 won = self._append_attempt(targets, writes, tag)
             except OutcomeUnknownError:  # the broker went away mid-send: that attempt is aborted, try anew
                 continue
             if won is not None:
+                self.maintain(self._wrote if won else {})
                 return won
+            given_up += 1
+            if given_up >= _GIVEN_UP_MAX:
+                what = "an append" if tag is None else f"the append of {tag.job}'s {tag.topic}/{tag.queue} from {tag.start_offset}"
+                raise BrokerError(
+                    f"readers gave up on {what} {given_up} times in a row: each attempt took longer between its open "
+                    "and its commit than a reader's txn_timeout_ms, so it never commits. Give the readers (every "
+                    "RocketMQBroker that reads its topics) a longer txn_timeout_ms, or append less at once")
 
     def _append_attempt(self, targets: Mapping[tuple[str, int], _Topic],
                         writes: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None) -> bool | None:
@@ -970,11 +1235,12 @@ class RocketMQBroker:
             for t, queues in away.items():  # readable there before the commit is readable here
                 self._await_ends(targets[(t, queues[0])], queues, [outputs[f"{t}/{q}"][1] for q in queues])
         except BaseException:
-            try:
-                self._log_append({"t": "abort", "a": attempt})
+            try:  # where its records went, so far as it knows, lets a checkpoint forget it once they are gone
+                self._log_append({"t": "abort", "a": attempt, "out": outputs})
             finally:
                 raise
-        entry: dict[str, Any] = {"t": "commit", "a": attempt, "range": rng_list}
+        self._wrote = {(t, q): outputs[f"{t}/{q}"][1] for (t, q) in writes}
+        entry: dict[str, Any] = {"t": "commit", "a": attempt, "range": rng_list, "out": outputs}
         if tag is not None:
             entry["tag"] = {"job": tag.job, "topic": tag.topic, "queue": tag.queue, "start_offset": tag.start_offset,
                             "end_offset": tag.end_offset, "meta": tag.meta, "batch_id": tag.batch_id,
@@ -1037,21 +1303,166 @@ class RocketMQBroker:
         return messages_frame(self.read(topic, queue), decode)
 
     # -- compact topics -------------------------------------------------------------------------
-    def read_latest(self, topic: str, queue: int, end: int | None = None) -> dict[MessageKey, tuple[Any, ...]]:
-        """Per key, the latest committed record below ``end``: rstream reads it itself, so a result
-        never depends on whether RocketMQ's compaction ran."""
+    def _compacted(self, topic: str, queue: int, end: int | None) -> tuple[list[tuple[PulledMessage, bool]], int]:
+        """How compact queue ``queue`` of ``topic`` reads below ``end``: the records of its newest snapshot
+        taken at or below ``end`` whose tail RocketMQ still has (True: no key twice), then every committed
+        record from the offset it was taken at (False), in order; and the end read to. Raises
+        ``BrokerError`` when RocketMQ deleted records that no snapshot stands for."""
         found = self._queue(topic, queue)
+        stable = self._stable_ends(found, [queue])[0]
+        end = stable if end is None else min(end, stable)
+        for _ in range(3):  # again if RocketMQ deleted what it read while it read
+            first = self._first_offsets(found)[queue]
+            note = next((n for n in reversed(self._log.snapshots.get(f"{topic}/{queue}", []))
+                         if first <= n["as_of"] <= end), None)
+            if note is None and first > 0:
+                raise BrokerError(
+                    f"{topic} queue {queue}: RocketMQ deleted its records below offset {first} (the broker's retention, "
+                    f"fileReservedTime) and rstream holds no snapshot of it taken from there up to offset {end}, so its "
+                    "latest value per key cannot be read: that state is lost. While a job runs, rstream writes a "
+                    "snapshot of each compact queue within a third of the retention (RocketMQBroker(retention_s=...) "
+                    "if the brokers keep files for less than their fileReservedTime says); a queue no rstream process "
+                    "looked after for longer than the retention cannot be rebuilt")
+            start = 0 if note is None else int(note["as_of"])
+            out: list[tuple[PulledMessage, bool]] = []
+            kept = True
+            if note is not None and note["keys"]:
+                snaps = self._get(snapshot_topic(topic))
+                out += [(m, True) for m in self._pulled(snaps, queue, note["first"], note["end"])
+                        if _parsed(m.properties_text)[5] == note["id"]]
+                kept = self._first_offsets(snaps)[queue] <= note["first"]  # after the read: it may delete meanwhile
+            out += [(m, False) for m in self._pulled(found, queue, start, end)]
+            if kept and self._first_offsets(found)[queue] <= start:
+                return out, end
+        raise BrokerError(f"{topic} queue {queue}: RocketMQ deleted its records faster than rstream could read them "
+                          "(three times over): its retention is far shorter than rstream was told")
+
+    def read_compacted(self, topic: str, queue: int, end: int | None = None) -> Iterator[tuple[RecordBlock, bool]]:
+        """A compact queue as it reads below ``end`` (the ``Broker`` contract): its newest snapshot's
+        records (True), then every record after the offset the snapshot was taken at (False)."""
+        pairs, _end = self._compacted(topic, queue, end)
+        for base in (True, False):
+            rows = []
+            for m, snapshotted in pairs:
+                if snapshotted is base:
+                    k, born, hdrs, _tags = _unpack(m)
+                    rows.append((m.offset, k, m.body, born, m.store_timestamp, hdrs))
+            for block in blocks_of(rows):
+                yield block, base
+
+    def read_latest(self, topic: str, queue: int, end: int | None = None) -> dict[MessageKey, tuple[Any, ...]]:
+        """Per key, the latest committed record below ``end``: rstream reads it itself (from its newest
+        snapshot of the queue on), so a result never depends on whether RocketMQ's compaction ran."""
         latest: dict[MessageKey, tuple[Any, ...]] = {}
-        for m in self._pulled(found, queue, 0, 2**62 if end is None else end):
+        for m, _snapshotted in self._compacted(topic, queue, end)[0]:
             k, born, hdrs, tags = _unpack(m)
             latest[k] = (k, m.body, born, hdrs, tags)
         return latest
 
     def compacted_below(self, topic: str, queue: int) -> int:
-        """The queue's first offset RocketMQ still has (0 until it removed records)."""
+        """From where the queue reads as it was at an offset: 0 until RocketMQ deleted records (its
+        retention), then the offset its oldest snapshot still usable was taken at (the first offset
+        RocketMQ has when there is none: what lies below is lost)."""
         found = self._queue(topic, queue)
-        broker, queue_id = found.queue_ids[queue]
-        return self._at(broker, self._client.min_offset, topic, queue_id)
+        first = self._first_offsets(found)[queue]
+        if first == 0:
+            return 0
+        usable = [int(n["as_of"]) for n in self._refresh().snapshots.get(f"{topic}/{queue}", []) if n["as_of"] >= first]
+        return min(usable, default=first)
+
+    def snapshot(self, topic: str, queue: int) -> dict[str, Any]:
+        """Write a snapshot of compact queue ``queue`` of ``topic``: its latest record per key (deletes
+        left out) as of its stable end, into ``snapshot_topic(topic)``, then a note of it in the
+        decision log, which makes it count. Returns the note. ``maintain()`` calls it when due."""
+        found = self._queue(topic, queue)
+        if not found.info.compact:
+            raise BrokerError(f"topic {topic!r} is not compact: only a compact topic's queues have snapshots")
+        pairs, as_of = self._compacted(topic, queue, None)
+        latest: dict[MessageKey, PulledMessage] = {}
+        for m, _snapshotted in pairs:
+            latest[_parsed(m.properties_text)[0]] = m
+        records: list[RecordTuple] = []
+        for m in latest.values():
+            k, born, hdrs, tags = _unpack(m)
+            if k is not None and m.body:
+                records.append((k, m.body, born, hdrs, tags))
+        sid = uuid.uuid4().hex
+        first = end = -1
+        if records:
+            name = snapshot_topic(topic)
+            snaps = self._lookup(name)
+            if snaps is None:
+                self.create_topic(name, queues=found.info.queues, brokers=sorted(found.by_broker))
+                snaps = self._get(name)
+            first, end = self._send_queue(snaps, queue, records, None, snapshot=sid)  # readable when it returns
+        note = {"t": "snap", "topic": topic, "q": queue, "id": sid, "as_of": as_of, "first": first, "end": end,
+                "keys": len(records)}
+        self._log_append(note)
+        return note
+
+    def retention_ms(self) -> int:
+        """How long the brokers keep a commit-log file (ms): ``retention_s``, else the shortest
+        ``fileReservedTime`` of the masters (hours; asked once; at least a minute)."""
+        if self._retention_ms is None:
+            masters = self._masters_now("read the brokers' settings")
+            hours = min(float(self._client.broker_config(addr).get("fileReservedTime") or _FILE_RESERVED_HOURS)
+                        for addr in masters.values())
+            self._retention_ms = max(int(hours * 3_600_000), 60_000)
+        return self._retention_ms
+
+    def maintain(self, wrote: Mapping[tuple[str, int], int] | None = None) -> None:
+        """Keep what rstream needs readable past RocketMQ's retention (the module's docstring): a
+        snapshot of each compact queue of ``wrote`` (queue -> its end after an append) that
+        ``compact_min`` records (and as many as its last snapshot holds) came after; a checkpoint of
+        the decision log when twice ``checkpoint_every`` entries came since the last (the process
+        whose entry landed on the boundary died before it wrote one); and, every twelfth of the
+        retention (at most every 10 minutes), a new checkpoint or snapshot wherever the last is older
+        than a third of it. ``append`` calls it, and so does ``data_version`` (a job waiting for input).
+        What fails is logged and tried again later: the append it follows has committed."""
+        try:
+            self._maintain(wrote or {})
+        except (BrokerError, RemotingError) as exc:
+            LOG.warning("rstream could not write a snapshot or checkpoint that keeps its state past RocketMQ's "
+                        "retention (it tries again at the next append): %s", exc)
+
+    def _maintain(self, wrote: Mapping[tuple[str, int], int]) -> None:
+        log = self._log
+        if log.loaded and log.next_offset - max(log.checkpoint[0], 0) >= 2 * self.checkpoint_every:
+            self.checkpoint()  # the process elected for the last one (``_log_append``) died before it wrote it
+        for (name, q), end in wrote.items():
+            if name in log.compact:
+                notes = log.snapshots.get(f"{name}/{q}")
+                base, keys = (int(notes[-1]["as_of"]), int(notes[-1]["keys"])) if notes else (0, 0)
+                if end - base >= max(self.compact_min, keys):
+                    self.snapshot(name, q)
+        every = min(_SCAN_EVERY_S, (self._retention_ms or 2**62) / 12_000)
+        if time.monotonic() - self._maintained < every:
+            return
+        self._maintained = time.monotonic()
+        limit = self.retention_ms() // 3
+        log = self._refresh()
+        now = now_ms()  # this host's clock against store times: skew is nothing beside a third of the retention
+        if log.next_offset > 0 and now - log.checkpoint[1] > limit:
+            self.checkpoint()
+        for name in sorted(log.compact):
+            topic = self._lookup(name)
+            if topic is None:
+                continue
+            ends = self._raw_ends(topic, range(topic.info.queues))
+            firsts = self._first_offsets(topic)
+            for q in range(topic.info.queues):
+                notes = log.snapshots.get(f"{name}/{q}")
+                note = notes[-1] if notes else None
+                start = int(note["as_of"]) if note is not None else firsts[q]
+                oldest = int(note["ms"]) if note is not None and note["keys"] else now
+                if start < ends[q]:  # its tail's first record: RocketMQ deletes it first
+                    broker, queue_id = topic.queue_ids[q]
+                    messages, _ = self._at(broker, self._client.pull, name, queue_id, max(start, firsts[q]), 1,
+                                           READER_GROUP, what=f"read {name}/{q}")
+                    if messages:
+                        oldest = min(oldest, messages[0].store_timestamp)
+                if now - oldest > limit:
+                    self.snapshot(name, q)
 
     # -- commit tags ----------------------------------------------------------------------------
     def _tags(self, job: str, topic: str, queue: int) -> list[CommitTag]:
@@ -1101,9 +1512,73 @@ class RocketMQBroker:
             raise
 
 
+def _tag_fields(tag: CommitTag) -> dict[str, Any]:
+    return {"job": tag.job, "topic": tag.topic, "queue": tag.queue, "start_offset": tag.start_offset,
+            "end_offset": tag.end_offset, "meta": tag.meta, "batch_id": tag.batch_id, "info": tag.info,
+            "outputs": {k: list(v) for k, v in tag.outputs.items()}, "seq": tag.seq, "committed_ms": tag.committed_ms}
+
+
+def _dump(log: _Log) -> dict[str, Any]:
+    """What a checkpoint of the decision log holds: ``log``'s state that still counts. Of the commit
+    tags, each input queue's last and those committed since the previous checkpoint (a job's recent
+    history); committed attempts are not named (an attempt the log does not know is committed)."""
+    since = log.checkpoint[2]
+    last: dict[tuple[Any, ...], CommitTag] = {}
+    for tag in log.winners.values():
+        at = (tag.job, tag.topic, tag.queue)
+        if at not in last or last[at].start_offset < tag.start_offset:
+            last[at] = tag
+    kept = {id(t): t for t in log.winners.values() if t.seq > since}
+    kept.update({id(t): t for t in last.values()})
+    return {
+        "v": 1,
+        "tags": [_tag_fields(t) for t in sorted(kept.values(), key=lambda t: t.seq)],
+        "undecided": {a: [ms, list(wrote)] for a, (ms, wrote) in log.undecided.items()},
+        "pending": {where: {a: list(v) for a, v in waiting.items()} for where, waiting in log.pending.items() if waiting},
+        "opened": [[list(rng), sorted(attempts & set(log.undecided))] for rng, attempts in log.opened.items()
+                   if attempts & set(log.undecided)],
+        "lost": log.lost,
+        "compact": sorted(log.compact),
+        "deleted_ms": log.deleted_ms,
+        "numbering": {name: [list(q) for q in queues] for name, queues in log.numbering.items()},
+        "snapshots": log.snapshots,
+        "last_ms": log.last_ms,
+    }
+
+
+def _restore(log: _Log, data: Mapping[str, Any]) -> None:
+    """``log`` as a checkpoint (``_dump``) says it was."""
+    if data.get("v") != 1:
+        raise BrokerError(f"a checkpoint of {TXN_TOPIC} of version {data.get('v')!r}, which this rstream cannot "
+                          "read: a newer rstream wrote it; upgrade rstream")
+    for fields in data["tags"]:
+        tag = CommitTag(**{**fields, "outputs": {k: (int(v[0]), int(v[1])) for k, v in fields["outputs"].items()}})
+        log.winners[(tag.job, tag.topic, tag.queue, tag.start_offset)] = tag
+        log.by_job.setdefault(tag.job, []).append(tag)
+    log.undecided = {a: (int(ms), tuple(wrote)) for a, (ms, wrote) in data["undecided"].items()}
+    log.pending = {where: {a: (int(v[0]), int(v[1])) for a, v in waiting.items()}
+                   for where, waiting in data["pending"].items()}
+    log.opened = {tuple(rng): set(attempts) for rng, attempts in data["opened"]}
+    log.lost = {a: {w: None if e is None else int(e) for w, e in ends.items()} for a, ends in data["lost"].items()}
+    log.decided = dict.fromkeys(log.lost, False)
+    log.compact = set(data["compact"])
+    log.deleted_ms = {k: int(v) for k, v in data["deleted_ms"].items()}
+    log.numbering = {name: tuple((str(b), int(q)) for b, q in queues) for name, queues in data["numbering"].items()}
+    log.snapshots = {k: list(v) for k, v in data["snapshots"].items()}
+    log.last_ms = max(log.last_ms, int(data.get("last_ms", 0)))
+
+
 def _settle(log: _Log, attempt: str) -> None:
     for waiting in log.pending.values():
         waiting.pop(attempt, None)
+    log.undecided.pop(attempt, None)
+
+
+def _lost_at(log: _Log, attempt: str, out: Mapping[str, Any]) -> None:
+    """Note where a lost attempt's records end, per queue, as its writer said (``out``: queue -> (first, end))."""
+    ends = log.lost[attempt]
+    for where, (_first, end) in out.items():
+        ends[where] = int(end)
 
 
 def _system_topic(name: str) -> bool:
@@ -1138,14 +1613,14 @@ def _key_property(key: MessageKey) -> str:
 
 def _unpack(m: PulledMessage) -> tuple[MessageKey, int, dict[str, str] | None, str | None]:
     """A message's key, born time, client headers (None when it has none) and tags."""
-    key, born, headers, tags, _attempt = _parsed(m.properties_text)
+    key, born, headers, tags, _attempt, _snapshot = _parsed(m.properties_text)
     return key, m.born_timestamp if born is None else born, None if headers is None else dict(headers), tags
 
 
 @functools.lru_cache(maxsize=16384)
-def _parsed(text: str) -> tuple[MessageKey, int | None, dict[str, str] | None, str | None, str | None]:
+def _parsed(text: str) -> tuple[MessageKey, int | None, dict[str, str] | None, str | None, str | None, str | None]:
     """What rstream reads from a message's properties text: its key, its own born time (None: the
-    message's), the client's headers (None: none), tags and attempt. Cached: a batch's messages share
+    message's), the client's headers (None: none), tags, attempt and snapshot. Cached: a batch's messages share
     a few texts (a task's attempt, a key per word); ``_unpack`` copies the headers."""
     props = parse_properties(text)
     raw = props.get(_KEY)
@@ -1157,4 +1632,4 @@ def _parsed(text: str) -> tuple[MessageKey, int | None, dict[str, str] | None, s
         key = props.get("KEYS")
     born = int(props[_BORN]) if _BORN in props else None
     headers = {k: v for k, v in props.items() if k not in _HIDDEN}
-    return key, born, headers or None, props.get("TAGS"), props.get(_TXN)
+    return key, born, headers or None, props.get("TAGS"), props.get(_TXN), props.get(_SNAP)

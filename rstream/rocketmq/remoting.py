@@ -34,6 +34,7 @@ QUERY_CONSUMER_OFFSET = 14
 UPDATE_CONSUMER_OFFSET = 15
 UPDATE_AND_CREATE_TOPIC = 17
 GET_ALL_TOPIC_CONFIG = 21
+GET_BROKER_CONFIG = 26
 SEARCH_OFFSET_BY_TIMESTAMP = 29
 GET_MAX_OFFSET = 30
 GET_MIN_OFFSET = 31
@@ -563,6 +564,11 @@ class Client:
         if sorted(found) != list(range(len(found))):
             raise RemotingError(f"RocketMQ at {broker} answered topic {topic!r}'s stats with queues {sorted(found)}")
         return [(int(found[q]["minOffset"]), int(found[q]["maxOffset"])) for q in range(len(found))]
+
+    def broker_config(self, broker: str) -> dict[str, str]:
+        """``GET_BROKER_CONFIG``: the broker's settings (its ``broker.conf`` keys and their values now)."""
+        text = self.conn(broker).call(GET_BROKER_CONFIG).body.decode("utf-8", "replace")
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
     def max_offset(self, broker: str, topic: str, queue: int) -> int:
         return int(self.conn(broker).call(GET_MAX_OFFSET, {"topic": topic, "queueId": queue}).ext["offset"])

@@ -17,7 +17,7 @@ from typing import Any
 
 from rocksdict import AccessType, Options, Rdict, WriteBatch
 
-from rstream.broker.base import Broker, RecordBlock, RecordTuple, read_blocks
+from rstream.broker.base import Broker, RecordBlock, RecordTuple
 from rstream.errors import RStreamError
 from rstream.serde.codec import decode, encode
 
@@ -385,12 +385,10 @@ class StateStore:
         seen: set[Any] = set()
         loaded = 0
         if broker.has_topic(self.state_topic):
-            # read before the records: it only grows, so below it the records read are compacted
-            compacted = broker.compacted_below(self.state_topic, self.queue)
-            end = broker.end_offsets(self.state_topic)[self.queue] if state_end is None else state_end
-            blocks = list(read_blocks(broker, self.state_topic, self.queue, 0, end))
-            for block in reversed(blocks):
-                loaded += _load_block(batch, block, seen, unique=block.offsets[-1] < compacted)
+            # as the broker keeps the queue: its compacted part (a key at most once) first, then the rest
+            blocks = list(broker.read_compacted(self.state_topic, self.queue, state_end))
+            for block, compacted in reversed(blocks):
+                loaded += _load_block(batch, block, seen, unique=compacted)
         batch.put(_KEYS, str(loaded).encode())
         if applied_offset is not None:
             batch.put(_APPLIED, str(applied_offset).encode())

@@ -22,13 +22,21 @@ BROKERS: dict[str, Callable[[Path, bool], Broker]] = {
         folder, **({"compact_min_dirty": 1, "compact_min_lag": 0, "compact_dirty_ratio": 0.0,
                     "compact_delete_retention_ms": 0} if compacting else {})),
 }
-BROKERS["rocketmq"] = lambda folder, compacting: _session_rocketmq().broker()
+#: RocketMQ "compacts" a compact queue by writing a snapshot of it (``RocketMQBroker.snapshot``): eagerly,
+#: a snapshot after every append of a compact queue.
+BROKERS["rocketmq"] = lambda folder, compacting: _rocketmq_broker(_session_rocketmq(), compacting)
 #: A RocketMQ cluster of two brokers: every topic the suite makes has queues on both (the decision log
 #: on broker-a), so every append of several queues writes across brokers.
-BROKERS["rocketmq-2"] = lambda folder, compacting: _session_rocketmq("rocketmq-2").broker()
+BROKERS["rocketmq-2"] = lambda folder, compacting: _rocketmq_broker(_session_rocketmq("rocketmq-2"), compacting)
 
 #: The session fixture (tests/support/rocketmq.py) that starts each server kind on first use.
 _FIXTURES = {"rocketmq": "local_rocketmq", "rocketmq-2": "rocketmq_cluster"}
+
+
+def _rocketmq_broker(mq: Any, compacting: bool) -> Broker:
+    from rstream.rocketmq import RocketMQBroker
+
+    return RocketMQBroker(mq.namesrv, compact_min=1) if compacting else mq.broker()
 
 
 def _session_rocketmq(kind: str = "rocketmq") -> Any:

@@ -461,6 +461,38 @@ def test_compact_topics_read_as_latest_per_key(broker_factory: Any, sends: list[
         assert [r[0] for r in rows if r[0] >= low] == list(range(low, len(written)))
 
 
+@settings(max_examples=10, deadline=None)
+@given(sends=st.lists(st.lists(_compact_write, min_size=1, max_size=8), min_size=1, max_size=5), data=st.data())
+def test_a_compact_queue_read_compacted_applies_in_order_to_its_latest_per_key(broker_factory: Any,
+                                                                                sends: list[Any], data: Any) -> None:
+    """``read_compacted`` below any end: its blocks applied in order give ``read_latest`` (deletes
+    included), a compacted block holds a key once and comes before every other block, and the blocks
+    not compacted hold the last records written, as written. The broker compacts as eagerly as it can."""
+    broker = broker_factory(compacting=True)
+    topic = broker_factory.unique("state")
+    broker.create_topic(topic, queues=1, compact=True)
+    written: list[tuple[Any, bytes]] = []
+    for writes in sends:
+        broker.append({(topic, 0): [(k, body, 1, None, None) for k, body in writes]})
+        written += writes
+    low = broker.compacted_below(topic, 0)  # below it the queue no longer reads as it was
+    for end in (None, data.draw(st.integers(low, len(written)), label="end")):
+        blocks = list(broker.read_compacted(topic, 0, end))
+        flags = [compacted for _block, compacted in blocks]
+        assert flags == sorted(flags, reverse=True)  # compacted blocks first
+        assert any(flags) or end is not None or not _live(written)  # it did compact
+        applied: dict[Any, bytes] = {}
+        for block, compacted in blocks:
+            if compacted:
+                assert len(set(block.keys)) == len(block.keys)
+            applied.update(zip(block.keys, block.bodies))
+        assert applied == {k: r[1] for k, r in broker.read_latest(topic, 0, end).items()}
+        assert {k: b for k, b in applied.items() if b and k is not None} == _live(written[:end])
+        tail = [(k, b) for block, compacted in blocks if not compacted for k, b in zip(block.keys, block.bodies)]
+        stop = len(written) if end is None else end
+        assert tail == written[stop - len(tail):stop]
+
+
 def test_a_compact_topic_read_below_an_end_keeps_deletes_visible(broker_factory: Any) -> None:
     broker = broker_factory()
     topic = broker_factory.unique("state")

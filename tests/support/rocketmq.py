@@ -18,6 +18,8 @@ which starts every broker that is down after it.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +52,72 @@ def rocketmq_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local
         yield mq
     finally:
         mq.stop(grace=3.0)  # its store is thrown away: no need to wait the proxy's 12 s of clean shutdown
+
+
+#: The retention the ``retention_rocketmq`` broker emulates (s): RocketMQ's ``fileReservedTime`` is whole hours.
+RETENTION_S = 6.0
+#: Its broker: 2 MB commit-log files (1 GB by default) whose time is up every hour of the day (``deleteWhen``,
+#: so the clean service deletes expired files on every round, every half second, not once a day at 4 am), a
+#: file expired an hour after it was last written (``fileReservedTime``, the least it takes), and a file that
+#: a reader still maps destroyed a second after it was deleted (two minutes by default).
+RETENTION_CONF = {
+    "mappedFileSizeCommitLog": str(2 << 20), "fileReservedTime": "1", "deleteWhen": ";".join(f"{h:02d}" for h in range(24)),
+    "cleanResourceInterval": "500", "destroyMapedFileIntervalForcibly": "1000", "diskMaxUsedSpaceRatio": "95",
+    "timerWheelEnable": "false",
+}
+
+
+class ShortRetention:
+    """A retention of ``seconds`` on a LocalRocketMQ started with ``RETENTION_CONF``: a thread that turns a
+    commit-log file's modification time back two hours once it was last written ``seconds`` ago, so the
+    broker's clean service (which expires a file an hour after its modification time, read from the file
+    system: ``DefaultMappedFile.getLastModifiedTimestamp``) deletes it within half a second, oldest first,
+    never the file being written (nor the one made ready after it). What RocketMQ then does is its own: consume queues' first offsets move up,
+    a pull below them answers from the first offset on."""
+
+    def __init__(self, mq: LocalRocketMQ, seconds: float) -> None:
+        self.folder = mq.store_dir / "commitlog"
+        self.seconds = seconds
+        self.expired: list[str] = []  # the files it aged, in order
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            # never the file being written, nor the next one RocketMQ made ready beside it (AllocateMappedFileService)
+            files = sorted(self.folder.glob("[0-9]" * 20))[:-2]
+            now = time.time()
+            for path in files:
+                try:
+                    written = path.stat().st_mtime
+                    if written < now - 3600 or now - written < self.seconds:
+                        continue
+                    os.utime(path, (now - 7200, now - 7200))
+                    self.expired.append(path.name)
+                except FileNotFoundError:
+                    continue
+
+    def deleted(self) -> int:
+        """How many of the files it aged the broker deleted."""
+        return sum(not (self.folder / name).exists() for name in self.expired)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def retention_rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalRocketMQ, ShortRetention]]:
+    """A LocalRocketMQ of its own (one broker) whose commit-log files are deleted ``RETENTION_S`` seconds after
+    they were last written (``ShortRetention``), for a module's tests of what outlives retention."""
+    mq = LocalRocketMQ(tmp_path_factory.mktemp("rocketmq-retention"), broker_conf=RETENTION_CONF).start()
+    retention = ShortRetention(mq, RETENTION_S)
+    try:
+        yield mq, retention
+    finally:
+        retention.stop()
+        mq.stop(grace=3.0)
 
 
 @pytest.fixture
@@ -90,6 +158,11 @@ def send(broker_addr: str, topic: str, queue_id: int, payload: bytes) -> int:
 def max_offset(broker_addr: str, topic: str, queue_id: int) -> int:
     """The offset after the last message of a queue (how many messages it holds, from 0)."""
     return Client("unused:0").max_offset(broker_addr, topic, queue_id)
+
+
+def min_offset(broker_addr: str, topic: str, queue_id: int) -> int:
+    """The first offset a queue still has: 0 until RocketMQ deleted its oldest messages (retention)."""
+    return Client("unused:0").min_offset(broker_addr, topic, queue_id)
 
 
 def route(namesrv: str, topic: str) -> dict[str, Any] | None:

@@ -568,6 +568,13 @@ class EmbeddedBroker:
             latest.update(zip(cols.column("keys", lo, hi), cols.records(lo, hi)))  # later records win
         return latest
 
+    def read_compacted(self, topic: str, queue: int, end: int | None = None) -> Iterator[tuple[RecordBlock, bool]]:
+        """The queue's records below ``end`` (the ``Broker`` contract), each stored batch below the
+        compaction point marked compacted. Nothing is ever deleted by age here."""
+        compacted = self.compacted_below(topic, queue)  # read before the records: it only grows
+        for block in self.read_blocks(topic, queue, 0, end):
+            yield block, block.offsets[-1] < compacted
+
     def latest_by_key(self, topic: str, queue: int) -> dict[MessageKey, bytes]:
         """The view a compact topic keeps: per key, the body of its latest message; keys whose
         latest message has an empty body (a delete) are left out."""
