@@ -9,7 +9,7 @@ grows with the records they hold, against a plain Python loop doing the same in 
     waiting: the join's waiting list of the key grows to all of them. Timed at N and 2N records; a
     join that rewrote the key's whole list per record took four times as long for twice the records,
     a linear one takes twice. Baseline: plain Python with a sorted list per side and ``bisect``.
-(p) keyed process function: the de-duplication with a time to live of ``tests/support/process.py`` over
+(p) keyed process function: a de-duplication with a time to live (as ``tests/support/process.py``'s) over
     N out-of-order events of 50 keys in 4 source queues, which it takes in data-time order (each
     record held until the watermark passes it). Baseline: the same function over the events sorted
     by time in a plain loop with a dict per key.
@@ -38,7 +38,7 @@ from typing import Any
 _REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_REPO))
 
-from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder  # noqa: E402
+from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, KeyedProcessFunction, StreamBuilder  # noqa: E402
 from rstream.runtime.inprocess import InProcessJob  # noqa: E402
 
 T0 = 1_700_000_000_000
@@ -131,9 +131,30 @@ def _dedup_plain(events: list[dict[str, Any]], ttl: int) -> list[int]:
     return sorted(out)
 
 
-def bench_process(tmp: Path, n: int, repeat: int) -> dict[str, Any]:
-    from tests.support.process import Dedup, process_job
+class Dedup(KeyedProcessFunction[Any, Any]):
+    """A key's first event, then none for ``ttl`` ms of data time (as ``tests/support/process.py``'s)."""
 
+    def __init__(self, ttl: int) -> None:
+        self.ttl = ttl
+
+    def process(self, key: Any, value: Any, ctx: Any) -> None:
+        if ctx.state.get() is None:
+            ctx.state.set(ctx.timestamp)
+            ctx.register_event_time_timer(ctx.timestamp + self.ttl)
+            ctx.forward(key, value)
+
+    def on_timer(self, key: Any, timestamp: int, ctx: Any) -> None:
+        ctx.state.clear()
+
+
+def _dedup_job(ttl: int) -> StreamBuilder:
+    b = StreamBuilder("dedup", shuffle_queues=3)
+    (b.source("events", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["user"])
+     .process(Dedup(ttl)).to_rstream().sink("out", JsonSerializer(with_key=True)))
+    return b
+
+
+def bench_process(tmp: Path, n: int, repeat: int) -> dict[str, Any]:
     events = _events(n)
     ttl = 10_000
     plain_s, want = _timed(lambda: _dedup_plain(events, ttl), repeat)
@@ -143,7 +164,7 @@ def bench_process(tmp: Path, n: int, repeat: int) -> dict[str, Any]:
         broker = EmbeddedBroker(folder / "broker")
         broker.create_topic("events", queues=4)
         broker.send_batch("events", [json.dumps(e) for e in events])
-        job = InProcessJob(process_job("dedup", Dedup(ttl)).build(), broker, folder / "job",
+        job = InProcessJob(_dedup_job(ttl).build(), broker, folder / "job",
                            {"allowed_lateness_ms": 2000, "idle_timeout_ms": 10**9})
         began = time.perf_counter()
         job.run_until_idle()

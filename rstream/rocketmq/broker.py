@@ -251,6 +251,17 @@ def snapshot_topic(name: str) -> str:
     return out
 
 
+def note(text: str) -> None:
+    """A progress note about the cluster (a broker waited for, and back): a warning of the
+    ``rstream.rocketmq`` logger where logging is set up, else a line on standard output, where a
+    notebook shows it as the cell's text (Python's last-resort handler would print it on standard
+    error: a red box for a learner, for what is no error)."""
+    if LOG.hasHandlers():
+        LOG.warning(text)
+    else:
+        print(text, flush=True)
+
+
 @dataclass
 class _Topic:
     info: TopicInfo
@@ -305,16 +316,15 @@ class _Waiting:
                 "RocketMQBroker(broker_wait_s=...) waits longer")
         if not self.noted or time.monotonic() - self.noted >= _NOTE_EVERY_S:
             self.noted = time.monotonic()
-            LOG.warning("rstream is waiting for RocketMQ broker %s (%s) to %s: waited %.0f s of %.0f s; it goes on "
-                        "once the broker, or one registered under its name, is back", self.broker, problem,
-                        self.what, waited, self.wait_s)
+            note(f"rstream is waiting for RocketMQ broker {self.broker} ({problem}) to {self.what}: waited "
+                 f"{waited:.0f} s of {self.wait_s:.0f} s; it goes on once the broker, or one registered under its "
+                 "name, is back")
         time.sleep(self.pause)
         self.pause = min(self.pause * 2, 1.0)
 
     def done(self) -> None:
         if self.noted:
-            LOG.warning("RocketMQ broker %s is back after %.1f s: rstream goes on", self.broker,
-                        time.monotonic() - self.began)
+            note(f"RocketMQ broker {self.broker} is back after {time.monotonic() - self.began:.1f} s: rstream goes on")
 
 
 class RocketMQBroker:
