@@ -8,6 +8,11 @@ returns; a batch's layout, what a batch send carries) and the request headers of
 A frame is ``length(4) | serialize type(1) + header length(3) | header JSON | body``, big endian.
 Requests are sent one at a time per connection (a lock), which is all rstream needs: a broker
 object per process, a few calls per task.
+
+It trusts nothing it reads: a frame longer than RocketMQ's own bound (``MAX_FRAME``) is refused
+before it is read, a whole answer must come within the request's timeout, a stored message's sizes
+must fit what came, and compressed bodies inflate within a bound (``MAX_INFLATED``); anything else
+is a ``ProtocolError`` (a ``RemotingError``), never a hang or an allocation the server chose.
 """
 
 from __future__ import annotations
@@ -66,7 +71,17 @@ _STOREHOST_V6 = 0x1 << 5
 _COMPRESSION_TYPE = 0x7 << 8
 _ZLIB = 0x3 << 8
 _PULL_SUBSCRIPTION = 0x4
+_MAGIC_V1 = -626843481  # MessageDecoder.MESSAGE_MAGIC_CODE: a topic's length is a byte
 _MAGIC_V2 = -626843477  # MessageVersion.MESSAGE_VERSION_V2: a topic's length is a short
+
+#: The longest frame rstream reads, its 4-byte length included: RocketMQ's own bound on what its
+#: servers and Java clients read (``NettyDecoder``'s ``com.rocketmq.remoting.frameMaxLength``, 16 MB by
+#: default). A pull reply stays below it (``maxTransferBytesOnMessageInMemory``: 256 KB by default,
+#: 8 MB on LocalRocketMQ); a server that says a frame is longer is not speaking this protocol.
+MAX_FRAME = 16 * 1024 * 1024
+#: The most bytes the compressed bodies of one pull reply may inflate to, together: a zlib body can
+#: inflate a thousandfold, and a pull reply holds up to 16 MB of them.
+MAX_INFLATED = 256 * 1024 * 1024
 
 #: The property names RocketMQ itself sets (MessageConst): not a client's headers.
 SYSTEM_PROPERTIES = frozenset({
@@ -104,6 +119,12 @@ class RemotingError(BrokerError):
         self.code = code
 
 
+class ProtocolError(RemotingError):
+    """A server sent bytes that are not a RocketMQ remoting frame or stored message that rstream can
+    read (a frame too long, a header that is not the JSON RocketMQ writes, a message whose sizes do
+    not fit): the connection is closed; the request is not sent again."""
+
+
 @dataclass
 class Command:
     """One frame: a request or a response."""
@@ -115,14 +136,29 @@ class Command:
     opaque: int = 0
     flag: int = 0
 
+    def int_field(self, name: str, default: int | None = None) -> int:
+        """The reply's header field ``name`` as an int (``default`` when missing; without one, a
+        missing field is a ``ProtocolError``, as is one that is not a number)."""
+        text = self.ext.get(name)
+        if text is None and default is not None:
+            return default
+        try:
+            return int(text)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ProtocolError(f"RocketMQ answered request code {self.code} with header field {name!r} = "
+                                f"{text!r}, not a number") from None
+
 
 def parse_json(body: bytes) -> Any:
     """A body RocketMQ serialized with fastjson (which leaves numeric map keys unquoted)."""
-    text = body.decode("utf-8")
     try:
-        return json.loads(text)
-    except ValueError:
-        return json.loads(_UNQUOTED_KEY.sub(r'\1"\2":', text))
+        text = body.decode("utf-8")
+        try:
+            return json.loads(text)
+        except ValueError:
+            return json.loads(_UNQUOTED_KEY.sub(r'\1"\2":', text))
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"a RocketMQ reply's body is not JSON ({exc}): {body[:120]!r}") from None
 
 
 #: Requests a connection may send again after the connection broke mid-way: reads and settings.
@@ -181,17 +217,24 @@ class Connection:
                     self._opaque += 1
                     frame = _encode(code, ext, body, self._opaque)
                     REQUESTS[code] += 1
-                    self._sock.settimeout(timeout or self.timeout)
+                    wait = timeout or self.timeout
+                    self._sock.settimeout(wait)
                     sent = True
                     self._sock.sendall(frame)
+                    answer_by = time.monotonic() + wait  # for the whole answer, however the server trickles it
                     while True:
-                        reply = _read_frame(self._sock)
+                        reply = _read_frame(self._sock, answer_by)
                         if reply.flag & _RESPONSE and reply.opaque == self._opaque:
                             break
                     if reply.code != SYSTEM_BUSY or time.monotonic() > deadline:
                         return reply
                     time.sleep(busy_pause)  # refused before it ran (fast failure, a full queue): again
                     busy_pause = min(busy_pause * 2, 1.0)
+                except ProtocolError as exc:
+                    if self._sock is not None:  # the rest of what it sent cannot be read as frames
+                        self._sock.close()
+                        self._sock = None
+                    raise ProtocolError(f"RocketMQ at {self.addr}, answering request {code}: {exc}") from None
                 except OSError as exc:  # refused, reset, closed or timed out
                     if self._sock is not None:
                         self._sock.close()
@@ -247,9 +290,13 @@ def _encode(code: int, ext: Mapping[str, Any] | None, body: bytes, opaque: int) 
     return struct.pack(">II", 4 + len(data) + len(body), len(data)) + data + body
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes:
+def _read_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
     parts, left = [], n
     while left:
+        wait = deadline - time.monotonic()
+        if wait <= 0:
+            raise TimeoutError(f"the server sent {n - left} of a frame's {n} bytes in time")
+        sock.settimeout(wait)
         chunk = sock.recv(min(left, 1 << 20))
         if not chunk:
             raise ConnectionError("connection closed by the server")
@@ -258,16 +305,54 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
     return b"".join(parts)
 
 
-def _read_frame(sock: socket.socket) -> Command:
-    (length,) = struct.unpack(">I", _read_exact(sock, 4))
-    data = _read_exact(sock, length)
-    mark = struct.unpack(">I", data[:4])[0]
+_LENGTH = struct.Struct(">I")
+_TLS_RECORD = re.compile(rb"[\x14-\x17]\x03[\x00-\x04]")  # a TLS record's type and version
+
+
+def _read_frame(sock: socket.socket, deadline: float, max_frame: int = MAX_FRAME) -> Command:
+    """The next frame from ``sock``, read whole by ``deadline`` (``time.monotonic()``);
+    ``ProtocolError`` when it is not one, before reading past a length above ``max_frame`` (so a
+    server never makes rstream allocate more)."""
+    head = _read_exact(sock, 4, deadline)
+    (length,) = _LENGTH.unpack(head)
+    if length > max_frame - 4:
+        if _TLS_RECORD.match(head):
+            raise ProtocolError("the server answered in TLS: connect with TLS (RocketMQBroker(..., tls=True))")
+        raise ProtocolError(f"the server sent a frame of {length} bytes; RocketMQ's frames have at most "
+                            f"{max_frame - 4} (its frameMaxLength): is this a RocketMQ name server or broker?")
+    if length < 4:
+        raise ProtocolError(f"the server sent a frame of {length} bytes, too short for its header length")
+    return decode_frame(_read_exact(sock, length, deadline))
+
+
+def decode_frame(data: bytes) -> Command:
+    """A frame without its length (``RemotingCommand.decode``): serialize type and header length,
+    header JSON, body. Raises ``ProtocolError`` for anything else."""
+    if len(data) < 4:
+        raise ProtocolError(f"a frame of {len(data)} bytes has no header length")
+    mark = _LENGTH.unpack_from(data)[0]
     if mark >> 24 != 0:
-        raise ConnectionError("the server answered in ROCKETMQ serialization; rstream speaks JSON only")
+        raise ProtocolError(f"the server answered in serialize type {mark >> 24} (1 is RocketMQ's binary "
+                            "one); rstream speaks JSON (0) only")
     size = mark & 0xFFFFFF
-    header = json.loads(data[4:4 + size])
-    return Command(header["code"], header.get("extFields") or {}, data[4 + size:], header.get("remark"),
-                   header.get("opaque", 0), header.get("flag", 0))
+    if size > len(data) - 4:
+        raise ProtocolError(f"a frame of {len(data) + 4} bytes says its header takes {size}")
+    try:
+        header = json.loads(data[4:4 + size])
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"a frame's header is not JSON ({exc}): {data[4:4 + min(size, 120)]!r}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError(f"a frame's header is a JSON {type(header).__name__}, not an object")
+    code, opaque, flag = header.get("code"), header.get("opaque", 0), header.get("flag", 0)
+    ext, remark = header.get("extFields") or {}, header.get("remark")
+    if type(code) is not int or type(opaque) is not int or type(flag) is not int:
+        raise ProtocolError(f"a frame's header has code {code!r}, opaque {opaque!r} and flag {flag!r}: "
+                            "not all numbers")
+    if not isinstance(ext, dict) or not all(isinstance(v, str) for v in ext.values()):
+        raise ProtocolError(f"a frame's extFields are not an object of strings: {str(ext)[:120]}")
+    if remark is not None and not isinstance(remark, str):
+        raise ProtocolError(f"a frame's remark is not a string: {str(remark)[:120]}")
+    return Command(code, ext, data[4 + size:], remark, opaque, flag)
 
 
 # -- messages -------------------------------------------------------------------------------------
@@ -356,42 +441,85 @@ class PulledMessage(NamedTuple):
 
 
 _FIXED = struct.Struct(">iiiiiqqiq")  # size, magic, body crc, queue, flag, queue offset, phys offset, sysflag, born
+#: A stored message's smallest size: IPv4 hosts, no body, a topic's length in a byte, no topic or properties.
+_MIN_STORED = _FIXED.size + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2
 
 
-def decode_messages(data: bytes) -> list[PulledMessage]:
-    """The stored messages a pull returns, one after the other (``MessageDecoder.decode``)."""
+def decode_messages(data: bytes, max_inflated: int = MAX_INFLATED) -> list[PulledMessage]:
+    """The stored messages a pull returns, one after the other (``MessageDecoder.decode``).
+
+    Trusts nothing: a message's declared size must hold its fields and fit in ``data``, and the
+    compressed bodies inflate to ``max_inflated`` bytes at most, together; anything else raises
+    ``ProtocolError``. So garbage never loops, and never makes it allocate much more than ``data``.
+    """
     out: list[PulledMessage] = []
     pos, end = 0, len(data)
     unpack_from = struct.unpack_from
     fixed = _FIXED.unpack_from
     append = out.append
-    while pos < end:
-        size, magic, _crc, queue, _flag, offset, _phys, sysflag, born = fixed(data, pos)
-        at = pos + 52 + (16 if sysflag & _BORNHOST_V6 else 4)  # the fixed part, born host and port
-        (store,) = unpack_from(">q", data, at)
-        at += 12 + (16 if sysflag & _STOREHOST_V6 else 4) + 12  # store time, store host + port, reconsume, prepared
-        (body_len,) = unpack_from(">i", data, at)
-        at += 4
-        body = data[at:at + body_len] if body_len > 0 else b""
-        at += max(body_len, 0)
-        if sysflag & _COMPRESSED:
-            if sysflag & _COMPRESSION_TYPE not in (0, _ZLIB):
-                raise BrokerError("a message is compressed with LZ4 or ZSTD, which rstream cannot read yet; "
-                                  "send it uncompressed or with zlib")
-            body = zlib.decompress(body)
-        if magic == _MAGIC_V2:
-            (topic_len,) = unpack_from(">h", data, at)
-            at += 2 + topic_len
-        else:
-            at += 1 + data[at]
-        (props_len,) = unpack_from(">h", data, at)
-        at += 2
-        text = data[at:at + props_len].decode("utf-8", "replace") if props_len > 0 else ""
-        append(PulledMessage(queue, offset, born, store, body, text))
-        pos += size
+    budget = max_inflated
+    try:
+        while pos < end:
+            size, magic, _crc, queue, _flag, offset, _phys, sysflag, born = fixed(data, pos)
+            stop = pos + size
+            if size < _MIN_STORED or stop > end:  # a size of 0 or less would never move on
+                raise ProtocolError(f"a pulled message at byte {pos} of {end} says it takes {size} bytes; a stored "
+                                    f"message takes {_MIN_STORED} at least, and {end - pos} remain")
+            at = pos + 52 + (16 if sysflag & _BORNHOST_V6 else 4)  # the fixed part, born host and port
+            (store,) = unpack_from(">q", data, at)
+            at += 12 + (16 if sysflag & _STOREHOST_V6 else 4) + 12  # store time, store host + port, reconsume, prepared
+            (body_len,) = unpack_from(">i", data, at)
+            at += 4
+            if body_len > 0:
+                body = data[at:at + body_len]  # a slice: never longer than what is there
+                at += body_len
+            else:
+                body = b""
+            if magic == _MAGIC_V2:
+                (topic_len,) = unpack_from(">h", data, at)
+                if topic_len < 0:
+                    raise ProtocolError(f"a pulled message at byte {pos} says its topic takes {topic_len} bytes")
+                at += 2 + topic_len
+            elif magic == _MAGIC_V1:
+                at += 1 + data[at]
+            else:
+                raise ProtocolError(f"a pulled message at byte {pos} has magic code {magic}, not a RocketMQ "
+                                    "message's")
+            (props_len,) = unpack_from(">h", data, at)
+            at += 2
+            if props_len > 0:
+                text = data[at:at + props_len].decode("utf-8", "replace")
+                at += props_len
+            else:
+                text = ""
+            if at > stop:
+                raise ProtocolError(f"a pulled message at byte {pos} says it takes {size} bytes, and its "
+                                    f"fields take {at - pos}")
+            if sysflag & _COMPRESSED:
+                body, budget = _inflate(body, sysflag, budget, max_inflated)
+            append(PulledMessage(queue, offset, born, store, body, text))
+            pos = stop
+    except (struct.error, IndexError):
+        raise ProtocolError(f"a pulled message at byte {pos} of {end} is cut short") from None
     return out
 
 
+def _inflate(body: bytes, sysflag: int, budget: int, limit: int) -> tuple[bytes, int]:
+    """A compressed body inflated, and what is left of the reply's ``budget`` of inflated bytes."""
+    if sysflag & _COMPRESSION_TYPE not in (0, _ZLIB):
+        raise RemotingError("a message is compressed with LZ4 or ZSTD, which rstream cannot read yet; "
+                            "send it uncompressed or with zlib")
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, budget + 1)  # at most one byte past the budget: never more
+    except zlib.error as exc:
+        raise ProtocolError(f"a pulled message's compressed body does not inflate ({exc})") from None
+    if len(out) > budget:
+        raise ProtocolError(f"a pulled reply's compressed bodies inflate to more than {limit} bytes "
+                            "(rstream's bound, remoting.MAX_INFLATED): pull fewer messages at once")
+    if not inflater.eof:
+        raise ProtocolError("a pulled message's compressed body is cut short")
+    return out, budget - len(out)
 # -- the calls ------------------------------------------------------------------------------------
 class Client:
     """Connections to a cluster's name server and brokers, and the calls rstream makes."""
@@ -465,7 +593,7 @@ class Client:
         reply = self.conn(broker).call(SEND_BATCH_MESSAGE, {  # SendMessageRequestHeaderV2's one-letter names
             "a": producer_group, "b": topic, "c": "TBW102", "d": 4, "e": queue, "f": 0, "g": born_timestamp,
             "h": 0, "i": "", "j": 0, "k": False, "l": 0, "m": True}, body)
-        return int(reply.ext["queueOffset"])
+        return reply.int_field("queueOffset")
 
     def send(self, broker: str, topic: str, queue: int, body: bytes, properties: Mapping[str, str],
              born_timestamp: int, producer_group: str = "rstream-writer", repeatable: bool = False) -> int:
@@ -476,7 +604,7 @@ class Client:
             "queueId": queue, "sysFlag": 0, "bornTimestamp": born_timestamp, "flag": 0,
             "properties": properties_string(properties), "reconsumeTimes": 0, "unitMode": False,
             "batch": False, "maxReconsumeTimes": 0}, body, repeatable=repeatable)
-        return int(reply.ext["queueOffset"])
+        return reply.int_field("queueOffset")
 
     def pull(self, broker: str, topic: str, queue: int, offset: int, max_messages: int = 1024,
              group: str = "rstream-reader") -> tuple[list[PulledMessage], int]:
@@ -494,8 +622,8 @@ class Client:
             "maxMsgNums": max_messages, "sysFlag": _PULL_SUBSCRIPTION, "commitOffset": 0,
             "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0, "expressionType": "TAG"},
             ok=(SUCCESS, PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED))
-        next_offset = int(reply.ext.get("nextBeginOffset", offset))
-        end = int(reply.ext.get("maxOffset", -1))
+        next_offset = reply.int_field("nextBeginOffset", offset)
+        end = reply.int_field("maxOffset", -1)
         if reply.code != SUCCESS:
             return [], next_offset, end
         return decode_messages(reply.body), next_offset, end
@@ -507,26 +635,30 @@ class Client:
         reply = self.conn(broker).call(GET_TOPIC_STATS_INFO, {"topic": topic}, ok=(SUCCESS, TOPIC_NOT_EXIST))
         if reply.code == TOPIC_NOT_EXIST:
             return None
-        found = {int(q): json.loads(stats) for q, stats in _QUEUE_STATS.findall(reply.body.decode("utf-8"))}
-        if sorted(found) != list(range(len(found))):
-            raise RemotingError(f"RocketMQ at {broker} answered topic {topic!r}'s stats with queues {sorted(found)}")
-        return [(int(found[q]["minOffset"]), int(found[q]["maxOffset"])) for q in range(len(found))]
+        try:
+            found = {int(q): json.loads(stats) for q, stats in _QUEUE_STATS.findall(reply.body.decode("utf-8"))}
+            if sorted(found) == list(range(len(found))):
+                return [(int(found[q]["minOffset"]), int(found[q]["maxOffset"])) for q in range(len(found))]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            pass
+        raise ProtocolError(f"RocketMQ at {broker} answered topic {topic!r}'s stats with what rstream cannot read "
+                            f"as one entry per queue from 0: {reply.body[:200]!r}")
 
     def max_offset(self, broker: str, topic: str, queue: int) -> int:
-        return int(self.conn(broker).call(GET_MAX_OFFSET, {"topic": topic, "queueId": queue}).ext["offset"])
+        return self.conn(broker).call(GET_MAX_OFFSET, {"topic": topic, "queueId": queue}).int_field("offset")
 
     def min_offset(self, broker: str, topic: str, queue: int) -> int:
-        return int(self.conn(broker).call(GET_MIN_OFFSET, {"topic": topic, "queueId": queue}).ext["offset"])
+        return self.conn(broker).call(GET_MIN_OFFSET, {"topic": topic, "queueId": queue}).int_field("offset")
 
     def search_offset(self, broker: str, topic: str, queue: int, timestamp_ms: int) -> int:
-        return int(self.conn(broker).call(SEARCH_OFFSET_BY_TIMESTAMP, {
-            "topic": topic, "queueId": queue, "timestamp": timestamp_ms, "boundaryType": "LOWER"}).ext["offset"])
+        return self.conn(broker).call(SEARCH_OFFSET_BY_TIMESTAMP, {
+            "topic": topic, "queueId": queue, "timestamp": timestamp_ms, "boundaryType": "LOWER"}).int_field("offset")
 
     def query_consumer_offset(self, broker: str, group: str, topic: str, queue: int) -> int | None:
         reply = self.conn(broker).call(QUERY_CONSUMER_OFFSET, {
             "consumerGroup": group, "topic": topic, "queueId": queue, "setZeroIfNotFound": False},
             ok=(SUCCESS, QUERY_NOT_FOUND))
-        return None if reply.code == QUERY_NOT_FOUND else int(reply.ext["offset"])
+        return None if reply.code == QUERY_NOT_FOUND else reply.int_field("offset")
 
     def create_group(self, broker: str, group: str) -> None:
         """``UPDATE_AND_CREATE_SUBSCRIPTIONGROUP``: a consumer group (a broker keeps offsets only for one)."""
