@@ -75,14 +75,18 @@ from rstream.broker.base import (
     validate_topic_name,
 )
 from rstream.rocketmq.remoting import (
+    SUBSCRIPTION_GROUP_NOT_EXIST,
     SYSTEM_PROPERTIES,
     BatchBody,
     Client,
+    Credentials,
     OutcomeUnknownError,
     PulledMessage,
     RemotingError,
+    TLSOption,
     message_head,
     parse_properties,
+    portable_tls,
     properties_field,
     properties_string,
 )
@@ -132,17 +136,27 @@ class RocketMQBroker:
 
     ``txn_timeout_ms``: an append undecided for that long (its writer died and nothing retried its
     range) is aborted by the next reader that waits on it, so readers never wait forever.
+
+    A cluster with authentication on: ``access_key`` and ``secret_key`` of one of its users sign every
+    request, as RocketMQ's own clients sign them (``remoting.sign``); they travel with this object to
+    Spark's executors. A refused key raises ``CredentialsRefusedError``, a missing permission
+    ``PermissionDeniedError`` naming the topic or group and the permission (both ``BrokerError``s).
+    ``tls``: True (the servers' certificates checked against the system's CAs), a CA file's path, or
+    an ``ssl.SSLContext`` (which cannot travel to executors: give a path for jobs).
     """
 
     #: Offsets may skip what an attempt that lost its race wrote (see the module's docstring).
     gapless = False
 
     def __init__(self, namesrv: str, *, cluster: str | None = None, timeout: float = 10.0,
-                 txn_timeout_ms: int = 300_000) -> None:
+                 txn_timeout_ms: int = 300_000, access_key: str | None = None, secret_key: str | None = None,
+                 tls: TLSOption = False) -> None:
         if not isinstance(namesrv, str) or ":" not in namesrv:
             raise BrokerError(f"namesrv must be 'host:port' of a RocketMQ name server, got {namesrv!r}")
         self.namesrv, self.cluster, self.timeout, self.txn_timeout_ms = namesrv, cluster, timeout, txn_timeout_ms
-        self._client = Client(namesrv, timeout)
+        self.access_key, self.tls = access_key, tls
+        self._secret_key = secret_key
+        self._client = Client(namesrv, timeout, _credentials(access_key, secret_key), tls)
         self._topics: dict[str, _Topic] = {}
         self._log = _Log()
         self._lock = threading.RLock()
@@ -153,15 +167,23 @@ class RocketMQBroker:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namesrv": self.namesrv, "cluster": self.cluster, "timeout": self.timeout,
-                "txn_timeout_ms": self.txn_timeout_ms, "home": self._home}
+                "txn_timeout_ms": self.txn_timeout_ms, "home": self._home, **self._security()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["namesrv"], cluster=state["cluster"], timeout=state["timeout"],  # type: ignore[misc]
-                      txn_timeout_ms=state["txn_timeout_ms"])
+                      txn_timeout_ms=state["txn_timeout_ms"], access_key=state.get("access_key"),
+                      secret_key=state.get("secret_key"), tls=state.get("tls", False))
         self._home = state.get("home")
 
+    def _security(self) -> dict[str, Any]:
+        """The credentials and TLS setting, as they travel to Spark's executors (which sign requests too)."""
+        if self.access_key is None and not self.tls:
+            return {}
+        return {"access_key": self.access_key, "secret_key": self._secret_key, "tls": portable_tls(self.tls)}
+
     def __repr__(self) -> str:
-        return f"RocketMQBroker({self.namesrv!r})"
+        user = f", access_key={self.access_key!r}" if self.access_key is not None else ""
+        return f"RocketMQBroker({self.namesrv!r}{user}{', tls' if self.tls else ''})"
 
     def close(self) -> None:
         self._client.close()
@@ -318,8 +340,7 @@ class RocketMQBroker:
             topic = self._txn_topic()
             deadline = pause = 0.0
             while True:
-                messages, nxt, end = self._client.pull_log(topic.broker, TXN_TOPIC, 0, log.next_offset, _PULL,
-                                                           READER_GROUP)
+                messages, nxt, end = self._pull(topic.broker, TXN_TOPIC, 0, log.next_offset, _PULL)
                 for m in messages:
                     self._apply(log, m)
                 if messages:
@@ -445,7 +466,7 @@ class RocketMQBroker:
         lo, hi = self._client.min_offset(found.broker, topic, queue), self._stable_ends(found, [queue])[0]
         while lo < hi:  # the first offset stored at or after timestamp_ms: store times never go back
             mid = (lo + hi) // 2
-            messages, _ = self._client.pull(found.broker, topic, queue, mid, 1, READER_GROUP)
+            messages, _, _end = self._pull(found.broker, topic, queue, mid, 1)
             if messages and messages[0].store_timestamp >= timestamp_ms:
                 hi = mid
             else:
@@ -630,8 +651,7 @@ class RocketMQBroker:
         before = self._log.deleted_ms.get(topic.info.name, -1)
         offset = max(start, 0)
         while offset < end:
-            messages, nxt = self._client.pull(topic.broker, topic.info.name, queue, offset,
-                                              min(_PULL, end - offset), READER_GROUP)
+            messages, nxt, _end = self._pull(topic.broker, topic.info.name, queue, offset, min(_PULL, end - offset))
             for m in messages:
                 if m.offset >= end:
                     return
@@ -710,6 +730,19 @@ class RocketMQBroker:
         """Forget every commit tag of ``job`` (a job reset)."""
         self._log_append({"t": "forget", "job": job})
 
+    def _pull(self, broker: str, topic: str, queue: int, offset: int,
+              max_messages: int) -> tuple[list[PulledMessage], int, int]:
+        """``Client.pull_log`` as ``READER_GROUP``, made on a broker that lacks it: a broker with
+        ``autoCreateSubscriptionGroup=false`` refuses a pull by a group it does not know."""
+        try:
+            return self._client.pull_log(broker, topic, queue, offset, max_messages, READER_GROUP)
+        except RemotingError as exc:
+            if exc.code != SUBSCRIPTION_GROUP_NOT_EXIST:
+                raise
+        self._client.create_group(broker, READER_GROUP)
+        self._groups.add((broker, READER_GROUP))
+        return self._client.pull_log(broker, topic, queue, offset, max_messages, READER_GROUP)
+
     # -- consumer offsets -----------------------------------------------------------------------
     def _group(self, broker: str, group: str) -> None:
         if (broker, group) not in self._groups:
@@ -729,6 +762,16 @@ class RocketMQBroker:
             if exc.code in (24, 26):  # no such subscription or group: never committed
                 return None
             raise
+
+
+def _credentials(access_key: str | None, secret_key: str | None) -> Credentials | None:
+    if access_key is None and secret_key is None:
+        return None
+    if not access_key or not secret_key or not isinstance(access_key, str) or not isinstance(secret_key, str):
+        raise BrokerError("give access_key and secret_key together (a user of a RocketMQ cluster with "
+                          f"authentication on), got access_key={access_key!r} and a secret_key of "
+                          f"{type(secret_key).__name__}")
+    return Credentials(access_key, secret_key)
 
 
 def _settle(log: _Log, attempt: str) -> None:
