@@ -264,6 +264,8 @@ _AUTHENTICATION = re.compile(r"check signature failed|User:\S* is not found|User
                              r"null|is disabled|Authentication failed|signature", re.IGNORECASE)
 # AclAuthorizationHandler.throwException: "{subject} has no permission to access {resource} from {ip}, ..."
 _DENIED = re.compile(r"has no permission to access (\w+):(\S*) from")
+# a topic's, group's or broker's own permission (PullMessageProcessor, AbstractSendMessageProcessor)
+_FORBIDDEN = re.compile(r"(?i)(topic|broker|group)\[([^\]]*)\]|subscription (group) no permission, (\S+)")
 
 
 def refused(addr: str, code: int, ext: Mapping[str, Any], reply: Command,
@@ -280,17 +282,18 @@ def refused(addr: str, code: int, ext: Mapping[str, Any], reply: Command,
         return CredentialsRefusedError(f"RocketMQ at {addr} refused the credentials of {who} ({remark}): {fix}",
                                        reply.code)
     permission, action = _NEEDS.get(code, ("a permission", f"request {code}"))
-    found = _DENIED.search(remark)
+    found = _DENIED.search(remark) or _FORBIDDEN.search(remark)
     if found:
-        kind, name = found.group(1), found.group(2)
-    elif "consumerGroup" in ext and code != SEND_MESSAGE:
+        kind, name = [g for g in found.groups() if g is not None]
+        kind = kind.title()
+    elif "consumerGroup" in ext:
         kind, name = "Group", str(ext["consumerGroup"])
     else:
         kind, name = "Topic", str(ext.get("topic", ext.get("b", "")))
     resource = f"{kind.lower()} {name!r}"
     grant = (f"; grant it: mqadmin updateAcl -b {addr} -s User:{credentials.access_key} -r {kind}:{name} "
              f"-a {permission.split(' or ')[0].title()} -d Allow (createAcl if the user has no ACL yet)"
-             if credentials and kind != "Cluster" else "")
+             if credentials and _DENIED.search(remark) and kind in ("Topic", "Group") else "")
     return PermissionDeniedError(f"RocketMQ at {addr} refused {who} permission {permission} on {resource}, needed to "
                                  f"{action} ({remark or 'no remark'}){grant}", reply.code, resource, permission)
 
