@@ -14,11 +14,13 @@ import socket
 import ssl
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from rstream.broker.base import BrokerError
 from rstream.rocketmq.broker import RocketMQBroker
+from rstream.rocketmq.local_security import LocalSecurity
 from rstream.rocketmq.remoting import (
     GET_MAX_OFFSET,
     NO_PERMISSION,
@@ -36,7 +38,7 @@ from rstream.rocketmq.remoting import (
     sign,
     tls_context,
 )
-from tests.support.rocketmq import ScriptedServer
+from tests.support.rocketmq import ScriptedServer, frame
 
 pytestmark = pytest.mark.unit
 
@@ -179,3 +181,50 @@ def test_a_plain_server_that_closes_tls_connections_is_named_too() -> None:
         assert time.monotonic() - began < 3
     finally:
         listener.close()
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> LocalSecurity:
+    """The CA and server certificate LocalRocketMQ(tls=True) makes (with openssl), for 127.0.0.1."""
+    home = tmp_path_factory.mktemp("tls-home")
+    made = LocalSecurity(home, "127.0.0.1", acl=False, tls=True)
+    made.prepare(home / "store")
+    return made
+
+
+def _tls_server(certificates: LocalSecurity) -> ScriptedServer:
+    folder = Path(certificates.ca or "").parent
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "server.pem", folder / "server.key")
+    return ScriptedServer(lambda h: frame({"code": 0, "opaque": h["opaque"], "flag": 1, "extFields": {"offset": "5"}}),
+                          tls=context)
+
+
+def test_requests_over_tls_reuse_their_connection(certificates: LocalSecurity) -> None:
+    """Over TLS, as over TCP, the next request goes on the same connection (a TLS socket takes no
+    ``MSG_PEEK``: the check for a connection the server closed reads it its own way), and the
+    certificate LocalRocketMQ makes passes Python's strict checks."""
+    server = _tls_server(certificates)
+    try:
+        client = Client("unused:0", tls=certificates.ca)
+        for _ in range(3):
+            assert client.max_offset(server.addr, "t", 0) == 5
+            time.sleep(0.05)
+        assert server.connections == 1 and len(server.requests) == 3
+        strict = ssl.create_default_context(cafile=certificates.ca)
+        strict.verify_flags |= ssl.VERIFY_X509_STRICT  # what Python 3.13 checks by default
+        assert Client("unused:0", tls=strict).max_offset(server.addr, "t", 0) == 5
+        client.close()
+    finally:
+        server.close()
+
+
+def test_a_certificate_the_client_does_not_trust_is_said_at_once(certificates: LocalSecurity) -> None:
+    server = _tls_server(certificates)
+    try:
+        began = time.monotonic()
+        with pytest.raises(RemotingError, match="is not trusted .*give tls= the file of the CA"):
+            Client("unused:0", tls=True).max_offset(server.addr, "t", 0)
+        assert time.monotonic() - began < 2
+    finally:
+        server.close()

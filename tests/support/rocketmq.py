@@ -112,14 +112,16 @@ def frame(header: dict[str, Any] | bytes, body: bytes = b"") -> bytes:
 class ScriptedServer:
     """A fake RocketMQ server on 127.0.0.1 (a thread): per connection, reads each request frame and
     answers it with ``answer(header)``'s bytes (``frame(...)`` for a well-formed one), sent in pieces
-    of ``chunk`` bytes ``pause`` seconds apart; ``None`` closes the connection."""
+    of ``chunk`` bytes ``pause`` seconds apart; ``None`` closes the connection. ``tls``: a server
+    ``ssl.SSLContext`` every connection is wrapped in. ``connections`` counts the connections."""
 
-    def __init__(self, answer: Any, chunk: int = 1 << 20, pause: float = 0.0) -> None:
+    def __init__(self, answer: Any, chunk: int = 1 << 20, pause: float = 0.0, tls: Any = None) -> None:
         import socket
         import threading
 
-        self.answer, self.chunk, self.pause = answer, chunk, pause
+        self.answer, self.chunk, self.pause, self.tls = answer, chunk, pause, tls
         self.requests: list[dict[str, Any]] = []
+        self.connections = 0
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.addr = f"127.0.0.1:{self._listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
@@ -132,20 +134,26 @@ class ScriptedServer:
                 conn, _ = self._listener.accept()
             except OSError:
                 return
+            self.connections += 1
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: Any) -> None:
         import json
-        import socket
         import struct
 
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except OSError:  # a client that did not trust the certificate
+                conn.close()
+                return
         with conn:
             while True:
-                head = conn.recv(8, socket.MSG_WAITALL)
+                head = _recv_all(conn, 8)
                 if len(head) < 8:
                     return
                 length, header_length = struct.unpack(">II", head)
-                rest = conn.recv(length - 4, socket.MSG_WAITALL)
+                rest = _recv_all(conn, length - 4)
                 header = json.loads(rest[:header_length])
                 self.requests.append(header)
                 data = self.answer(header)
@@ -160,3 +168,18 @@ class ScriptedServer:
 
     def close(self) -> None:
         self._listener.close()
+
+
+def _recv_all(conn: Any, n: int) -> bytes:
+    """Up to ``n`` bytes from ``conn`` (fewer only at its end); a TLS socket takes no MSG_WAITALL."""
+    parts, left = [], n
+    while left:
+        try:
+            chunk = conn.recv(left)
+        except OSError:
+            break
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
