@@ -269,7 +269,7 @@ _FORBIDDEN = re.compile(r"(?i)(topic|broker|group)\[([^\]]*)\]|subscription (gro
 
 
 def refused(addr: str, code: int, ext: Mapping[str, Any], reply: Command,
-            credentials: Credentials | None) -> RemotingError:
+            credentials: Credentials | None, body: bytes = b"") -> RemotingError:
     """The error for a request refused with ``NO_PERMISSION``: ``CredentialsRefusedError`` when the
     broker did not take the credentials, else ``PermissionDeniedError`` naming what was missing."""
     remark = reply.remark or ""
@@ -286,6 +286,11 @@ def refused(addr: str, code: int, ext: Mapping[str, Any], reply: Command,
     if found:
         kind, name = [g for g in found.groups() if g is not None]
         kind = kind.title()
+    elif code in (AUTH_CREATE_USER, AUTH_CREATE_ACL):
+        kind, name = "Cluster", "(a super user's)"
+    elif code == UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
+        found_name = re.search(rb'"groupName"\s*:\s*"([^"]*)"', body)
+        kind, name = "Group", found_name.group(1).decode("utf-8", "replace") if found_name else "?"
     elif "consumerGroup" in ext:
         kind, name = "Group", str(ext["consumerGroup"])
     else:
@@ -430,7 +435,7 @@ class Connection:
         reply = self.request(code, ext, body, timeout, repeatable)
         if reply.code not in tuple(ok):
             if reply.code == NO_PERMISSION:
-                raise refused(self.addr, code, ext or {}, reply, self.credentials)
+                raise refused(self.addr, code, ext or {}, reply, self.credentials, body)
             raise RemotingError(f"RocketMQ at {self.addr} refused request {code}: code {reply.code}, "
                                 f"{reply.remark or 'no remark'}", reply.code)
         return reply

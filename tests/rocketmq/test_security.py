@@ -26,6 +26,7 @@ from rstream.rocketmq.remoting import (
     NO_PERMISSION,
     PULL_MESSAGE,
     SEND_BATCH_MESSAGE,
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
     Client,
     Command,
     Connection,
@@ -116,6 +117,13 @@ def test_a_missing_permission_names_the_resource_and_the_permission(
     assert f"permission {permission} on {resource}" in str(error) and remark in str(error)
     # an ACL's refusal says how to grant it; a topic's or group's own permission is not an ACL's
     assert ("mqadmin updateAcl -b h:1 -s User:reader" in str(error)) == ("has no permission" in remark)
+
+
+def test_a_refused_group_creation_names_the_group() -> None:
+    body = json.dumps({"groupName": "orders-app", "consumeEnable": True}).encode()
+    error = refused("h:1", UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, _refusal("forbidden"), Credentials("u", "x"), body)
+    assert isinstance(error, PermissionDeniedError)
+    assert (error.resource, error.permission) == ("group 'orders-app'", "CREATE")
 
 
 def test_tls_options() -> None:
