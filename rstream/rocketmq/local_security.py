@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rstream.rocketmq.errors import RocketMQError
-from rstream.rocketmq.remoting import Client, Credentials, RemotingError
+from rstream.rocketmq.remoting import Client, Credentials
 
 #: The user LocalRocketMQ's ``broker()`` signs with, and what it is allowed: what rstream needs
 #: (README, "On a real Apache RocketMQ"): on topics, create and delete them, send, pull, read their
@@ -133,20 +133,13 @@ class LocalSecurity:
 
     def add_user(self, broker_addr: str, username: str, secret_key: str, allow: Mapping[str, Sequence[str]],
                  timeout: float = 10.0) -> Credentials:
-        """A normal user allowed ``allow`` (resource -> actions, ``Client.create_acl``); kept if it exists."""
+        """A normal user with secret ``secret_key``, allowed ``allow`` (resource -> actions,
+        ``Client.create_acl``, which adds to the policies of a user that has some)."""
         client = Client("unused:0", timeout, self.admin_credentials, self.ca)
         try:
-            try:
-                client.create_user(broker_addr, username, secret_key)
-            except RemotingError as exc:
-                if "is existed" not in str(exc):  # AuthenticationMetadataManagerImpl.createUser
-                    raise
+            client.create_user(broker_addr, username, secret_key)
             if allow:
-                try:
-                    client.create_acl(broker_addr, username, allow)
-                except RemotingError as exc:
-                    if "is existed" not in str(exc) and "already" not in str(exc):
-                        raise
+                client.create_acl(broker_addr, username, allow)
         finally:
             client.close()
         return Credentials(username, secret_key)

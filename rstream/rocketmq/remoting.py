@@ -56,6 +56,7 @@ DELETE_TOPIC_IN_NAMESRV = 216
 SEND_BATCH_MESSAGE = 320
 GET_TOPIC_CONFIG = 351
 AUTH_CREATE_USER = 3001
+AUTH_UPDATE_USER = 3002
 AUTH_CREATE_ACL = 3006
 
 SUCCESS = 0
@@ -257,7 +258,8 @@ _NEEDS: dict[int, tuple[str, str]] = {  # request code -> (permission, what the 
     UPDATE_AND_CREATE_TOPIC: ("CREATE", "create a topic"), DELETE_TOPIC_IN_BROKER: ("DELETE", "delete a topic"),
     GET_ALL_TOPIC_CONFIG: ("LIST", "list topics"),
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ("CREATE", "create a consumer group"),
-    AUTH_CREATE_USER: ("UPDATE", "create a user"), AUTH_CREATE_ACL: ("UPDATE", "create an ACL"),
+    AUTH_CREATE_USER: ("UPDATE", "create a user"), AUTH_UPDATE_USER: ("UPDATE", "update a user"),
+    AUTH_CREATE_ACL: ("UPDATE", "create an ACL"),
 }
 # DefaultAuthenticationHandler, AbstractAuthenticationStrategy, UserAuthorizationHandler (5.3.3)
 _AUTHENTICATION = re.compile(r"check signature failed|User:\S* is not found|User:\S* not found|username cannot be "
@@ -286,7 +288,7 @@ def refused(addr: str, code: int, ext: Mapping[str, Any], reply: Command,
     if found:
         kind, name = [g for g in found.groups() if g is not None]
         kind = kind.title()
-    elif code in (AUTH_CREATE_USER, AUTH_CREATE_ACL):
+    elif code in (AUTH_CREATE_USER, AUTH_UPDATE_USER, AUTH_CREATE_ACL):
         kind, name = "Cluster", "(a super user's)"
     elif code == UPDATE_AND_CREATE_SUBSCRIPTIONGROUP:
         found_name = re.search(rb'"groupName"\s*:\s*"([^"]*)"', body)
@@ -881,10 +883,16 @@ class Client:
 
     # users and ACLs (RocketMQ 5.3's authentication and authorization: a super user's requests)
     def create_user(self, broker: str, username: str, password: str, super_user: bool = False) -> None:
-        """``AUTH_CREATE_USER``: a user whose access key is ``username`` and secret key ``password``."""
+        """``AUTH_CREATE_USER``: a user whose access key is ``username`` and secret key ``password``;
+        ``AUTH_UPDATE_USER`` (the same password and type) if the broker has one of that name."""
         body = json.dumps({"username": username, "password": password,
-                           "userType": "Super" if super_user else "Normal", "userStatus": "enable"})
-        self.conn(broker).call(AUTH_CREATE_USER, {"username": username}, body.encode())
+                           "userType": "Super" if super_user else "Normal", "userStatus": "enable"}).encode()
+        try:
+            self.conn(broker).call(AUTH_CREATE_USER, {"username": username}, body)
+        except RemotingError as exc:
+            if "is existed" not in str(exc):  # AuthenticationMetadataManagerImpl.createUser (5.3.3)
+                raise
+            self.conn(broker).call(AUTH_UPDATE_USER, {"username": username}, body)
 
     def create_acl(self, broker: str, username: str, allow: Mapping[str, Sequence[str]]) -> None:
         """``AUTH_CREATE_ACL``: allow user ``username`` the actions (``"Pub"``, ``"Sub"``, ``"Create"``,
