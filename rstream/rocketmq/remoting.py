@@ -193,7 +193,9 @@ def sign(ext: Mapping[str, str], body: bytes, credentials: Credentials) -> dict[
     ``DefaultAuthenticationContextBuilder.build(ChannelHandlerContext, RemotingCommand)`` (auth
     module) makes the same content from the ext fields it received, and
     ``DefaultAuthenticationHandler.doAuthenticate`` recomputes the signature with the user's password
-    (its secret key) and compares. ACL 1.0 brokers (``PlainAccessValidator``) check the same signature.
+    (its secret key) and compares. ACL 1.0 brokers (5.2 and before, ``aclEnable=true``) build the same
+    content (read in 5.2.0's ``PlainAccessResource.parse``, checked by ``PlainPermissionManager``); their
+    refusals' remarks differ, and rstream's mapping of them (``refused``) was written for 5.3's.
     """
     fields = dict(ext)
     fields.pop("Signature", None)
