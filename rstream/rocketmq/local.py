@@ -462,10 +462,8 @@ class LocalRocketMQ:
         from rstream.rocketmq.broker import RocketMQBroker
 
         user = self._security.credentials
-        if user is None:
-            return RocketMQBroker(self.namesrv, tls=self._security.ca or False)
-        return RocketMQBroker(self.namesrv, access_key=user.access_key, secret_key=user.secret_key,
-                              tls=self._security.ca or False)
+        return RocketMQBroker(self.namesrv, access_key=user.access_key if user else None,
+                              secret_key=user.secret_key if user else None, tls=self._security.ca or False)
 
     @property
     def credentials(self) -> Credentials | None:
@@ -487,7 +485,7 @@ class LocalRocketMQ:
         "Get"], "Group:*": ["Sub"]}`` (RocketMQ's resources: ``Topic:<name>``, ``Group:<name>``, a name
         ending in ``*`` for a prefix; actions ``Pub``, ``Sub``, ``Create``, ``Update``, ``Delete``, ``Get``,
         ``List``, ``All``); its credentials."""
-        return self._security.add_user(self.broker_addr, username, secret_key, allow)
+        return self._security.add_user([self.broker_addr], username, secret_key, allow)
 
     def __repr__(self) -> str:
         where = f"namesrv={self.namesrv}, proxy={self.proxy}" if self._ports else "stopped"
@@ -531,7 +529,7 @@ class LocalRocketMQ:
                 try:
                     self._start_namesrv(deadline)
                     self._start_proxy(deadline)
-                    self._security.create_users(self.broker_addr, timeout=10.0)
+                    self._security.create_users([self.broker_addr], timeout=10.0)
                     break
                 except _PortRace:
                     self._stop_processes(grace=5.0)

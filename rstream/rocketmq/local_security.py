@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rstream.rocketmq.errors import RocketMQError
-from rstream.rocketmq.remoting import Client, Credentials
+from rstream.rocketmq.remoting import Client, Credentials, RemotingError
 
 #: The user LocalRocketMQ's ``broker()`` signs with, and what it is allowed: what rstream needs
 #: (README, "On a real Apache RocketMQ"): on topics, create and delete them, send, pull, read their
@@ -126,20 +126,25 @@ class LocalSecurity:
         return str(self._tls_dir / "ca.pem") if self.tls else None
 
     # -- after the broker started -------------------------------------------------------------
-    def create_users(self, broker_addr: str, timeout: float) -> None:
-        """The ``rstream`` user and its ACL (``RSTREAM_NEEDS``), unless the store has them."""
+    def create_users(self, brokers: Sequence[str], timeout: float) -> None:
+        """The ``rstream`` user and its ACL (``RSTREAM_NEEDS``) on each of ``brokers`` (addresses)."""
         if self.acl:
-            self.add_user(broker_addr, RSTREAM_USER, self._secret(RSTREAM_USER), RSTREAM_NEEDS, timeout)
+            try:
+                self.add_user(brokers, RSTREAM_USER, self._secret(RSTREAM_USER), RSTREAM_NEEDS, timeout)
+            except RemotingError as exc:
+                raise RocketMQError(f"LocalRocketMQ(acl=True) could not make its user {RSTREAM_USER!r}: {exc}") from None
 
-    def add_user(self, broker_addr: str, username: str, secret_key: str, allow: Mapping[str, Sequence[str]],
+    def add_user(self, brokers: Sequence[str], username: str, secret_key: str, allow: Mapping[str, Sequence[str]],
                  timeout: float = 10.0) -> Credentials:
         """A normal user with secret ``secret_key``, allowed ``allow`` (resource -> actions,
-        ``Client.create_acl``, which adds to the policies of a user that has some)."""
+        ``Client.create_acl``, which adds to the policies of a user that has some), on each of
+        ``brokers``: each broker keeps its own users and ACLs."""
         client = Client("unused:0", timeout, self.admin_credentials, self.ca)
         try:
-            client.create_user(broker_addr, username, secret_key)
-            if allow:
-                client.create_acl(broker_addr, username, allow)
+            for broker in brokers:
+                client.create_user(broker, username, secret_key)
+                if allow:
+                    client.create_acl(broker, username, allow)
         finally:
             client.close()
         return Credentials(username, secret_key)
