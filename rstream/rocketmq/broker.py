@@ -81,6 +81,7 @@ from rstream.rocketmq.remoting import (
     Client,
     Credentials,
     OutcomeUnknownError,
+    ProtocolError,
     PulledMessage,
     RemotingError,
     TLSOption,
@@ -822,11 +823,15 @@ def _parsed(text: str) -> tuple[MessageKey, int | None, dict[str, str] | None, s
     props = parse_properties(text)
     raw = props.get(_KEY)
     key: MessageKey
-    if raw is not None:
-        data = base64.b64decode(raw[2:])
-        key = data if raw.startswith("b:") else data.decode()
-    else:
-        key = props.get("KEYS")
-    born = int(props[_BORN]) if _BORN in props else None
+    try:
+        if raw is not None:
+            data = base64.b64decode(raw[2:], validate=True)
+            key = data if raw.startswith("b:") else data.decode()
+        else:
+            key = props.get("KEYS")
+        born = int(props[_BORN]) if _BORN in props else None
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise ProtocolError(f"a message's {_KEY} or {_BORN} property is not what rstream writes there: "
+                            f"{props.get(_KEY)!r}, {props.get(_BORN)!r} (another client's, or garbled)") from None
     headers = {k: v for k, v in props.items() if k not in _HIDDEN}
     return key, born, headers or None, props.get("TAGS"), props.get(_TXN)

@@ -334,3 +334,15 @@ def test_the_header_json_of_a_real_reply_decodes() -> None:
               "opaque": 9, "serializeTypeCurrentRPC": "JSON", "version": 475}
     command = decode_frame(frame(json.dumps(header).encode())[4:])
     assert (command.code, command.opaque, command.flag, command.int_field("queueOffset")) == (0, 9, 1, 3)
+
+
+@pytest.mark.parametrize("properties", ["RSTREAM_KEY\x01b:not base64!\x02", "RSTREAM_KEY\x01s://8=\x02",
+                                        "RSTREAM_BORN\x01yesterday\x02"])
+def test_rstreams_own_properties_garbled_are_protocol_errors(properties: str) -> None:
+    from rstream.rocketmq.broker import _unpack
+
+    message = decode_messages(stored_message(0, 0, b"body", properties))[0]
+    with pytest.raises(ProtocolError, match="not what rstream writes there"):
+        _unpack(message)
+    assert _unpack(decode_messages(stored_message(0, 0, b"b", "RSTREAM_KEY\x01b:AAE=\x02RSTREAM_BORN\x017\x02"))[0])[:2] \
+        == (b"\x00\x01", 7)
