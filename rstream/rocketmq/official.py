@@ -31,8 +31,9 @@ What to know about the client (5.1) and RocketMQ 5.3's proxy, all seen on a real
   topic route" and logs the proxy's answer (code 40100); these functions read it back from the log.
 - TLS (``tls=True``): the client trusts the system's CAs only (``grpc.ssl_channel_credentials()``); a
   proxy whose certificate a private CA signed (``LocalRocketMQ(tls=True)``'s) is trusted only if gRPC's
-  ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` names that CA's file before the process's first TLS connection.
-  Not tested here.
+  ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` names that CA's file before the process's first TLS connection
+  (gRPC reads its roots once per process). An untrusted certificate is also reported as "failed to fetch
+  topic route"; these functions read the cause back from the log.
 - The proxy long-polls at least 5 s (``grpcClientConsumerMinLongPollingTimeoutMillis``), so a receive on
   a drained topic returns after about that long.
 """
@@ -170,22 +171,27 @@ def _log_size() -> int:
         return 0
 
 
-def _logged_refusal(since: int) -> str | None:
-    """What the proxy said when it refused a request of this call, as the client logged it after ``since``."""
+def _logged(since: int) -> str:
+    """What the client logged after ``since`` (the log's size when the call began)."""
     try:
         with open(_CLIENT_LOG, "rb") as log:
             log.seek(since if since <= _log_size() else 0)
-            text = log.read(1 << 20).decode("utf-8", "replace")
+            return log.read(1 << 20).decode("utf-8", "replace")
     except OSError:
-        return None
-    found = _UNAUTHORIZED.findall(text)
-    return found[-1].strip() if found else None
+        return ""
 
 
 def _explained(exc: Exception, endpoint: str, topic: str, logged: int = 0,
                access_key: str | None = None) -> Exception:
     who = f"user {access_key!r}" if access_key else "a client without credentials"
-    refusal = str(exc) if type(exc).__name__ == "UnauthorizedException" else _logged_refusal(logged)
+    log = "" if type(exc).__name__ == "UnauthorizedException" else _logged(logged)
+    found = _UNAUTHORIZED.findall(log)
+    refusal = str(exc) if type(exc).__name__ == "UnauthorizedException" else found[-1].strip() if found else None
+    if "CERTIFICATE_VERIFY_FAILED" in log:
+        return OfficialClientError(
+            f"the TLS certificate of the proxy at {endpoint} is not trusted: the official client trusts the system's "
+            "CAs, or the file GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names if set before the process's first TLS "
+            "connection (LocalRocketMQ(tls=True).tls_ca is the CA of a local one)")
     if refusal and "has no permission" in refusal:
         return OfficialClientError(
             f"the proxy at {endpoint} refused {who} ({refusal}): grant the user that permission (mqadmin updateAcl, "

@@ -4,8 +4,9 @@ also refusing to create consumer groups on first use (``autoCreateSubscriptionGr
 
 The user rstream signs with is allowed only what the README says rstream needs; another user lacks a
 permission and is told which, on which topic or group; a wrong key is told so. A job's executors sign
-too (the credentials travel with the broker object). Real pull replies, cut and garbled, decode or
-fail with a ``ProtocolError``."""
+too (the credentials travel with the broker object). The official client passes credentials, and
+over TLS trusts a private CA named by ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``. Real pull replies, cut
+and garbled, decode or fail with a ``ProtocolError``."""
 
 from __future__ import annotations
 
@@ -220,4 +221,32 @@ def test_rstream_over_tls_and_what_a_client_without_it_is_told(tls_mq: LocalRock
     with pytest.raises(RemotingError, match="certificate of RocketMQ .* is not trusted.*tls_ca"):
         RocketMQBroker(tls_mq.namesrv, tls=True).topics()  # the system's CAs never signed it
     broker.delete_topic("tls-orders")
+    broker.close()
+
+
+def test_the_official_client_over_tls_with_the_clusters_ca(tls_mq: LocalRocketMQ) -> None:
+    """gRPC reads its roots once per process: each try runs in a fresh interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    broker = tls_mq.broker()
+    broker.create_topic("tls-official", queues=1)
+    code = ("from rstream.rocketmq.official import OfficialClientError, produce\n"
+            "try:\n"
+            f"    print(len(produce({tls_mq.proxy!r}, 'tls-official', ['x', 'y'], tls=True)))\n"
+            "except OfficialClientError as exc:\n"
+            "    print(exc)\n")
+
+    def run(**env: str) -> str:
+        done = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True,
+                              text=True, timeout=120, cwd=Path(__file__).parents[2])
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip()
+
+    untrusted = run()
+    assert "certificate of the proxy" in untrusted and "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH" in untrusted
+    assert run(GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=str(tls_mq.tls_ca)) == "2"
+    assert [m.body for m in broker.read("tls-official")] == [b"x", b"y"]
+    broker.delete_topic("tls-official")
     broker.close()
