@@ -1,7 +1,9 @@
 """A real RocketMQ for the tests: ``local_rocketmq``, one LocalRocketMQ started once for the whole test
 session (registered in tests/conftest.py, so any test may ask for it; it starts on first use, about
 10 to 25 s on 2 shared cores, and stops at the session's end), and a few remoting requests to look into a
-broker below RocketMQBroker (``rstream.rocketmq.remoting``).
+broker below RocketMQBroker (``rstream.rocketmq.remoting``). Without a JVM: the protocol's bytes as
+RocketMQ writes them (``stored_message``, ``frame``) and a fake server that answers what a test says
+(``ScriptedServer``), for the decoder's and the client's tests.
 
 Tests that stop RocketMQ start their own LocalRocketMQ: the shared one must stay up. One test kills the
 shared broker's JVM and starts it again at once (tests/rocketmq/test_jobs_on_rocketmq.py): a broker with
