@@ -3,7 +3,9 @@
 - ``local``: ``LocalRocketMQ``, a name server, a broker and the gRPC proxy started from pinned Maven
   Central jars on 127.0.0.1, for notebooks and tests;
 - ``remoting``: the subset of RocketMQ's remoting protocol (TCP, JSON headers) rstream speaks;
-- ``broker``: ``RocketMQBroker``, the ``rstream.broker.Broker`` contract on any RocketMQ 5 cluster;
+- ``broker``: ``RocketMQBroker``, the ``rstream.broker.Broker`` contract on any RocketMQ 5 cluster
+  (with authentication and TLS where the cluster has them);
+- ``local_security``: what ``LocalRocketMQ(acl=True, tls=True)`` adds (users and ACLs, certificates);
 - ``errors``: ``RocketMQError``, what all of them raise.
 """
 

@@ -147,17 +147,22 @@ from rstream.broker.base import (
     validate_topic_name,
 )
 from rstream.rocketmq.remoting import (
+    SUBSCRIPTION_GROUP_NOT_EXIST,
     SYSTEM_BUSY,
     SYSTEM_PROPERTIES,
     TOPIC_NOT_EXIST,
     BatchBody,
     Client,
+    Credentials,
     OutcomeUnknownError,
+    ProtocolError,
     PulledMessage,
     RemotingError,
+    TLSOption,
     message_head,
     name_servers,
     parse_properties,
+    portable_tls,
     properties_field,
     properties_string,
 )
@@ -343,6 +348,13 @@ class RocketMQBroker:
     ``retention_s``: how long the brokers keep a commit-log file (default: the masters' shortest
     ``fileReservedTime``, asked once): a snapshot or checkpoint older than a third of it is written
     anew by ``maintain()``, which appends and the idle watch of a running job call.
+
+    A cluster with authentication on: ``access_key`` and ``secret_key`` of one of its users sign every
+    request, as RocketMQ's own clients sign them (``remoting.sign``); they travel with this object to
+    Spark's executors. A refused key raises ``CredentialsRefusedError``, a missing permission
+    ``PermissionDeniedError`` naming the topic or group and the permission (both ``BrokerError``s).
+    ``tls``: True (the servers' certificates checked against the system's CAs), a CA file's path, or
+    an ``ssl.SSLContext`` (which cannot travel to executors: give a path for jobs).
     """
 
     #: Offsets may skip what an attempt that lost its race wrote (see the module's docstring).
@@ -351,7 +363,8 @@ class RocketMQBroker:
     def __init__(self, namesrv: str, *, cluster: str | None = None, timeout: float = 10.0,
                  txn_timeout_ms: int = 300_000, broker_wait_s: float = 300.0,
                  topic_brokers: Sequence[str] | None = None, compact_min: int = 10_000,
-                 checkpoint_every: int = 4096, retention_s: float | None = None) -> None:
+                 checkpoint_every: int = 4096, retention_s: float | None = None, access_key: str | None = None,
+                 secret_key: str | None = None, tls: TLSOption = False) -> None:
         name_servers(namesrv)  # raises for what is no list of host:port
         if compact_min < 1 or checkpoint_every < 2:
             raise BrokerError(f"compact_min={compact_min!r} and checkpoint_every={checkpoint_every!r}: give at least "
@@ -364,7 +377,10 @@ class RocketMQBroker:
         self.namesrv, self.cluster, self.timeout, self.txn_timeout_ms = namesrv, cluster, timeout, txn_timeout_ms
         self.broker_wait_s = broker_wait_s
         self.topic_brokers = None if topic_brokers is None else tuple(topic_brokers)
-        self._client = Client(namesrv, timeout, reconnect_s=_RECONNECT_S)
+        self.access_key, self.tls = access_key, tls
+        self._secret_key = secret_key
+        self._client = Client(namesrv, timeout, reconnect_s=_RECONNECT_S,
+                              credentials=_credentials(access_key, secret_key), tls=tls)
         self._topics: dict[str, _Topic] = {}
         self._log = _Log()
         self._lock = threading.RLock()
@@ -384,18 +400,27 @@ class RocketMQBroker:
                 "txn_timeout_ms": self.txn_timeout_ms, "broker_wait_s": self.broker_wait_s,
                 "topic_brokers": self.topic_brokers, "addrs": dict(self._addrs), "log_broker": self._log_broker,
                 "compact_min": self.compact_min, "checkpoint_every": self.checkpoint_every,
-                "retention_s": self.retention_s}
+                "retention_s": self.retention_s, **self._security()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["namesrv"], cluster=state["cluster"], timeout=state["timeout"],  # type: ignore[misc]
                       txn_timeout_ms=state["txn_timeout_ms"], broker_wait_s=state.get("broker_wait_s", 300.0),
                       topic_brokers=state.get("topic_brokers"), compact_min=state.get("compact_min", 10_000),
-                      checkpoint_every=state.get("checkpoint_every", 4096), retention_s=state.get("retention_s"))
+                      checkpoint_every=state.get("checkpoint_every", 4096), retention_s=state.get("retention_s"),
+                      access_key=state.get("access_key"), secret_key=state.get("secret_key"),
+                      tls=state.get("tls", False))
         self._addrs.update(state.get("addrs") or {})
         self._log_broker = state.get("log_broker")
 
+    def _security(self) -> dict[str, Any]:
+        """The credentials and TLS setting, as they travel to Spark's executors (which sign requests too)."""
+        if self.access_key is None and not self.tls:
+            return {}
+        return {"access_key": self.access_key, "secret_key": self._secret_key, "tls": portable_tls(self.tls)}
+
     def __repr__(self) -> str:
-        return f"RocketMQBroker({self.namesrv!r})"
+        user = f", access_key={self.access_key!r}" if self.access_key is not None else ""
+        return f"RocketMQBroker({self.namesrv!r}{user}{', tls' if self.tls else ''})"
 
     def close(self) -> None:
         self._client.close()
@@ -453,7 +478,7 @@ class RocketMQBroker:
                     if waiting is not None:
                         waiting.done()
                     return out
-                except OutcomeUnknownError:
+                except (OutcomeUnknownError, ProtocolError):  # unknown outcome; a server rstream cannot talk to
                     raise
                 except RemotingError as exc:
                     if exc.code == TOPIC_NOT_EXIST:  # moved or deleted: every route is read again at its next use
@@ -743,8 +768,7 @@ class RocketMQBroker:
                 self._load_log(log, broker)
             deadline = pause = 0.0
             while True:
-                messages, nxt, end = self._at(broker, self._client.pull_log, TXN_TOPIC, 0, log.next_offset, _PULL,
-                                              READER_GROUP, what="read the decision log")
+                messages, nxt, end = self._pull(broker, TXN_TOPIC, 0, log.next_offset, _PULL, "read the decision log")
                 for m in messages:
                     self._apply(log, m)
                 if messages:
@@ -768,8 +792,8 @@ class RocketMQBroker:
         """The decision log's entries in ``[start, end)``, in order (holes stepped over)."""
         offset = start
         while offset < end:
-            messages, nxt, _end = self._at(broker, self._client.pull_log, TXN_TOPIC, 0, offset,
-                                           min(_PULL, end - offset), READER_GROUP, what="read the decision log")
+            messages, nxt, _end = self._pull(broker, TXN_TOPIC, 0, offset, min(_PULL, end - offset),
+                                             "read the decision log")
             for m in messages:
                 if m.offset < end:
                     yield m
@@ -1054,7 +1078,7 @@ class RocketMQBroker:
         hi = self._stable_ends(found, [queue])[0]
         while lo < hi:  # the first offset stored at or after timestamp_ms: store times never go back
             mid = (lo + hi) // 2
-            messages, _ = self._at(broker, self._client.pull, topic, queue_id, mid, 1, READER_GROUP)
+            messages, _, _end = self._pull(broker, topic, queue_id, mid, 1, f"read {topic}/{queue}")
             if messages and messages[0].store_timestamp >= timestamp_ms:
                 hi = mid
             else:
@@ -1273,8 +1297,7 @@ class RocketMQBroker:
         name = topic.info.name
         offset = max(start, 0)
         while offset < end:
-            messages, nxt = self._at(broker, self._client.pull, name, queue_id, offset, min(_PULL, end - offset),
-                                     READER_GROUP, what=f"read {name}/{queue}")
+            messages, nxt, _end = self._pull(broker, name, queue_id, offset, min(_PULL, end - offset), f"read {name}/{queue}")
             for m in messages:
                 if m.offset >= end:
                     return
@@ -1467,8 +1490,7 @@ class RocketMQBroker:
                 oldest = int(note["ms"]) if note is not None and note["keys"] else now
                 if start < ends[q]:  # its tail's first record: RocketMQ deletes it first
                     broker, queue_id = topic.queue_ids[q]
-                    messages, _ = self._at(broker, self._client.pull, name, queue_id, max(start, firsts[q]), 1,
-                                           READER_GROUP, what=f"read {name}/{q}")
+                    messages, _, _end = self._pull(broker, name, queue_id, max(start, firsts[q]), 1, f"read {name}/{q}")
                     if messages:
                         oldest = min(oldest, messages[0].store_timestamp)
                 if now - oldest > limit:
@@ -1498,6 +1520,19 @@ class RocketMQBroker:
     def delete_commits(self, job: str) -> None:
         """Forget every commit tag of ``job`` (a job reset)."""
         self._log_append({"t": "forget", "job": job})
+
+    def _pull(self, broker: str, topic: str, queue_id: int, offset: int, max_messages: int,
+              what: str) -> tuple[list[PulledMessage], int, int]:
+        """``Client.pull_log`` on broker ``broker`` (a name) as ``READER_GROUP``, made on a broker that lacks
+        it: a broker with ``autoCreateSubscriptionGroup=false`` refuses a pull by a group it does not know."""
+        try:
+            return self._at(broker, self._client.pull_log, topic, queue_id, offset, max_messages, READER_GROUP, what=what)
+        except RemotingError as exc:
+            if exc.code != SUBSCRIPTION_GROUP_NOT_EXIST:
+                raise
+        self._groups.discard((broker, READER_GROUP))
+        self._group(broker, READER_GROUP)
+        return self._at(broker, self._client.pull_log, topic, queue_id, offset, max_messages, READER_GROUP, what=what)
 
     # -- consumer offsets -----------------------------------------------------------------------
     def _group(self, broker: str, group: str) -> None:
@@ -1578,6 +1613,16 @@ def _restore(log: _Log, data: Mapping[str, Any]) -> None:
     log.last_ms = max(log.last_ms, int(data.get("last_ms", 0)))
 
 
+def _credentials(access_key: str | None, secret_key: str | None) -> Credentials | None:
+    if access_key is None and secret_key is None:
+        return None
+    if not access_key or not secret_key or not isinstance(access_key, str) or not isinstance(secret_key, str):
+        raise BrokerError("give access_key and secret_key together (a user of a RocketMQ cluster with "
+                          f"authentication on), got access_key={access_key!r} and a secret_key of "
+                          f"{type(secret_key).__name__}")
+    return Credentials(access_key, secret_key)
+
+
 def _settle(log: _Log, attempt: str) -> None:
     for waiting in log.pending.values():
         waiting.pop(attempt, None)
@@ -1635,11 +1680,15 @@ def _parsed(text: str) -> tuple[MessageKey, int | None, dict[str, str] | None, s
     props = parse_properties(text)
     raw = props.get(_KEY)
     key: MessageKey
-    if raw is not None:
-        data = base64.b64decode(raw[2:])
-        key = data if raw.startswith("b:") else data.decode()
-    else:
-        key = props.get("KEYS")
-    born = int(props[_BORN]) if _BORN in props else None
+    try:
+        if raw is not None:
+            data = base64.b64decode(raw[2:], validate=True)
+            key = data if raw.startswith("b:") else data.decode()
+        else:
+            key = props.get("KEYS")
+        born = int(props[_BORN]) if _BORN in props else None
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise ProtocolError(f"a message's {_KEY} or {_BORN} property is not what rstream writes there: "
+                            f"{props.get(_KEY)!r}, {props.get(_BORN)!r} (another client's, or garbled)") from None
     headers = {k: v for k, v in props.items() if k not in _HIDDEN}
     return key, born, headers or None, props.get("TAGS"), props.get(_TXN), props.get(_SNAP)

@@ -51,7 +51,8 @@ import psutil
 
 from rstream.owned import ended_with_this_process
 from rstream.rocketmq.errors import RocketMQError
-from rstream.rocketmq.remoting import GET_BROKER_CLUSTER_INFO, Connection, RemotingError
+from rstream.rocketmq.local_security import LocalSecurity
+from rstream.rocketmq.remoting import GET_BROKER_CLUSTER_INFO, Connection, Credentials, RemotingError
 
 if TYPE_CHECKING:
     from rstream.rocketmq.broker import RocketMQBroker
@@ -318,6 +319,11 @@ class LocalRocketMQ:
     (``autoCreateTopicEnable=false``, pulls of up to 8192 messages): ``{"timerWheelEnable": "false"}``
     saves most of that CPU and memory (about 250 MB, and 10 % of a core with a job watching; ``bench/RESULTS.md`` rows 34
     and 36) where no official consumer reads.
+    ``acl=True``: authentication and authorization on (RocketMQ 5.3's ACL 2.0), with a super user
+    (``admin_credentials``) and the user ``broker()`` signs with (``credentials``: ``rstream``, allowed
+    what rstream needs); ``add_user`` makes more, allowed less. ``tls=True``: every port speaks TLS only
+    (enforcing mode), with a certificate signed by a CA made for this home (``tls_ca``, which
+    ``broker()`` checks it against). ``rstream.rocketmq.local_security`` says which settings.
     ``start()`` raises ``RocketMQError`` saying what to do when Java 17+ is missing, the jars are
     missing and cannot be fetched, a port is taken, the disk is more than 90 % full, or a JVM exits
     or is not ready within ``start_timeout`` seconds (with the end of its log).
@@ -338,6 +344,8 @@ class LocalRocketMQ:
         start_timeout: float = 120.0,
         brokers: int = 1,
         broker_heap: str = "256m",
+        acl: bool = False,
+        tls: bool = False,
     ) -> None:
         try:
             socket.inet_aton(host)
@@ -377,6 +385,7 @@ class LocalRocketMQ:
         self.start_timeout = start_timeout
         self._home = Path(home if home is not None else Path("rstream-data") / "rocketmq")
         self._home = self._home.expanduser().absolute().resolve()
+        self._security = LocalSecurity(self._home, host, acl, tls)
         self._ports: dict[str, int] = {}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._java: str | None = None
@@ -504,7 +513,31 @@ class LocalRocketMQ:
         """A ``RocketMQBroker`` on this RocketMQ (``RocketMQBroker(self.namesrv)``)."""
         from rstream.rocketmq.broker import RocketMQBroker
 
-        return RocketMQBroker(self.namesrv)
+        user = self._security.credentials
+        return RocketMQBroker(self.namesrv, access_key=user.access_key if user else None,
+                              secret_key=user.secret_key if user else None, tls=self._security.ca or False)
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """With ``acl=True``: the access and secret key of user ``rstream``, which ``broker()`` signs with."""
+        return self._security.credentials
+
+    @property
+    def admin_credentials(self) -> Credentials:
+        """With ``acl=True``: the super user's access and secret key (it may do anything, make users)."""
+        return self._security.admin_credentials
+
+    @property
+    def tls_ca(self) -> str | None:
+        """With ``tls=True``: the CA file that signed the servers' certificate (``RocketMQBroker(tls=...)``)."""
+        return self._security.ca
+
+    def add_user(self, username: str, secret_key: str, allow: dict[str, list[str]]) -> Credentials:
+        """With ``acl=True``: a user allowed ``allow``, resource -> actions, e.g. ``{"Topic:*": ["Sub",
+        "Get"], "Group:*": ["Sub"]}`` (RocketMQ's resources: ``Topic:<name>``, ``Group:<name>``, a name
+        ending in ``*`` for a prefix; actions ``Pub``, ``Sub``, ``Create``, ``Update``, ``Delete``, ``Get``,
+        ``List``, ``All``); its credentials."""
+        return self._security.add_user(self.broker_addrs, username, secret_key, allow)
 
     def __repr__(self) -> str:
         where = f"namesrv={self.namesrv}, proxy={self.proxy}" if self._ports else "stopped"
@@ -551,6 +584,7 @@ class LocalRocketMQ:
                         self._start_cluster(deadline)
                     else:
                         self._start_proxy(deadline)
+                    self._security.create_users(self.broker_addrs, timeout=10.0)
                     break
                 except _PortRace:
                     self._stop_processes(grace=5.0)
@@ -707,6 +741,7 @@ class LocalRocketMQ:
     def _write_conf(self) -> None:
         conf, host, ports = self._home / "conf", self.host, self._ports
         namesrv = f"{host}:{ports['namesrv']}"
+        self._security.prepare(self.store_dir)
         (conf / "namesrv.conf").write_text(f"listenPort={ports['namesrv']}\nbindAddress={host}\n")
         for i, name in enumerate(self.broker_names):
             # one broker: its store is store/ (as before there were several); several: store/<name>
@@ -716,6 +751,7 @@ class LocalRocketMQ:
         (conf / "proxy.json").write_text(json.dumps({
             "rocketMQClusterName": _CLUSTER, "namesrvAddr": namesrv, "localServeAddr": host,
             "grpcServerPort": ports["proxy"], "remotingListenPort": ports["proxy_remoting"],
+            **self._security.proxy_conf(),
         }, indent=2) + "\n")
 
     def _broker_conf(self, name: str, port: int, namesrv: str, store: Path) -> str:
@@ -732,6 +768,7 @@ class LocalRocketMQ:
             # A pull returns up to 32 messages (256 KB) by default; rstream reads ranges of thousands.
             "maxTransferCountOnMessageInMemory=8192", "maxTransferBytesOnMessageInMemory=8388608",
             "maxTransferCountOnMessageInDisk=8192", "maxTransferBytesOnMessageInDisk=8388608",
+            *self._security.broker_conf(),
             *(f"{key}={value}" for key, value in self.broker_conf.items()), "",
         ])
 
@@ -768,7 +805,7 @@ class LocalRocketMQ:
                    lambda: self._broker_registered(i))
 
     def _broker_registered(self, i: int) -> bool:
-        conn = Connection(self.namesrv, timeout=3.0, reconnect_s=0.0)
+        conn = Connection(self.namesrv, timeout=3.0, reconnect_s=0.0, tls=self._security.ca)
         try:
             reply = conn.request(GET_BROKER_CLUSTER_INFO)
         except (RemotingError, ValueError):
@@ -785,6 +822,7 @@ class LocalRocketMQ:
             user_home.mkdir(parents=True, exist_ok=True)
         command = [
             self._java, "-Xms16m", f"-Xmx{heap}", *_YOUNG.get(name, ()), *_JAVA_OPTS, *_OPENS,
+            *self._security.java_options(),
             f"-Drocketmq.home.dir={home}", f"-Duser.home={user_home or home}", f"-Djava.io.tmpdir={home / 'tmp'}",
             # a resource in the jar of each server; RocketMQ's logs go to <user.home>/logs/rocketmqlogs
             f"-Drmq.logback.configurationFile=rmq.{logback or name}.logback.xml",

@@ -26,15 +26,25 @@ What to know about the client (5.1) and RocketMQ 5.3's proxy, all seen on a real
   in the broker's memory (``initPopOffsetByCheckMsgInMem``); otherwise at the queue's end.
 - A receive right after a consumer's ``startup()`` may fail with the proxy's NullPointerException
   ("settings is null"): the proxy has not registered the consumer yet. ``consume`` tries again.
+- A cluster with authentication on: ``access_key`` and ``secret_key`` go to the client's ``Credentials``
+  (it signs each gRPC call, ``MQv2-HMAC-SHA1``). The client reports refused credentials as "failed to fetch
+  topic route" and logs the proxy's answer (code 40100); these functions read it back from the log.
+- TLS (``tls=True``): the client trusts the system's CAs only (``grpc.ssl_channel_credentials()``); a
+  proxy whose certificate a private CA signed (``LocalRocketMQ(tls=True)``'s) is trusted only if gRPC's
+  ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` names that CA's file before the process's first TLS connection
+  (gRPC reads its roots once per process). An untrusted certificate is also reported as "failed to fetch
+  topic route"; these functions read the cause back from the log.
 - The proxy long-polls at least 5 s (``grpcClientConsumerMinLongPollingTimeoutMillis``), so a receive on
   a drained topic returns after about that long.
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rstream.rocketmq.errors import RocketMQError
@@ -49,16 +59,24 @@ _BATCH = 32  # the most messages one receive returns (the proxy's grpcClientCons
 _TRANSIENT = ('"settings" is null', "deadline time remaining is not enough")
 
 
+#: Where the official client logs (``rocketmq/v5/log/log_config.py``): the proxy's refusals are only there.
+_CLIENT_LOG = Path("~/logs/rocketmq_python/rocketmq_client.log").expanduser()
+_UNAUTHORIZED = re.compile(r"\b40100, (.+)")  # the proxy's Code.UNAUTHORIZED, then its message
+
+
 class OfficialClientError(RocketMQError):
     """The official client could not reach the proxy, found no such topic, or received too few messages."""
 
 
 def produce(endpoint: str, topic: str, bodies: Iterable[str | bytes], *, keys: Sequence[str | None] | None = None,
-            tag: str | None = None, properties: Mapping[str, str] | None = None) -> list[Any]:
+            tag: str | None = None, properties: Mapping[str, str] | None = None, access_key: str | None = None,
+            secret_key: str | None = None, tls: bool = False) -> list[Any]:
     """Send each of ``bodies`` to ``topic`` as one NORMAL message, in order; their ``SendReceipt``s.
 
     ``keys``: one key per body (``None``: none); ``tag``: every message's tag; ``properties``: user
     properties of every message. The official client places messages round robin over the queues.
+    ``access_key``, ``secret_key``: a user of a cluster with authentication on; ``tls``: over TLS (the
+    proxy's certificate checked against the system's CAs, see the module's docstring).
     """
     from rocketmq import Message, Producer
 
@@ -66,7 +84,8 @@ def produce(endpoint: str, topic: str, bodies: Iterable[str | bytes], *, keys: S
     key_list = list(keys) if keys is not None else [None] * len(payloads)
     if len(key_list) != len(payloads):
         raise OfficialClientError(f"give one key per body: {len(payloads)} bodies, {len(key_list)} keys")
-    producer = Producer(_configuration(endpoint), (topic,))
+    producer = Producer(_configuration(endpoint, access_key, secret_key), (topic,), tls_enable=tls)
+    logged = _log_size()
     producer.startup()
     try:
         receipts = []
@@ -83,22 +102,26 @@ def produce(endpoint: str, topic: str, bodies: Iterable[str | bytes], *, keys: S
             receipts.append(producer.send(message))
         return receipts
     except Exception as exc:
-        raise _explained(exc, endpoint, topic) from exc
+        raise _explained(exc, endpoint, topic, logged, access_key) from exc
     finally:
         producer.shutdown()
 
 
-def consume(endpoint: str, topic: str, group: str, n: int, *, timeout: float = 60.0, tag: str = "*") -> list[Any]:
+def consume(endpoint: str, topic: str, group: str, n: int, *, timeout: float = 60.0, tag: str = "*",
+            access_key: str | None = None, secret_key: str | None = None, tls: bool = False) -> list[Any]:
     """Receive ``topic``'s messages as consumer group ``group`` until ``n`` distinct ones came.
 
     Each is acknowledged, so the group moves past it. Returns them in the order received (at least
     ``n``: a receive may bring more), as the official ``rocketmq.Message`` (``body``, ``keys``, ``tag``,
     ``properties``, ``message_id``). ``tag``: receive only messages with this tag (``"*"``: all).
     Raises ``OfficialClientError`` when fewer than ``n`` came within ``timeout`` seconds.
+    ``access_key``, ``secret_key`` and ``tls`` as ``produce``'s.
     """
     from rocketmq import FilterExpression, SimpleConsumer
 
-    consumer = SimpleConsumer(_configuration(endpoint), group, {topic: FilterExpression(tag)}, await_duration=AWAIT_S)
+    consumer = SimpleConsumer(_configuration(endpoint, access_key, secret_key), group, {topic: FilterExpression(tag)},
+                              await_duration=AWAIT_S, tls_enable=tls)
+    logged = _log_size()
     consumer.startup()
     received: dict[str, Any] = {}
     deadline = time.monotonic() + timeout
@@ -122,13 +145,13 @@ def consume(endpoint: str, topic: str, group: str, n: int, *, timeout: float = 6
     except OfficialClientError:
         raise
     except Exception as exc:
-        raise _explained(exc, endpoint, topic) from exc
+        raise _explained(exc, endpoint, topic, logged, access_key) from exc
     finally:
         consumer.shutdown()
     return list(received.values())
 
 
-def _configuration(endpoint: str) -> Any:
+def _configuration(endpoint: str, access_key: str | None = None, secret_key: str | None = None) -> Any:
     from rocketmq import ClientConfiguration, Credentials
 
     host, _, port = endpoint.rpartition(":") if isinstance(endpoint, str) else ("", "", "")
@@ -138,10 +161,45 @@ def _configuration(endpoint: str) -> Any:
         raise OfficialClientError(
             f"cannot reach a RocketMQ proxy at {endpoint!r} ({exc}): give the proxy's gRPC endpoint 'host:port' "
             "(LocalRocketMQ().proxy, or port 8081 of a cluster's proxy), not the name server's") from None
-    return ClientConfiguration(endpoint, Credentials())
+    return ClientConfiguration(endpoint, Credentials(access_key, secret_key))
 
 
-def _explained(exc: Exception, endpoint: str, topic: str) -> Exception:
+def _log_size() -> int:
+    try:
+        return _CLIENT_LOG.stat().st_size
+    except OSError:
+        return 0
+
+
+def _logged(since: int) -> str:
+    """What the client logged after ``since`` (the log's size when the call began)."""
+    try:
+        with open(_CLIENT_LOG, "rb") as log:
+            log.seek(since if since <= _log_size() else 0)
+            return log.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _explained(exc: Exception, endpoint: str, topic: str, logged: int = 0,
+               access_key: str | None = None) -> Exception:
+    who = f"user {access_key!r}" if access_key else "a client without credentials"
+    log = "" if type(exc).__name__ == "UnauthorizedException" else _logged(logged)
+    found = _UNAUTHORIZED.findall(log)
+    refusal = str(exc) if type(exc).__name__ == "UnauthorizedException" else found[-1].strip() if found else None
+    if "CERTIFICATE_VERIFY_FAILED" in log:
+        return OfficialClientError(
+            f"the TLS certificate of the proxy at {endpoint} is not trusted: the official client trusts the system's "
+            "CAs, or the file GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names if set before the process's first TLS "
+            "connection (LocalRocketMQ(tls=True).tls_ca is the CA of a local one)")
+    if refusal and "has no permission" in refusal:
+        return OfficialClientError(
+            f"the proxy at {endpoint} refused {who} ({refusal}): grant the user that permission (mqadmin updateAcl, "
+            "or LocalRocketMQ.add_user)")
+    if refusal:
+        return OfficialClientError(
+            f"the proxy at {endpoint} refused the credentials of {who} ({refusal}): authentication is on there; give "
+            "access_key and secret_key of one of its users (LocalRocketMQ(acl=True).credentials)")
     if "timerWheelEnable is false" in str(exc):
         return OfficialClientError(
             f"the broker behind {endpoint} refuses to receive: a SimpleConsumer receives by pop, which RocketMQ "

@@ -1,7 +1,9 @@
 """A real RocketMQ for the tests: ``local_rocketmq``, one LocalRocketMQ started once for the whole test
 session (registered in tests/conftest.py, so any test may ask for it; it starts on first use, about
 10 to 25 s on 2 shared cores, and stops at the session's end), and a few remoting requests to look into a
-broker below RocketMQBroker (``rstream.rocketmq.remoting``).
+broker below RocketMQBroker (``rstream.rocketmq.remoting``). Without a JVM: the protocol's bytes as
+RocketMQ writes them (``stored_message``, ``frame``) and a fake server that answers what a test says
+(``ScriptedServer``), for the decoder's and the client's tests.
 
 Tests that stop RocketMQ start their own LocalRocketMQ: the shared one must stay up. One test kills the
 shared broker's JVM and starts it again at once (tests/rocketmq/test_jobs_on_rocketmq.py): a broker with
@@ -168,3 +170,118 @@ def min_offset(broker_addr: str, topic: str, queue_id: int) -> int:
 def route(namesrv: str, topic: str) -> dict[str, Any] | None:
     """The name server's route of ``topic``, None while no live broker serves it."""
     return Client(namesrv).route(topic)
+
+
+# -- the remoting protocol's bytes, written as RocketMQ writes them ---------------------------------
+#: ``MessageDecoder.MESSAGE_MAGIC_CODE`` (a topic's length in one byte) and ``MESSAGE_MAGIC_CODE_V2`` (a short).
+MAGIC_V1, MAGIC_V2 = -626843481, -626843477
+
+
+def stored_message(queue: int, offset: int, body: bytes, properties: str = "", *, topic: str = "t",
+                   born: int = 1, store: int = 2, v2: bool = False, ipv6: bool = False,
+                   compressed: bool = False) -> bytes:
+    """One stored message as a pull returns it (``MessageDecoder.encode``'s layout, read in 5.3.3):
+    total size, magic, body CRC, queue, flag, queue offset, physical offset, system flag, born time,
+    born host, store time, store host, reconsume times, prepared offset, body, topic, properties.
+    ``compressed``: the body zlib-compressed with the system flag saying so (as a Java producer
+    compresses a body above 4 KB)."""
+    import struct
+    import zlib
+
+    sysflag = (0x10 | 0x20 if ipv6 else 0) | (0x1 | 0x3 << 8 if compressed else 0)
+    stored = zlib.compress(body) if compressed else body
+    host = bytes(16 if ipv6 else 4) + struct.pack(">i", 10911)
+    name, text = topic.encode(), properties.encode()
+    tail = (host + struct.pack(">q", store) + host + struct.pack(">iq", 0, 0)
+            + struct.pack(">i", len(stored)) + stored
+            + (struct.pack(">h", len(name)) if v2 else bytes([len(name)])) + name
+            + struct.pack(">h", len(text)) + text)
+    size = 48 + len(tail)
+    return struct.pack(">iiIiiqqiq", size, MAGIC_V2 if v2 else MAGIC_V1, zlib.crc32(stored), queue, 0, offset,
+                       0, sysflag, born) + tail
+
+
+def frame(header: dict[str, Any] | bytes, body: bytes = b"") -> bytes:
+    """A remoting frame (``RemotingCommand.encode``): length, serialize type and header length, header
+    JSON, body. ``header`` as a dict is written as JSON; as bytes, sent as it is."""
+    import json
+    import struct
+
+    data = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack(">II", 4 + len(data) + len(body), len(data)) + data + body
+
+
+class ScriptedServer:
+    """A fake RocketMQ server on 127.0.0.1 (a thread): per connection, reads each request frame and
+    answers it with ``answer(header)``'s bytes (``frame(...)`` for a well-formed one), sent in pieces
+    of ``chunk`` bytes ``pause`` seconds apart; ``None`` closes the connection. ``tls``: a server
+    ``ssl.SSLContext`` every connection is wrapped in. ``connections`` counts the connections."""
+
+    def __init__(self, answer: Any, chunk: int = 1 << 20, pause: float = 0.0, tls: Any = None) -> None:
+        import socket
+        import threading
+
+        self.answer, self.chunk, self.pause, self.tls = answer, chunk, pause, tls
+        self.requests: list[dict[str, Any]] = []
+        self.connections = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.addr = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: Any) -> None:
+        import json
+        import struct
+
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except OSError:  # a client that did not trust the certificate
+                conn.close()
+                return
+        with conn:
+            while True:
+                head = _recv_all(conn, 8)
+                if len(head) < 8:
+                    return
+                length, header_length = struct.unpack(">II", head)
+                rest = _recv_all(conn, length - 4)
+                header = json.loads(rest[:header_length])
+                self.requests.append(header)
+                data = self.answer(header)
+                if data is None:
+                    return
+                try:
+                    for at in range(0, len(data), self.chunk):
+                        conn.sendall(data[at:at + self.chunk])
+                        time.sleep(self.pause)
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def _recv_all(conn: Any, n: int) -> bytes:
+    """Up to ``n`` bytes from ``conn`` (fewer only at its end); a TLS socket takes no MSG_WAITALL."""
+    parts, left = [], n
+    while left:
+        try:
+            chunk = conn.recv(left)
+        except OSError:
+            break
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
