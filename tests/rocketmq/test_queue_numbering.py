@@ -13,6 +13,7 @@ import logging
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -239,7 +240,7 @@ def test_a_name_server_list_is_accepted_and_each_tried_in_turn() -> None:
             with conn:
                 while True:
                     try:
-                        request = _read_frame(conn)
+                        request = _read_frame(conn, time.monotonic() + 60)
                     except (ConnectionError, OSError):
                         break
                     answered.append(request.code)
