@@ -157,8 +157,10 @@ class QueryDriver:
         tasks = props.tasks or self.spark.sparkContext.defaultParallelism
         return {
             "job": self.core.job_id,
-            "config": dump_blob(cfg),
-            "broker": dump_blob(self.core.broker),
+            # the task config and the broker carry a broker's credentials (RocketMQ with ACL): option names
+            # with "secret" in them, which Spark redacts wherever it shows a query's plan (its UI, explain())
+            "configSecret": dump_blob(cfg),
+            "brokerSecret": dump_blob(self.core.broker),
             "sourceTopics": json.dumps(topology.source_topics),
             "shuffleTopics": json.dumps(list(topology.shuffle_topics)),
             "initialOffsets": json.dumps(self._initial_offsets()),
@@ -177,7 +179,7 @@ class QueryDriver:
         self.core.job_dir.mkdir(parents=True, exist_ok=True)
         self._failure = None
         options = self._source_options()
-        self._task_blob = options["config"]
+        self._task_blob = options["configSecret"]
         self._query_initial = self._checkpoint_initial(json.loads(options["initialOffsets"]))
         options["initialOffsets"] = json.dumps(self._query_initial)
         self._flush_target = None

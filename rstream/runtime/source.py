@@ -110,7 +110,7 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._broker is None:
             from rstream.runtime.config import load_blob
 
-            self._broker = load_blob(self.options["broker"])
+            self._broker = load_blob(self.options["brokersecret"])
         return self._broker
 
     def _ends(self, topics: Sequence[str]) -> dict[str, int]:
@@ -224,7 +224,7 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from rstream.runtime.shuffle_share import run_with_share
 
         ranges, share = partition.value
-        yield from run_with_share(self.options["config"], ranges, share)
+        yield from run_with_share(self.options["configsecret"], ranges, share)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the tagged appends are the commit; Spark calls this late, if at all."""

@@ -19,7 +19,7 @@ JOB = "planner"
 def reader(broker: EmbeddedBroker, initial: dict[str, int], **options: str) -> RStreamStreamReader:
     return RStreamStreamReader({
         "sourcetopics": json.dumps(["src"]), "shuffletopics": json.dumps(["sh"]),
-        "initialoffsets": json.dumps(initial), "broker": dump_blob(broker), "job": JOB, **options,
+        "initialoffsets": json.dumps(initial), "brokersecret": dump_blob(broker), "job": JOB, **options,
     })
 
 
@@ -146,3 +146,18 @@ def test_the_idle_watch_looks_less_often_the_longer_no_input_came(broker: Embedd
     broker.send("src", "d")
     r.latestOffset(first)  # new input: the watch is quick again
     assert r._input_at > found_at - 100
+
+
+def test_a_job_s_source_options_are_redacted_where_spark_shows_them(broker: Any, make_job: Any) -> None:
+    """The broker (with its credentials on a RocketMQ with ACL) and the task config travel to the source in
+    options whose names hold "secret": Spark redacts them wherever it shows a source's options (a plan's
+    text, its UI), as it does for a password."""
+    from tests.support.jobs import job_id, wordcount
+
+    broker.create_topic("sentences", queues=1)
+    job = make_job(wordcount(job_id("plan")))
+    options = job._driver._source_options()
+    df = job.spark.readStream.format("rstream").options(**options).load()
+    plan = str(df._jdf.queryExecution().toString())  # what df.explain(True) prints
+    assert "brokerSecret=*********(redacted)" in plan and "configSecret=*********(redacted)" in plan
+    assert options["brokerSecret"][:40] not in plan and options["configSecret"][:40] not in plan
