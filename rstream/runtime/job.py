@@ -180,6 +180,18 @@ class RocketMQStream:
         or with the local state deleted. Raises ``StateError`` when compaction removed that past."""
         return self._state.state(operator, batch)
 
+    def what_if(self, topology: Any = None, **properties: Any) -> Any:
+        """Run the job's committed input again with other ``properties`` (``allowed_lateness_ms=500``,
+        ``time_type=...``, ...) and/or another ``topology`` (a ``StreamBuilder`` or ``Topology`` built
+        from the same source topics: another window, another function), in scratch storage, writing
+        nothing to the broker; and the job as it is, the same way. Returns a ``WhatIf``: ``before``,
+        ``after`` (sinks and late records per key) and ``diff()`` (``rstream.runtime.what_if``)."""
+        from rstream.runtime.what_if import what_if
+
+        changed = topology.build() if hasattr(topology, "build") and not isinstance(topology, Topology) else topology
+        return what_if(self._core.topology, self._core.broker, self._core.properties, properties, changed,
+                       work=self._core.job_dir)
+
     def query(self, operator: str, key: Any) -> Any:
         """The current value of ``key`` in ``operator``'s state, while the job runs or after it.
 
