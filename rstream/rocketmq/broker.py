@@ -372,7 +372,8 @@ class RocketMQBroker:
                  txn_timeout_ms: int = 300_000, broker_wait_s: float = 300.0,
                  topic_brokers: Sequence[str] | None = None, compact_min: int = 10_000,
                  checkpoint_every: int = 4096, retention_s: float | None = None, access_key: str | None = None,
-                 secret_key: str | None = None, tls: TLSOption = False, mirror_progress: bool = True) -> None:
+                 secret_key: str | None = None, tls: TLSOption = False, mirror_progress: bool = True,
+                 check_after_s: int = 60) -> None:
         name_servers(namesrv)  # raises for what is no list of host:port
         if compact_min < 1 or checkpoint_every < 2:
             raise BrokerError(f"compact_min={compact_min!r} and checkpoint_every={checkpoint_every!r}: give at least "
@@ -383,7 +384,10 @@ class RocketMQBroker:
                               "or None to ask the broker (fileReservedTime)")
         self.compact_min, self.checkpoint_every, self.retention_s = compact_min, checkpoint_every, retention_s
         self.namesrv, self.cluster, self.timeout, self.txn_timeout_ms = namesrv, cluster, timeout, txn_timeout_ms
-        self.broker_wait_s, self.mirror_progress = broker_wait_s, mirror_progress
+        if not isinstance(check_after_s, int) or check_after_s < 2:
+            raise BrokerError(f"check_after_s={check_after_s!r}: give the whole seconds (2 at least) after which a half "
+                              "message is ended by the broker's check-back only")
+        self.broker_wait_s, self.mirror_progress, self.check_after_s = broker_wait_s, mirror_progress, check_after_s
         self.topic_brokers = None if topic_brokers is None else tuple(topic_brokers)
         self.access_key, self.tls = access_key, tls
         self._secret_key = secret_key
@@ -402,6 +406,7 @@ class RocketMQBroker:
         self._checkpointing = False
         self._retention_ms: int | None = None if retention_s is None else int(retention_s * 1000)
         self._wrote: dict[tuple[str, int], int] = {}  # the last append's queues -> their end after it
+        self._half_sent_ms: dict[str, int] = {}  # attempt -> when it sent its first half message (this host's ms)
         self._mirrored: set[tuple[str, str]] = set()  # (broker, group) made for a job's progress (``_mirror_progress``)
         self._mirror_failed: set[str] = set()  # jobs whose progress could not be mirrored (said once)
 
@@ -410,7 +415,8 @@ class RocketMQBroker:
                 "txn_timeout_ms": self.txn_timeout_ms, "broker_wait_s": self.broker_wait_s,
                 "topic_brokers": self.topic_brokers, "addrs": dict(self._addrs), "log_broker": self._log_broker,
                 "compact_min": self.compact_min, "checkpoint_every": self.checkpoint_every,
-                "retention_s": self.retention_s, "mirror_progress": self.mirror_progress, **self._security()}
+                "retention_s": self.retention_s, "mirror_progress": self.mirror_progress,
+                "check_after_s": self.check_after_s, **self._security()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["namesrv"], cluster=state["cluster"], timeout=state["timeout"],  # type: ignore[misc]
@@ -418,7 +424,8 @@ class RocketMQBroker:
                       topic_brokers=state.get("topic_brokers"), compact_min=state.get("compact_min", 10_000),
                       checkpoint_every=state.get("checkpoint_every", 4096), retention_s=state.get("retention_s"),
                       access_key=state.get("access_key"), secret_key=state.get("secret_key"),
-                      tls=state.get("tls", False), mirror_progress=state.get("mirror_progress", True))
+                      tls=state.get("tls", False), mirror_progress=state.get("mirror_progress", True),
+                      check_after_s=state.get("check_after_s", 60))
         self._addrs.update(state.get("addrs") or {})
         self._log_broker = state.get("log_broker")
 
@@ -1336,6 +1343,7 @@ class RocketMQBroker:
         own = f"{_TXN}\x01{attempt}\x02"
         texts: dict[Any, str] = {}  # (key, headers' id, tags) -> properties text without the born time
         batch: list[tuple[bytes, str, int]] = []
+        self._half_sent_ms.setdefault(attempt, now_ms())
         for k, body, born, hdrs, tags in records:
             if type(body) is not bytes and not isinstance(body, bytes):
                 raise BrokerError(f"message body must be bytes, got {type(body).__name__}")
@@ -1351,11 +1359,11 @@ class RocketMQBroker:
                 texts[at] = text
             batch.append((body, f"{text}{_BORN}\x01{born}\x02", now_ms()))
             if len(batch) >= _HALF_PIPELINE:
-                sent += self._at(where, self._client.send_half, name, queue_id, batch, TXN_GROUP,
+                sent += self._at(where, self._client.send_half, name, queue_id, batch, TXN_GROUP, self.check_after_s,
                                  what=f"write to {name}/{queue}")
                 batch = []
         if batch:
-            sent += self._at(where, self._client.send_half, name, queue_id, batch, TXN_GROUP,
+            sent += self._at(where, self._client.send_half, name, queue_id, batch, TXN_GROUP, self.check_after_s,
                              what=f"write to {name}/{queue}")
 
     def _end_halves(self, targets: Mapping[tuple[str, int], _Topic],
@@ -1364,12 +1372,23 @@ class RocketMQBroker:
         """End the half messages of ``attempt``: commit them (its append won) in an order that keeps each
         key's records in order (the broker ends transactions on several threads: a commit waits for the
         one of its key's record before), then wait until they are readable; or roll them back (oneway).
-        Never raises: a message not ended here is ended by the broker's check-back (``visible``)."""
+
+        Never raises: a message not ended here is ended by the broker's check-back (``visible``), which
+        begins ``check_after_s`` after it was sent. So that a check-back never commits what this writer
+        commits too (RocketMQ writes an ended message's mark a moment later, ``transactionOpBatchInterval``,
+        and a check meanwhile would commit it again), the writer commits only within the first half of that
+        time; the broker refuses its commits after all of it."""
         from rstream.rocketmq.visible import TXN_GROUP
 
+        began = self._half_sent_ms.pop(attempt, None)
         if not any(halves.values()):
             return
+        if commit and began is not None and now_ms() - began > self.check_after_s * 500:
+            LOG.info("the half messages of attempt %s were sent %.1f s ago: the broker's check-back commits them",
+                     attempt, (now_ms() - began) / 1000)
+            return
         before: dict[tuple[str, int], int] = {}
+        committed: dict[tuple[str, int], int] = {}
         try:
             if commit:
                 by_topic: dict[str, list[int]] = {}
@@ -1388,35 +1407,36 @@ class RocketMQBroker:
                     for i, record in enumerate(writes[(t, q)][:len(sent)]):
                         after.append(last.get(record[0]))
                         last[record[0]] = i
-                self._at(where, self._client.end_transactions, t, sent, commit, TXN_GROUP, after, not commit,
-                         what=f"{'commit' if commit else 'roll back'} the records of {t}/{q}")
+                done = self._at(where, self._client.end_transactions, t, sent, commit, TXN_GROUP, after, not commit,
+                                what=f"{'commit' if commit else 'roll back'} the records of {t}/{q}")
+                committed[(t, q)] = sum(done)
             if commit:
-                self._await_committed(targets, halves, before, attempt)
+                self._await_committed(targets, committed, before, attempt)
         except (BrokerError, OSError) as exc:
             LOG.warning("rstream could not %s the half messages of attempt %s (%s): the broker asks back within its "
                         "transactionCheckInterval, and an rstream process answers", "commit" if commit else "roll back",
                         attempt, exc)
 
-    def _await_committed(self, targets: Mapping[tuple[str, int], _Topic], halves: Mapping[tuple[str, int],
-                         Sequence[HalfMessage]], before: Mapping[tuple[str, int], int], attempt: str) -> None:
-        """Wait until every committed half message of ``attempt`` is readable in its queue (RocketMQ answers
-        a commit once the message is stored, and makes it readable a moment later), reading each queue
-        on from where it ended before the commits."""
+    def _await_committed(self, targets: Mapping[tuple[str, int], _Topic], committed: Mapping[tuple[str, int], int],
+                         before: Mapping[tuple[str, int], int], attempt: str) -> None:
+        """Wait until the ``committed`` half messages of ``attempt`` (per queue, how many) are readable in their
+        queues (RocketMQ answers a commit once the message is stored, and makes it readable a moment later),
+        reading each queue on from where it ended before the commits."""
         deadline = time.monotonic() + self.timeout
-        for (t, q), sent in halves.items():
+        for (t, q), count in committed.items():
             topic = targets[(t, q)]
             broker, queue_id = topic.queue_ids[q]
             offset, found = before[(t, q)], 0
             pause = 0.0005
-            while found < len(sent):
+            while found < count:
                 messages, nxt, _end = self._pull(broker, t, queue_id, offset, _PULL, f"read {t}/{q}")
                 found += sum(_parsed(m.properties_text)[4] == attempt for m in messages)
                 offset = max(nxt, messages[-1].offset + 1) if messages else offset
-                if found >= len(sent):
+                if found >= count:
                     break
                 if not messages:
                     if time.monotonic() > deadline:
-                        raise BrokerError(f"RocketMQ committed {len(sent)} messages of {t}/{q} but made only {found} "
+                        raise BrokerError(f"RocketMQ committed {count} messages of {t}/{q} but made only {found} "
                                           f"readable within {self.timeout} s")
                     time.sleep(pause)
                     pause = min(pause * 2, 0.02)
@@ -1450,6 +1470,17 @@ class RocketMQBroker:
                 self._mirror_failed.add(tag.job)
                 LOG.warning("rstream could not show job %s's progress as consumer group %s in RocketMQ (%s): its "
                             "results are not affected", tag.job, progress_group(tag.job), exc)
+
+    def mirror_progress_of(self, job: str) -> None:
+        """``_mirror_progress`` of the last commit of each of ``job``'s input queues: what a writer that died
+        right after its commit left behind. A job's driver calls it as the job starts (``prepare_topics``)."""
+        last: dict[tuple[str, int], CommitTag] = {}
+        for tag in self._refresh().by_job.get(job, []):
+            at = (tag.topic, tag.queue)
+            if at not in last or last[at].start_offset < tag.start_offset:
+                last[at] = tag
+        for tag in last.values():
+            self._mirror_progress(tag)
 
     # -- reading --------------------------------------------------------------------------------
     def _pulled(self, topic: _Topic, queue: int, start: int, end: int) -> Iterator[PulledMessage]:

@@ -73,6 +73,7 @@ PULL_RETRY_IMMEDIATELY = 20
 PULL_OFFSET_MOVED = 21
 QUERY_NOT_FOUND = 22
 SUBSCRIPTION_GROUP_NOT_EXIST = 26
+ILLEGAL_OPERATION = 604  # an END_TRANSACTION after the half message's check immunity: only a check-back ends it now
 
 _PYTHON = "PYTHON"  # LanguageCode
 _VERSION = 475  # MQVersion of 5.3.x: what the broker sees as the client's version
@@ -1102,15 +1103,19 @@ class Client:
         return reply.int_field("queueOffset")
 
     def send_half(self, broker: str, topic: str, queue: int, messages: Sequence[tuple[bytes, str, int]],
-                  producer_group: str) -> list[HalfMessage]:
+                  producer_group: str, check_after_s: int) -> list[HalfMessage]:
         """Send each of ``messages`` (body, properties text, born time) as a *half* message of
         ``topic``/``queue``: RocketMQ stores it in its half topic (``RMQ_SYS_TRANS_HALF_TOPIC``), where no
         consumer sees it, until an ``END_TRANSACTION`` commits it (the message then goes to the queue,
-        given its offset there) or rolls it back; one nobody ends is asked about (``CHECK_TRANSACTION_STATE``)
-        of a producer of ``producer_group``. One request per message (a batch send refuses transactional
-        messages: ``CommitLog.asyncPutMessages``), pipelined. Each message's properties get
-        ``TRAN_MSG`` and ``PGROUP``, as ``DefaultMQProducerImpl.sendMessageInTransaction`` sets them."""
-        extra = f"TRAN_MSG{_NAME}true{_SEP}PGROUP{_NAME}{producer_group}{_SEP}"
+        given its offset there) or rolls it back. One request per message (a batch send refuses
+        transactional messages: ``CommitLog.asyncPutMessages``), pipelined. Each message's properties get
+        ``TRAN_MSG`` and ``PGROUP``, as ``DefaultMQProducerImpl.sendMessageInTransaction`` sets them, and
+        ``CHECK_IMMUNITY_TIME_IN_SECONDS``: for ``check_after_s`` seconds after its born time (at least the
+        broker's ``transactionTimeOut``) only its sender's end counts, after that only an end answering a
+        check-back (``CHECK_TRANSACTION_STATE`` to a producer of ``producer_group``): the broker refuses a
+        late sender's (``EndTransactionProcessor.rejectCommitOrRollback``), so the two never both commit it."""
+        extra = (f"TRAN_MSG{_NAME}true{_SEP}PGROUP{_NAME}{producer_group}{_SEP}"
+                 f"CHECK_IMMUNITY_TIME_IN_SECONDS{_NAME}{int(check_after_s)}{_SEP}")
         requests: list[Request] = [(SEND_MESSAGE, {
             "producerGroup": producer_group, "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
             "queueId": queue, "sysFlag": TRANSACTION_PREPARED, "bornTimestamp": born, "flag": 0,
@@ -1130,18 +1135,22 @@ class Client:
 
     def end_transactions(self, broker: str, topic: str, halves: Sequence[HalfMessage], commit: bool,
                          producer_group: str, after: Sequence[int | None] | None = None,
-                         oneway: bool = False) -> None:
+                         oneway: bool = False) -> list[bool]:
         """``END_TRANSACTION`` of each of ``halves`` (as ``send_half`` returned them): commit (the broker
         writes each message to its queue) or roll back. Pipelined; ``after`` as ``Connection.pipeline``'s,
         to keep an order among the commits (the broker ends transactions on several threads). With
-        ``oneway`` the broker answers none (what RocketMQ's own producer sends); otherwise each is
-        answered once its message is stored in the queue, and a refusal raises."""
+        ``oneway`` the broker answers none (what RocketMQ's own producer sends): returns []; otherwise each
+        is answered once its message is stored in the queue: per half message, whether it was ended
+        (False: refused as past its check immunity, left to the check-back); another refusal raises."""
         requests = [end_transaction_request(topic, half, commit, producer_group) for half in halves]
         conn = self.conn(broker)
+        done = []
         for reply in conn.pipeline(requests, after, oneway=oneway):
-            if reply.code != SUCCESS:
+            if reply.code not in (SUCCESS, ILLEGAL_OPERATION):
                 raise RemotingError(f"RocketMQ at {broker} refused to {'commit' if commit else 'roll back'} a half "
                                     f"message of {topic}: code {reply.code}, {reply.remark or 'no remark'}", reply.code)
+            done.append(reply.code == SUCCESS)
+        return done
 
     def consume_stats(self, broker: str, group: str, topic: str | None = None) -> dict[tuple[str, int], tuple[int, int]]:
         """``GET_CONSUME_STATS``, as ``mqadmin consumerProgress`` asks each broker: per (topic, queue id)

@@ -29,6 +29,7 @@ records are readable (it reads them back), so a finished job's output reads whol
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import pickle
@@ -82,7 +83,9 @@ class CheckAnswerer:
         self._threads: dict[str, threading.Thread] = {}
         self._stop = threading.Event()
         self._check_max: dict[str, int] = {}
-        self.answered: dict[str, int] = {"commit": 0, "rollback": 0, "unknown": 0}
+        self._known: dict[str, bool] = {}  # attempt -> its verdict, once decided
+        #: The answers given, newest last: (attempt, True / False / None), the last 100 000.
+        self.answers: collections.deque[tuple[str | None, bool | None]] = collections.deque(maxlen=100_000)
         self._looked = 0.0
 
     def start(self) -> CheckAnswerer:
@@ -138,6 +141,10 @@ class CheckAnswerer:
         props = parse_properties(check.properties_text)
         attempt = props.get("RSTREAM_TXN")
         checked = int(props.get("TRANSACTION_CHECK_TIMES", "0") or 0)
+        known = self._known.get(attempt) if attempt is not None else None
+        if known is not None:  # decided once, decided for ever: no read of the log for a burst of checks
+            self.answers.append((attempt, known))
+            return known
         with self._lock:
             reader = self._reader
             log = reader._refresh()
@@ -147,7 +154,11 @@ class CheckAnswerer:
                 if near_max or reader._overdue(log, attempt, log.undecided[attempt][0]):
                     reader._log_append({"t": "abort", "a": attempt, "after": 0 if near_max else reader.txn_timeout_ms})
                     answer = verdict(reader._refresh(), attempt)
-        self.answered["unknown" if answer is None else "commit" if answer else "rollback"] += 1
+        if answer is not None and attempt is not None:
+            if len(self._known) > 100_000:
+                self._known.clear()
+            self._known[attempt] = answer
+        self.answers.append((attempt, answer))
         return answer
 
     def _max_checks(self, broker: str) -> int:

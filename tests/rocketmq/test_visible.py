@@ -126,7 +126,7 @@ def test_a_half_message_is_sent_prepared_in_its_producer_group_and_named_by_its_
     server = ScriptedServer(lambda h: answer_to(h, msgId="7F0000010000C3910000000000000145", queueOffset="3",
                                                 transactionId="U1", queueId="2"))
     try:
-        sent = Client("unused:0").send_half(server.addr, "out", 2, [(b"v", "KEYS\x01k\x02", 1234)], TXN_GROUP)
+        sent = Client("unused:0").send_half(server.addr, "out", 2, [(b"v", "KEYS\x01k\x02", 1234)], TXN_GROUP, 60)
     finally:
         server.close()
     assert sent == [HalfMessage(0x145, 3, "U1")]
@@ -134,19 +134,21 @@ def test_a_half_message_is_sent_prepared_in_its_producer_group_and_named_by_its_
     ext = request["extFields"]
     assert request["code"] == SEND_MESSAGE and ext["topic"] == "out" and ext["queueId"] == "2"
     assert ext["sysFlag"] == "4" and ext["bornTimestamp"] == "1234" and ext["producerGroup"] == TXN_GROUP
-    assert parse_properties(ext["properties"]) == {"KEYS": "k", "TRAN_MSG": "true", "PGROUP": TXN_GROUP}
+    assert parse_properties(ext["properties"]) == {"KEYS": "k", "TRAN_MSG": "true", "PGROUP": TXN_GROUP,
+                                                   "CHECK_IMMUNITY_TIME_IN_SECONDS": "60"}
     assert commit_log_offset("0" * 16 + "00000000000000FF") == 255
     with pytest.raises(RStreamError, match="not a broker's message id"):
         commit_log_offset("U1")
 
 
 def test_half_messages_are_committed_answered_and_rolled_back_oneway() -> None:
-    server = ScriptedServer(lambda h: b"" if h["flag"] & 2 else answer_to(h))
+    late = 604  # ILLEGAL_OPERATION: past the message's check immunity, only a check-back ends it
+    server = ScriptedServer(lambda h: b"" if h["flag"] & 2 else answer_to(h, late if h["extFields"]["msgId"] == "U1" else 0))
     halves = [HalfMessage(100 + i, i, f"U{i}") for i in range(3)]
     client = Client("unused:0")
     try:
-        client.end_transactions(server.addr, "out", halves, True, TXN_GROUP)
-        client.end_transactions(server.addr, "out", halves[:2], False, TXN_GROUP, oneway=True)
+        assert client.end_transactions(server.addr, "out", halves, True, TXN_GROUP) == [True, False, True]
+        assert client.end_transactions(server.addr, "out", halves[:2], False, TXN_GROUP, oneway=True) == []
         deadline = time.monotonic() + 5
         while len(server.requests) < 5 and time.monotonic() < deadline:
             time.sleep(0.01)
