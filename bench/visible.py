@@ -42,11 +42,11 @@ def check(broker: Any, sink: str, sentences: list[str]) -> None:
 
 
 def run(broker: Any, mq: Any, root: Path, source: str, sentences: list[str], visible: str, n: int) -> dict[str, Any]:
+    from bench.workloads import wordcount_topology
     from rstream.runtime.inprocess import InProcessJob
-    from tests.support.jobs import wordcount
 
     name = f"vis-{visible.replace('_', '')}-{n}"
-    job = InProcessJob(wordcount(name, source, f"{name}-counts", visible=visible).build(), broker, root / name,
+    job = InProcessJob(wordcount_topology(name, source, f"{name}-counts", visible=visible), broker, root / name,
                        {"sink_queues": 2})
     jvm0, cpu0, t0 = jvm_cpu(mq), time.process_time(), time.perf_counter()
     job.run_until_idle(fire_idle=False)

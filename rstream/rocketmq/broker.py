@@ -50,8 +50,15 @@ row): a range is never left unwritten. Every rstream reader, state replay includ
 records only: a queue's end offset (``end_offsets``) stops before the first record of an undecided
 attempt, and a lost attempt's records are skipped. Offsets are RocketMQ's own, so a lost attempt
 leaves a hole in a queue's offsets that no rstream reader sees. A consumer outside rstream sees every message, lost attempts' too: ``committed_only(...)``
-(or ``read``) gives it what committed, and a sink whose consumers cannot filter can be read
-through rstream.
+(or ``read``) gives it what committed. A sink whose consumers cannot filter is made with
+``visible="on_commit"``: its records (``OnCommitRecords``) are sent as RocketMQ half messages, which no
+consumer sees until the log decides them (``rstream.rocketmq.visible``): the open record names their
+queues under ``half`` (no reader waits on them: they show in their queue once committed), and a lost
+attempt keeps them with no end, so a checkpoint never forgets it while the broker may still ask about it.
+
+A job's progress in RocketMQ's own tools: after a range commits, its end is committed as consumer group
+``rstream-<job>``'s offset of the input queue (``progress_group``, ``mirror_progress``), so ``mqadmin
+consumerProgress`` and RocketMQ Dashboard show the job's lag; rstream itself never reads those offsets.
 
 A reader relies on two orders: (a) an attempt's open record is readable before any of its records
 is, so a reader that reads a queue's end and then the log knows every attempt the end counts
@@ -363,6 +370,12 @@ class RocketMQBroker:
     ``PermissionDeniedError`` naming the topic or group and the permission (both ``BrokerError``s).
     ``tls``: True (the servers' certificates checked against the system's CAs), a CA file's path, or
     an ``ssl.SSLContext`` (which cannot travel to executors: give a path for jobs).
+
+    ``mirror_progress``: commit each committed range's end as consumer group ``rstream-<job>``'s offset
+    (True, default: one request per range). ``check_after_s``: how long after a half message (a sink's
+    ``visible="on_commit"``) is sent only its writer may end it, and after which only the broker's
+    check-back does (whole seconds, default 60; the writer commits within the first half of it, else
+    leaves its records to the check-back: ``rstream.rocketmq.visible``).
     """
 
     #: Offsets may skip what an attempt that lost its race wrote (see the module's docstring).
