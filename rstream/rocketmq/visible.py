@@ -78,7 +78,8 @@ class CheckAnswerer:
 
     def __init__(self, broker: RocketMQBroker) -> None:
         self._reader: RocketMQBroker = pickle.loads(pickle.dumps(broker))
-        self._client_id = f"{socket.gethostname()}@{os.getpid()}@rstream-{uuid.uuid4().hex[:8]}"
+        self.pid = os.getpid()
+        self._client_id = f"{socket.gethostname()}@{self.pid}@rstream-{uuid.uuid4().hex[:8]}"
         self._lock = threading.Lock()
         self._threads: dict[str, threading.Thread] = {}
         self._stop = threading.Event()
@@ -104,12 +105,19 @@ class CheckAnswerer:
         except RemotingError as exc:
             LOG.debug("rstream's check-back answerer cannot list the masters: %s", exc)
             return
-        for name, addr in masters.items():
-            if name not in self._threads:
-                thread = threading.Thread(target=self._serve, args=(name, addr), daemon=True,
-                                          name=f"rstream-check-back-{name}")
-                self._threads[name] = thread
-                thread.start()
+        with self._lock:
+            for name, addr in masters.items():
+                if name not in self._threads:
+                    thread = threading.Thread(target=self._serve, args=(name, addr), daemon=True,
+                                              name=f"rstream-check-back-{name}")
+                    self._threads[name] = thread
+                    thread.start()
+
+    @property
+    def _first(self) -> str:
+        """The broker whose thread looks for new masters now and then."""
+        with self._lock:
+            return min(self._threads)
 
     def _serve(self, name: str, addr: str) -> None:
         while not self._stop.is_set():
@@ -120,7 +128,7 @@ class CheckAnswerer:
                     check = channel.next_check(1.0)
                     if check is not None:
                         channel.answer(check, self.decide(name, check))
-                    if name == min(self._threads) and time.monotonic() - self._looked > _MASTERS_EVERY_S:
+                    if name == self._first and time.monotonic() - self._looked > _MASTERS_EVERY_S:
                         self._look_for_masters()
             except (OSError, RemotingError) as exc:
                 LOG.debug("rstream's check-back channel to %s (%s) broke: %s", name, addr, exc)
@@ -180,7 +188,7 @@ def answer_for(broker: RocketMQBroker) -> CheckAnswerer:
     key = (broker.namesrv, broker.access_key)
     with _STARTING:
         found = _ANSWERERS.get(key)
-        if found is None or found._stop.is_set():
+        if found is None or found._stop.is_set() or found.pid != os.getpid():  # a forked child has no threads
             found = _ANSWERERS[key] = CheckAnswerer(broker).start()
         return found
 
