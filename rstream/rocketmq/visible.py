@@ -84,7 +84,7 @@ class CheckAnswerer:
         self._threads: dict[str, threading.Thread] = {}
         self._stop = threading.Event()
         self._check_max: dict[str, int] = {}
-        self._known: dict[str, bool] = {}  # attempt -> its verdict, once decided
+        self._known: dict[tuple[str, str | None], bool] = {}  # (attempt, topic) -> its verdict, once decided
         #: The answers given, newest last: (attempt, True / False / None), the last 100 000.
         self.answers: collections.deque[tuple[str | None, bool | None]] = collections.deque(maxlen=100_000)
         self._looked = 0.0
@@ -149,7 +149,8 @@ class CheckAnswerer:
         props = parse_properties(check.properties_text)
         attempt = props.get("RSTREAM_TXN")
         checked = int(props.get("TRANSACTION_CHECK_TIMES", "0") or 0)
-        known = self._known.get(attempt) if attempt is not None else None
+        topic = props.get("REAL_TOPIC")
+        known = self._known.get((attempt, topic)) if attempt is not None else None
         if known is not None:  # decided once, decided for ever: no read of the log for a burst of checks
             self.answers.append((attempt, known))
             return known
@@ -157,6 +158,8 @@ class CheckAnswerer:
             reader = self._reader
             log = reader._refresh()
             answer = verdict(log, attempt)
+            if answer and topic not in log.numbering:
+                answer = False  # its topic was deleted since (the log forgot the attempt with it): not to come back
             if answer is None and attempt is not None and attempt in log.undecided:
                 near_max = checked >= self._max_checks(broker) - 1
                 if near_max or reader._overdue(log, attempt, log.undecided[attempt][0]):
@@ -165,7 +168,7 @@ class CheckAnswerer:
         if answer is not None and attempt is not None:
             if len(self._known) > 100_000:
                 self._known.clear()
-            self._known[attempt] = answer
+            self._known[(attempt, topic)] = answer
         self.answers.append((attempt, answer))
         return answer
 
