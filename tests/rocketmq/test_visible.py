@@ -40,10 +40,10 @@ pytestmark = pytest.mark.unit
 
 
 # -- what the log says of an attempt's half messages ----------------------------------------------------
-def read(log: _Log, *entries: dict[str, Any]) -> _Log:
-    """``log`` after reading ``entries`` as the decision log's next messages (store times 1 s apart)."""
+def read(log: _Log, *entries: dict[str, Any], step_ms: int = 1_000) -> _Log:
+    """``log`` after reading ``entries`` as the decision log's next messages (store times ``step_ms`` apart)."""
     for entry in entries:
-        m = PulledMessage(0, log.next_offset, 0, 1_000 * (log.next_offset + 1), json.dumps(entry).encode(), "")
+        m = PulledMessage(0, log.next_offset, 0, step_ms * (log.next_offset + 1), json.dumps(entry).encode(), "")
         RocketMQBroker._apply(log, m)
         log.next_offset += 1
     return log
@@ -266,3 +266,72 @@ def test_a_producer_channel_heartbeats_is_asked_back_and_answers_oneway(
                                 "tranStateTableOffset": "7", "commitLogOffset": "4242", "commitOrRollback": "12",
                                 "fromTransactionCheck": "true", "msgId": "U7", "transactionId": "U7"}
     assert len(seen) == 2
+
+
+class FakeReader:
+    """What ``CheckAnswerer`` asks of its copy of the broker, over a ``_Log`` held here: the log read, an
+    entry appended (read at once), whether an attempt is overdue, the broker's ``transactionCheckMax``."""
+
+    txn_timeout_ms = 300_000
+
+    def __init__(self, log: _Log, overdue: bool = False) -> None:
+        self.log, self.overdue, self.appended = log, overdue, []  # type: ignore[var-annotated]
+
+    def _refresh(self) -> _Log:
+        return self.log
+
+    def _log_append(self, entry: dict[str, Any]) -> int:
+        self.appended.append(entry)
+        read(self.log, entry, step_ms=self.txn_timeout_ms)  # stored that much later than what came before
+        return self.log.next_offset - 1
+
+    def _overdue(self, log: _Log, attempt: str, open_ms: int) -> bool:
+        return self.overdue
+
+    def _at(self, broker: str, call: Any) -> dict[str, str]:
+        return {"transactionCheckMax": "15"}
+
+    @property
+    def _client(self) -> Any:
+        return type("C", (), {"broker_config": None})()
+
+
+def check_of(attempt: str, topic: str = "sink", checked: int = 1) -> Any:
+    from rstream.rocketmq.remoting import TransactionCheck
+
+    text = f"RSTREAM_TXN\x01{attempt}\x02REAL_TOPIC\x01{topic}\x02TRANSACTION_CHECK_TIMES\x01{checked}\x02"
+    return TransactionCheck("RMQ_SYS_TRANS_HALF_TOPIC", HalfMessage(1, 1, "U"), TXN_GROUP, text)
+
+
+def answerer_over(reader: FakeReader) -> Any:
+    from rstream.rocketmq.visible import CheckAnswerer
+
+    made = CheckAnswerer.__new__(CheckAnswerer)
+    made._reader, made._lock, made._check_max, made._known = reader, threading.Lock(), {}, {}
+    made.answers = __import__("collections").deque()
+    return made
+
+
+def test_the_answerer_gives_up_on_an_attempt_before_the_broker_would_discard_its_messages() -> None:
+    """An undecided attempt is left to the next round, until it is overdue (aborted as a reader aborts it,
+    after ``txn_timeout_ms``) or its messages were checked one time short of ``transactionCheckMax`` (aborted
+    at once: the broker would discard them, a commit after that would show nothing); a committed attempt's
+    message of a topic deleted since is rolled back."""
+    log = read(_Log(), {"t": "topic", "topic": "sink", "compact": False, "queues": [["broker-a", 0]]},
+               {"t": "open", "a": "slow", "range": ["j", "in", 0, 0], "at": {}, "half": ["sink/0"]},
+               {"t": "open", "a": "won", "range": ["j", "in", 0, 1], "at": {}, "half": ["gone/0"]},
+               {"t": "commit", "a": "won", "range": ["j", "in", 0, 1], "out": {}, "tag": tag("j", 1)})
+    reader = FakeReader(log)
+    answerer = answerer_over(reader)
+    assert answerer.decide("broker-a", check_of("slow", checked=13)) is None and reader.appended == []
+    assert answerer.decide("broker-a", check_of("won", topic="gone")) is False  # its topic is gone
+    assert answerer.decide("broker-a", check_of("slow", checked=14)) is False
+    assert reader.appended == [{"t": "abort", "a": "slow", "after": 0}]
+    assert answerer.decide("broker-a", check_of("slow", checked=15)) is False  # decided: no second abort
+    assert len(reader.appended) == 1
+
+    log = read(_Log(), {"t": "topic", "topic": "sink", "compact": False, "queues": [["broker-a", 0]]},
+               {"t": "open", "a": "stale", "range": ["j", "in", 0, 0], "at": {}, "half": ["sink/0"]})
+    late = FakeReader(log, overdue=True)
+    assert answerer_over(late).decide("broker-a", check_of("stale")) is False
+    assert late.appended == [{"t": "abort", "a": "stale", "after": 300_000}]
