@@ -39,12 +39,12 @@ from bench.data import (
 from bench.report import compare_windows, diff, fmt_rate, print_phases, top_rows
 
 
-def wordcount_topology(job_id: str, source: str, sink: str, combine: bool = True) -> Any:
+def wordcount_topology(job_id: str, source: str, sink: str, combine: bool = True, visible: str = "always") -> Any:
     from rstream import StreamBuilder, TextDeserializer, TextSerializer
 
     b = StreamBuilder(job_id)
     (b.source(source, TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()
-     .to_rstream().sink(sink, TextSerializer(with_key=True)))
+     .to_rstream().sink(sink, TextSerializer(with_key=True), visible=visible))
     return b.build(combine=combine)
 
 

@@ -22,6 +22,7 @@ from rstream.broker.base import BrokerError, MessageKey, RecordTuple
 __all__ = [
     "BatchColumns",
     "BodyRecords",
+    "OnCommitRecords",
     "PackedBatch",
     "Payload",
     "RecordColumns",
@@ -182,3 +183,18 @@ class BodyRecords(RecordColumns):
             for i, r in whole:
                 headers[i], tags[i] = r[3], r[4]
         return self.keys[lo:hi], self.bodies[lo:hi], self.borns[lo:hi], headers, tags
+
+
+class OnCommitRecords(BodyRecords):
+    """A sink's records that consumers outside rstream may see only once their append commits
+    (``sink(topic, serializer, visible="on_commit")``): the marker a broker reads (``visible_on_commit``).
+    The embedded broker's appends are atomic (nothing is visible before the commit): it stores them
+    as any ``BodyRecords``. ``RocketMQBroker`` sends them as RocketMQ half messages, committed when
+    the decision log says the append won, rolled back when it lost."""
+
+    __slots__ = ()
+
+
+def visible_on_commit(records: object) -> bool:
+    """Whether an append's records for one queue are to be visible only once the append commits."""
+    return isinstance(records, OnCommitRecords)

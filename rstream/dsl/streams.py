@@ -14,7 +14,7 @@ from rstream.processors.join import JOIN, LEFT_JOIN
 from rstream.processors.late import LATE, LateRecord
 from rstream.processors.process import PROCESS, KeyedProcessFunction
 from rstream.processors.reduce import REDUCE
-from rstream.processors.sink import SINK
+from rstream.processors.sink import SINK, Visible, visible_option
 from rstream.processors.spec import OperatorSpec
 from rstream.processors.stateless import (
     FILTER,
@@ -80,9 +80,17 @@ class _Stream(Generic[K, V]):
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return self._builder._repr_mimebundle_(include, exclude)
 
-    def sink(self, topic: str, serializer: Any = None) -> None:
+    def sink(self, topic: str, serializer: Any = None, *, visible: str = "always") -> None:
         """Write every record to ``topic``; ``serializer`` is ``(key, value) -> bytes`` or has
         ``serialize``; by default ``TextSerializer(with_key=True)`` writes ``key:value``.
+
+        ``visible``: when consumers outside rstream see the records. ``"always"`` (default): as soon as
+        they are written; on RocketMQ a consumer with another client (the official one, Java's) may then
+        also see records of an attempt that lost (a task that died between its write and its commit).
+        ``"on_commit"``: only once their range commits, never a lost attempt's: on RocketMQ they are
+        sent as transactional (half) messages, committed from rstream's decision log (slower: one
+        request per record, and one more to commit it). rstream's own readers see committed records
+        only, either way; on the embedded broker both are the same.
 
         >>> b = StreamBuilder("ex")
         >>> b.source("words").sink("copy")                       # by default key:value
@@ -91,7 +99,9 @@ class _Stream(Generic[K, V]):
         """
         validate_topic_name(topic)
         serialize = as_serializer(serializer)
-        self._add(SINK, topic=topic, serializer=serialize, detail=topic)
+        when = visible_option(visible)
+        self._add(SINK, topic=topic, serializer=serialize, visible=when,
+                  detail=topic if when is Visible.ALWAYS else f"{topic} (on commit)")
 
 
 class RStream(_Stream[K, V]):

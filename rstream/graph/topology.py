@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rstream.errors import RStreamError
 from rstream.graph.logical import LogicalGraph, LogicalNode, describe_callable
 from rstream.graph.style import HIGHLIGHT, TOPIC_STYLES, DrawEdge, DrawNode, fitted_svg, to_digraph
 from rstream.processors import rewrites
@@ -104,8 +105,20 @@ class Topology:
         self.shuffle_topics: dict[str, int] = {}
         self.state_topics: dict[str, str] = {}
         self.sink_topics: list[str] = []
+        #: Sink topics whose records consumers outside rstream see only once committed (``visible="on_commit"``).
+        self.on_commit_topics: list[str] = []
+        self._visible: dict[str, Any] = {}
         #: Shuffle topics that feed windows or joins: their records carry time, side and producer.
         self.framed_topics: list[str] = []
+
+    def note_visible(self, topic: str, visible: Any) -> None:
+        """Note a sink's ``visible`` choice for ``topic``; every sink of one topic must make the same."""
+        if self._visible.setdefault(topic, visible) != visible:
+            raise RStreamError(f"two sinks of job {self.job_id!r} write topic {topic!r}, one with "
+                                f"visible={self._visible[topic].value!r} and one with visible={visible.value!r}: "
+                                "its consumers see the topic one way; give both the same")
+        if str(visible) == "on_commit" and topic not in self.on_commit_topics:
+            self.on_commit_topics.append(topic)
 
     def producers(self, topic: str, queue_counts: Mapping[str, int]) -> list[str]:
         """The producers of a framed shuffle topic: ``<input topic>/<queue>/<shuffle sink>`` for every
@@ -437,6 +450,8 @@ class TopologyBuilder:
                 parents = [p for parent in lnode.parents for p in out[parent.number]]
             if spec.role is Role.SINK and params["topic"] not in topo.sink_topics:
                 topo.sink_topics.append(params["topic"])
+            if spec.role is Role.SINK and "visible" in params:
+                topo.note_visible(params["topic"], params["visible"])
             by_pipeline: dict[str, list[RealNode]] = {}
             for p in parents:
                 by_pipeline.setdefault(p.pipeline, []).append(p)

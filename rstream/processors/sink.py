@@ -1,4 +1,4 @@
-"""The sink: writes every record to a topic (``sink(topic, serializer)``)."""
+"""The sink: writes every record to a topic (``sink(topic, serializer, visible=...)``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from itertools import compress, repeat
 from operator import eq
 from typing import Any
 
-from rstream.broker.batch import BodyRecords
+from rstream.broker.batch import BodyRecords, OnCommitRecords
+from rstream.enums import TextEnum
+from rstream.errors import RStreamError
 from rstream.processors.base import Processor
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.spec import SINK_STYLE, OperatorSpec, Role, register
@@ -17,29 +19,55 @@ from rstream.settings import JobProperties
 from rstream.time.windows import WINDOW_KEY_FORMAT, WindowKey
 
 
+class Visible(TextEnum):
+    """When a sink's records become visible to consumers outside rstream (``sink(..., visible=...)``).
+
+    rstream's own readers (jobs, the topic browser, ``broker.read``) see a range's records once it
+    commits, whichever is chosen; this is about everyone else."""
+
+    #: As soon as they are written (RocketMQ: a consumer with another client may also see the records of an
+    #: attempt that lost, after a crash between write and commit). The default: the fastest.
+    ALWAYS = "always"
+    #: Only once the range's append commits, and never those of an attempt that lost (RocketMQ: half
+    #: messages, committed from rstream's decision log). The embedded broker's appends are always so.
+    ON_COMMIT = "on_commit"
+
+
+def visible_option(value: object) -> Visible:
+    """``value`` as a ``Visible``; ``RStreamError`` naming the choices otherwise."""
+    try:
+        return Visible(value)
+    except ValueError:
+        raise RStreamError(f"visible={value!r}: give 'always' (the default) or 'on_commit'") from None
+
+
 class SinkProcessor(Processor):
     """Writes ``serializer(key, value)`` to the sink topic. Records with a key go to the queue of a
     stable hash of the key, so each key's results stay in order; keyless records keep their
-    input queue's order (input queue modulo the sink's queue count)."""
+    input queue's order (input queue modulo the sink's queue count). With ``on_commit`` its records
+    are ``OnCommitRecords``, which a broker makes visible outside rstream only once they commit."""
 
     writes_chunks = True
 
-    def __init__(self, name: str, topic: str, queues: int, serialize: Callable[[Any, Any], bytes]) -> None:
+    def __init__(self, name: str, topic: str, queues: int, serialize: Callable[[Any, Any], bytes],
+                 on_commit: bool = False) -> None:
         super().__init__(name)
         self.topic = topic
         self.queues = queues
         self.serialize = serialize
+        self.on_commit = on_commit
         # a built-in serializer's method over a whole chunk (the same bytes as serialize, record by record)
         self.serialize_many = getattr(getattr(serialize, "__self__", None), "serialize_many", None)
 
     def open(self, ctx: Any) -> None:
         super().open(ctx)
-        self._outs = [ctx.columns_output(self.topic, q, BodyRecords) for q in range(self.queues)]
+        make = OnCommitRecords if self.on_commit else BodyRecords
+        self._outs = [ctx.columns_output(self.topic, q, make) for q in range(self.queues)]
         self._keyless = self._outs[ctx.queue % self.queues]
         self._routes: dict[Any, tuple[list[Any], Any]] = {}  # key -> (its queue's output, message key)
         #: key -> the appends of its queue's columns and its message key (outputs kept as columns)
         self._adds: dict[Any, tuple[Any, Any, Any, Any]] = {}
-        self._columns = all(type(out) is BodyRecords for out in self._outs)
+        self._columns = all(isinstance(out, BodyRecords) for out in self._outs)
         self.records_out = 0
 
     def written(self) -> dict[str, int]:
@@ -209,8 +237,9 @@ def _as_bytes(body: Any) -> bytes:
 
 
 def _make_sink(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
-    return SinkProcessor(name, params["topic"], sink_queues[params["topic"]], params["serializer"])
+    return SinkProcessor(name, params["topic"], sink_queues[params["topic"]], params["serializer"],
+                         on_commit=params.get("visible") is Visible.ON_COMMIT)
 
 
-#: ``sink(topic, serializer)``: every record to ``topic``.
+#: ``sink(topic, serializer, visible=...)``: every record to ``topic``.
 SINK = register(OperatorSpec("sink", SINK_STYLE, _make_sink, role=Role.SINK, writes="topic"))

@@ -6,6 +6,9 @@
 - ``broker``: ``RocketMQBroker``, the ``rstream.broker.Broker`` contract on any RocketMQ 5 cluster
   (with authentication and TLS where the cluster has them);
 - ``local_security``: what ``LocalRocketMQ(acl=True, tls=True)`` adds (users and ACLs, certificates);
+- ``visible``: a sink's records visible on commit to every consumer (half messages decided by the decision
+  log, the broker's check-back answered from it);
+- ``official``: the official Apache Python client (gRPC through the proxy), as an application uses it;
 - ``errors``: ``RocketMQError``, what all of them raise.
 """
 

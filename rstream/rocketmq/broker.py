@@ -50,8 +50,15 @@ row): a range is never left unwritten. Every rstream reader, state replay includ
 records only: a queue's end offset (``end_offsets``) stops before the first record of an undecided
 attempt, and a lost attempt's records are skipped. Offsets are RocketMQ's own, so a lost attempt
 leaves a hole in a queue's offsets that no rstream reader sees. A consumer outside rstream sees every message, lost attempts' too: ``committed_only(...)``
-(or ``read``) gives it what committed, and a sink whose consumers cannot filter can be read
-through rstream.
+(or ``read``) gives it what committed. A sink whose consumers cannot filter is made with
+``visible="on_commit"``: its records (``OnCommitRecords``) are sent as RocketMQ half messages, which no
+consumer sees until the log decides them (``rstream.rocketmq.visible``): the open record names their
+queues under ``half`` (no reader waits on them: they show in their queue once committed), and a lost
+attempt keeps them with no end, so a checkpoint never forgets it while the broker may still ask about it.
+
+A job's progress in RocketMQ's own tools: after a range commits, its end is committed as consumer group
+``rstream-<job>``'s offset of the input queue (``progress_group``, ``mirror_progress``), so ``mqadmin
+consumerProgress`` and RocketMQ Dashboard show the job's lag; rstream itself never reads those offsets.
 
 A reader relies on two orders: (a) an attempt's open record is readable before any of its records
 is, so a reader that reads a queue's end and then the log knows every attempt the end counts
@@ -146,6 +153,7 @@ from rstream.broker.base import (
     messages_frame,
     validate_topic_name,
 )
+from rstream.broker.batch import visible_on_commit
 from rstream.rocketmq.remoting import (
     SUBSCRIPTION_GROUP_NOT_EXIST,
     SYSTEM_BUSY,
@@ -154,6 +162,7 @@ from rstream.rocketmq.remoting import (
     BatchBody,
     Client,
     Credentials,
+    HalfMessage,
     OutcomeUnknownError,
     ProtocolError,
     PulledMessage,
@@ -200,6 +209,7 @@ _FILE_RESERVED_HOURS = 72  # RocketMQ's default fileReservedTime
 _GIVEN_UP_MAX = 5  # attempts of one append that readers gave up on before ``append`` raises
 _SCAN_EVERY_S = 600.0  # ``maintain`` looks at ages at most this often (and a twelfth of the retention)
 _READ, _WRITE = 4, 2  # RocketMQ's permission bits (PermName)
+_HALF_PIPELINE = 4096  # half messages per pipelined request run (a run cut off aborts the attempt)
 
 T = TypeVar("T")
 
@@ -209,6 +219,11 @@ def now_ms() -> int:
 
 
 # -- how rstream numbers a topic's queues (pure: tests/rocketmq/test_queue_numbering.py) ------------------
+def progress_group(job: str) -> str:
+    """The consumer group whose offsets follow job ``job``'s committed ranges: ``rstream-<job>``."""
+    return f"rstream-{job}"
+
+
 def route_queues(route: Mapping[str, Any] | None) -> tuple[QueueId, ...]:
     """A route's queues in rstream's order: (broker name, queue id), by broker name, then queue id.
     A broker's queues are the larger of its read and write queue counts (a topic whose write queues
@@ -355,6 +370,12 @@ class RocketMQBroker:
     ``PermissionDeniedError`` naming the topic or group and the permission (both ``BrokerError``s).
     ``tls``: True (the servers' certificates checked against the system's CAs), a CA file's path, or
     an ``ssl.SSLContext`` (which cannot travel to executors: give a path for jobs).
+
+    ``mirror_progress``: commit each committed range's end as consumer group ``rstream-<job>``'s offset
+    (True, default: one request per range). ``check_after_s``: how long after a half message (a sink's
+    ``visible="on_commit"``) is sent only its writer may end it, and after which only the broker's
+    check-back does (whole seconds, default 60; the writer commits within the first half of it, else
+    leaves its records to the check-back: ``rstream.rocketmq.visible``).
     """
 
     #: Offsets may skip what an attempt that lost its race wrote (see the module's docstring).
@@ -364,7 +385,8 @@ class RocketMQBroker:
                  txn_timeout_ms: int = 300_000, broker_wait_s: float = 300.0,
                  topic_brokers: Sequence[str] | None = None, compact_min: int = 10_000,
                  checkpoint_every: int = 4096, retention_s: float | None = None, access_key: str | None = None,
-                 secret_key: str | None = None, tls: TLSOption = False) -> None:
+                 secret_key: str | None = None, tls: TLSOption = False, mirror_progress: bool = True,
+                 check_after_s: int = 60) -> None:
         name_servers(namesrv)  # raises for what is no list of host:port
         if compact_min < 1 or checkpoint_every < 2:
             raise BrokerError(f"compact_min={compact_min!r} and checkpoint_every={checkpoint_every!r}: give at least "
@@ -375,7 +397,10 @@ class RocketMQBroker:
                               "or None to ask the broker (fileReservedTime)")
         self.compact_min, self.checkpoint_every, self.retention_s = compact_min, checkpoint_every, retention_s
         self.namesrv, self.cluster, self.timeout, self.txn_timeout_ms = namesrv, cluster, timeout, txn_timeout_ms
-        self.broker_wait_s = broker_wait_s
+        if not isinstance(check_after_s, int) or check_after_s < 2:
+            raise BrokerError(f"check_after_s={check_after_s!r}: give the whole seconds (2 at least) after which a half "
+                              "message is ended by the broker's check-back only")
+        self.broker_wait_s, self.mirror_progress, self.check_after_s = broker_wait_s, mirror_progress, check_after_s
         self.topic_brokers = None if topic_brokers is None else tuple(topic_brokers)
         self.access_key, self.tls = access_key, tls
         self._secret_key = secret_key
@@ -394,13 +419,17 @@ class RocketMQBroker:
         self._checkpointing = False
         self._retention_ms: int | None = None if retention_s is None else int(retention_s * 1000)
         self._wrote: dict[tuple[str, int], int] = {}  # the last append's queues -> their end after it
+        self._half_sent_ms: dict[str, int] = {}  # attempt -> when it sent its first half message (this host's ms)
+        self._mirrored: set[tuple[str, str]] = set()  # (broker, group) made for a job's progress (``_mirror_progress``)
+        self._mirror_failed: set[str] = set()  # jobs whose progress could not be mirrored (said once)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namesrv": self.namesrv, "cluster": self.cluster, "timeout": self.timeout,
                 "txn_timeout_ms": self.txn_timeout_ms, "broker_wait_s": self.broker_wait_s,
                 "topic_brokers": self.topic_brokers, "addrs": dict(self._addrs), "log_broker": self._log_broker,
                 "compact_min": self.compact_min, "checkpoint_every": self.checkpoint_every,
-                "retention_s": self.retention_s, **self._security()}
+                "retention_s": self.retention_s, "mirror_progress": self.mirror_progress,
+                "check_after_s": self.check_after_s, **self._security()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["namesrv"], cluster=state["cluster"], timeout=state["timeout"],  # type: ignore[misc]
@@ -408,7 +437,8 @@ class RocketMQBroker:
                       topic_brokers=state.get("topic_brokers"), compact_min=state.get("compact_min", 10_000),
                       checkpoint_every=state.get("checkpoint_every", 4096), retention_s=state.get("retention_s"),
                       access_key=state.get("access_key"), secret_key=state.get("secret_key"),
-                      tls=state.get("tls", False))
+                      tls=state.get("tls", False), mirror_progress=state.get("mirror_progress", True),
+                      check_after_s=state.get("check_after_s", 60))
         self._addrs.update(state.get("addrs") or {})
         self._log_broker = state.get("log_broker")
 
@@ -918,7 +948,9 @@ class RocketMQBroker:
                 log.opened.setdefault(rng, set()).add(attempt)
             for where, low in entry["at"].items():
                 log.pending.setdefault(where, {})[attempt] = (int(low), m.store_timestamp)
-            log.undecided[attempt] = (m.store_timestamp, tuple(entry["at"]))
+            # queues of half messages (visible on commit): no reader waits on them (they show once committed),
+            # and a lost attempt keeps them with no end, so a checkpoint never forgets it (``visible.verdict``)
+            log.undecided[attempt] = (m.store_timestamp, (*entry["at"], *entry.get("half", ())))
         elif kind in ("commit", "abort"):
             out = entry.get("out")
             if attempt not in log.undecided:  # decided before: a late word, which only says where records went
@@ -1225,6 +1257,8 @@ class RocketMQBroker:
             except OutcomeUnknownError:  # the broker went away mid-send: that attempt is aborted, try anew
                 continue
             if won is not None:
+                if won and tag is not None:
+                    self._mirror_progress(tag)
                 self.maintain(self._wrote if won else {})
                 return won
             given_up += 1
@@ -1245,10 +1279,12 @@ class RocketMQBroker:
         if tag is not None and (tag.job, tag.topic, tag.queue, tag.start_offset) in self._refresh().winners:
             return False
         attempt = uuid.uuid4().hex
+        half = [tq for tq, recs in writes.items() if visible_on_commit(recs)]  # visible on commit (``visible``)
         lows = {}
         by_topic: dict[str, list[int]] = {}
         for (t, q) in writes:
-            by_topic.setdefault(t, []).append(q)
+            if (t, q) not in half:
+                by_topic.setdefault(t, []).append(q)
         for t, queues in by_topic.items():  # one request per topic and broker (``_raw_ends``)
             for q, low in zip(queues, self._raw_ends(targets[(t, queues[0])], queues)):
                 lows[f"{t}/{q}"] = low
@@ -1256,11 +1292,21 @@ class RocketMQBroker:
         log_broker = self._txn_topic().queue_ids[0][0]
         # records on the log's own broker are readable after the open record (its commit log's order);
         # records on another broker only once the open record was read back (the module's docstring)
-        elsewhere = [(t, q) for (t, q) in writes if targets[(t, q)].queue_ids[q][0] != log_broker]
-        self._log_append({"t": "open", "a": attempt, "range": rng_list, "at": lows}, wait=bool(elsewhere))
+        elsewhere = [(t, q) for (t, q) in writes if targets[(t, q)].queue_ids[q][0] != log_broker and (t, q) not in half]
+        opening: dict[str, Any] = {"t": "open", "a": attempt, "range": rng_list, "at": lows}
+        if half:
+            opening["half"] = [f"{t}/{q}" for t, q in half]
+            self.answer_checks()  # this process answers the broker's check-backs of the half messages it sends
+        # readable before a half message exists: a check-back then finds the attempt in the log
+        self._log_append(opening, wait=bool(elsewhere) or bool(half))
         outputs = {}
+        halves: dict[tuple[str, int], list[HalfMessage]] = {}
         try:
             for (t, q), recs in writes.items():
+                if (t, q) in half:
+                    halves[(t, q)] = []
+                    self._send_half(targets[(t, q)], q, recs, attempt, halves[(t, q)])
+                    continue
                 first, end = self._send_queue(targets[(t, q)], q, recs, attempt)
                 outputs[f"{t}/{q}"] = (first, end)
             away: dict[str, list[int]] = {}
@@ -1272,19 +1318,182 @@ class RocketMQBroker:
             try:  # where its records went, so far as it knows, lets a checkpoint forget it once they are gone
                 self._log_append({"t": "abort", "a": attempt, "out": outputs})
             finally:
+                self._end_halves(targets, writes, halves, attempt, commit=False)  # never to commit: this writer breaks off
                 raise
-        self._wrote = {(t, q): outputs[f"{t}/{q}"][1] for (t, q) in writes}
+        self._wrote = {(t, q): outputs[f"{t}/{q}"][1] for (t, q) in writes if (t, q) not in half}
         entry: dict[str, Any] = {"t": "commit", "a": attempt, "range": rng_list, "out": outputs}
         if tag is not None:
             entry["tag"] = {"job": tag.job, "topic": tag.topic, "queue": tag.queue, "start_offset": tag.start_offset,
                             "end_offset": tag.end_offset, "meta": tag.meta, "batch_id": tag.batch_id,
                             "info": tag.info, "outputs": outputs}
         self._log_append(entry)  # read back up to the commit: decided
-        if self._log.decided.get(attempt, False):
+        won = self._log.decided.get(attempt, False)
+        self._end_halves(targets, writes, halves, attempt, commit=won)
+        if won:
             return True
         if tag is not None and (tag.job, tag.topic, tag.queue, tag.start_offset) in self._log.winners:
             return False
         return None
+
+    # -- records visible on commit (rstream.rocketmq.visible) ------------------------------------------
+    def answer_checks(self) -> Any:
+        """Answer RocketMQ's check-backs of rstream's half messages from this process, from now on (one
+        ``visible.CheckAnswerer`` per process and cluster; its threads end with the process). The writer
+        of half messages calls it; so does a job's driver when its topology has an on-commit sink."""
+        from rstream.rocketmq.visible import answer_for
+
+        return answer_for(self)
+
+    def _send_half(self, topic: _Topic, queue: int, records: Iterable[RecordTuple], attempt: str,
+                   sent: list[HalfMessage]) -> None:
+        """Send ``records`` to one queue as half messages of ``attempt`` (``Client.send_half``), appending
+        each as sent to ``sent``. A message's born time is now (the broker times its check-back from it,
+        and skips one born before its retention); the record's own born time travels in ``RSTREAM_BORN``."""
+        from rstream.rocketmq.visible import TXN_GROUP
+
+        where, queue_id = topic.queue_ids[queue]
+        name = topic.info.name
+        own = f"{_TXN}\x01{attempt}\x02"
+        texts: dict[Any, str] = {}  # (key, headers' id, tags) -> properties text without the born time
+        batch: list[tuple[bytes, str, int]] = []
+        self._half_sent_ms.setdefault(attempt, now_ms())
+        for k, body, born, hdrs, tags in records:
+            if type(body) is not bytes and not isinstance(body, bytes):
+                raise BrokerError(f"message body must be bytes, got {type(body).__name__}")
+            at = (k, id(hdrs), tags)
+            text = texts.get(at)
+            if text is None:
+                text = own if k is None else own + _key_property(k)
+                if hdrs:
+                    _check_headers(hdrs)
+                    text += properties_string(hdrs)
+                if tags is not None:
+                    text += f"TAGS\x01{tags}\x02"
+                texts[at] = text
+            batch.append((body, f"{text}{_BORN}\x01{born}\x02", now_ms()))
+            if len(batch) >= _HALF_PIPELINE:
+                sent += self._at(where, self._client.send_half, name, queue_id, batch, TXN_GROUP, self.check_after_s,
+                                 what=f"write to {name}/{queue}")
+                batch = []
+        if batch:
+            sent += self._at(where, self._client.send_half, name, queue_id, batch, TXN_GROUP, self.check_after_s,
+                             what=f"write to {name}/{queue}")
+
+    def _end_halves(self, targets: Mapping[tuple[str, int], _Topic],
+                    writes: Mapping[tuple[str, int], Sequence[RecordTuple]],
+                    halves: Mapping[tuple[str, int], Sequence[HalfMessage]], attempt: str, commit: bool) -> None:
+        """End the half messages of ``attempt``: commit them (its append won) in an order that keeps each
+        key's records in order (the broker ends transactions on several threads: a commit waits for the
+        one of its key's record before), then wait until they are readable; or roll them back (oneway).
+
+        Never raises: a message not ended here is ended by the broker's check-back (``visible``), which
+        begins ``check_after_s`` after it was sent. So that a check-back never commits what this writer
+        commits too (RocketMQ writes an ended message's mark a moment later, ``transactionOpBatchInterval``,
+        and a check meanwhile would commit it again), the writer commits only within the first half of that
+        time; the broker refuses its commits after all of it."""
+        from rstream.rocketmq.visible import TXN_GROUP
+
+        began = self._half_sent_ms.pop(attempt, None)
+        if not any(halves.values()):
+            return
+        if commit and began is not None and now_ms() - began > self.check_after_s * 500:
+            LOG.info("the half messages of attempt %s were sent %.1f s ago: the broker's check-back commits them",
+                     attempt, (now_ms() - began) / 1000)
+            return
+        before: dict[tuple[str, int], int] = {}
+        committed: dict[tuple[str, int], int] = {}
+        try:
+            if commit:
+                by_topic: dict[str, list[int]] = {}
+                for t, q in halves:
+                    by_topic.setdefault(t, []).append(q)
+                for t, queues in by_topic.items():
+                    before.update({(t, q): end for q, end in zip(queues, self._raw_ends(targets[(t, queues[0])], queues))})
+            for (t, q), sent in halves.items():
+                if not sent:
+                    continue
+                where, _queue_id = targets[(t, q)].queue_ids[q]
+                after: list[int | None] | None = None
+                if commit:
+                    last: dict[Any, int] = {}
+                    after = []
+                    for i, record in enumerate(writes[(t, q)][:len(sent)]):
+                        after.append(last.get(record[0]))
+                        last[record[0]] = i
+                done = self._at(where, self._client.end_transactions, t, sent, commit, TXN_GROUP, after, not commit,
+                                what=f"{'commit' if commit else 'roll back'} the records of {t}/{q}")
+                committed[(t, q)] = sum(done)
+            if commit:
+                self._await_committed(targets, committed, before, attempt)
+        except (BrokerError, OSError) as exc:
+            LOG.warning("rstream could not %s the half messages of attempt %s (%s): the broker asks back within its "
+                        "transactionCheckInterval, and an rstream process answers", "commit" if commit else "roll back",
+                        attempt, exc)
+
+    def _await_committed(self, targets: Mapping[tuple[str, int], _Topic], committed: Mapping[tuple[str, int], int],
+                         before: Mapping[tuple[str, int], int], attempt: str) -> None:
+        """Wait until the ``committed`` half messages of ``attempt`` (per queue, how many) are readable in their
+        queues (RocketMQ answers a commit once the message is stored, and makes it readable a moment later),
+        reading each queue on from where it ended before the commits."""
+        deadline = time.monotonic() + self.timeout
+        for (t, q), count in committed.items():
+            topic = targets[(t, q)]
+            broker, queue_id = topic.queue_ids[q]
+            offset, found = before[(t, q)], 0
+            pause = 0.0005
+            while found < count:
+                messages, nxt, _end = self._pull(broker, t, queue_id, offset, _PULL, f"read {t}/{q}")
+                found += sum(_parsed(m.properties_text)[4] == attempt for m in messages)
+                offset = max(nxt, messages[-1].offset + 1) if messages else offset
+                if found >= count:
+                    break
+                if not messages:
+                    if time.monotonic() > deadline:
+                        raise BrokerError(f"RocketMQ committed {count} messages of {t}/{q} but made only {found} "
+                                          f"readable within {self.timeout} s")
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.02)
+
+    # -- a job's progress in RocketMQ's own tools ------------------------------------------------------
+    def _mirror_progress(self, tag: CommitTag) -> None:
+        """Commit ``tag``'s end as consumer group ``progress_group(job)``'s offset of its input queue, so
+        ``mqadmin consumerProgress -g rstream-<job>`` and RocketMQ Dashboard show the job's lag. The group is
+        made on the queue's broker, and its retry topic (``%RETRY%<group>``, which mqadmin finds the group's
+        brokers by). rstream never reads these offsets (its progress is the commit tags): what fails is
+        logged, once per job."""
+        if not self.mirror_progress:
+            return
+        try:
+            topic = self._lookup(tag.topic)
+            if topic is None or not 0 <= tag.queue < topic.info.queues:
+                return  # a tag of no topic of this cluster's (a test's made-up input): nothing to show
+            broker, queue_id = topic.queue_ids[tag.queue]
+            group = progress_group(tag.job)
+            if (broker, group) not in self._mirrored:
+                self._group(broker, group)
+                retry = f"%RETRY%{group}"
+                route = self._client.route(retry)
+                if broker not in {str(d["brokerName"]) for d in (route or {}).get("queueDatas") or []}:
+                    self._at(broker, self._client.create_topic, retry, 1, what=f"create {retry}")
+                self._mirrored.add((broker, group))
+            self._at(broker, self._client.update_consumer_offset, group, tag.topic, queue_id, tag.end_offset,
+                     what=f"commit {group}'s offset of {tag.topic}/{tag.queue}")
+        except (BrokerError, OSError) as exc:
+            if tag.job not in self._mirror_failed:
+                self._mirror_failed.add(tag.job)
+                LOG.warning("rstream could not show job %s's progress as consumer group %s in RocketMQ (%s): its "
+                            "results are not affected", tag.job, progress_group(tag.job), exc)
+
+    def mirror_progress_of(self, job: str) -> None:
+        """``_mirror_progress`` of the last commit of each of ``job``'s input queues: what a writer that died
+        right after its commit left behind. A job's driver calls it as the job starts (``prepare_topics``)."""
+        last: dict[tuple[str, int], CommitTag] = {}
+        for tag in self._refresh().by_job.get(job, []):
+            at = (tag.topic, tag.queue)
+            if at not in last or last[at].start_offset < tag.start_offset:
+                last[at] = tag
+        for tag in last.values():
+            self._mirror_progress(tag)
 
     # -- reading --------------------------------------------------------------------------------
     def _pulled(self, topic: _Topic, queue: int, start: int, end: int) -> Iterator[PulledMessage]:

@@ -17,6 +17,9 @@ What to know about the client (5.1) and RocketMQ 5.3's proxy, all seen on a real
 - A message's ``keys`` are a set, stored space-separated in RocketMQ's ``KEYS`` property: rstream reads
   ``KEYS`` whole as the record's key, and a key holding a space comes back to the official client as
   several keys. The client stamps a message's born time in whole seconds.
+- It receives every message of a topic rstream writes, the records of an attempt that lost included (rare:
+  a task that died between its write and its commit); a job's sink made with ``visible="on_commit"`` shows it
+  committed records only, each once (``rstream.rocketmq.visible``).
 - A ``SimpleConsumer`` receives at least once: a message not acknowledged within its invisible duration
   comes back. ``consume`` acknowledges each one and drops repeats (by message id).
 - A ``SimpleConsumer`` receives by pop, which a broker refuses unless its timer wheel is on

@@ -40,6 +40,9 @@ from rstream.broker.base import BrokerError
 # -- request and response codes (RequestCode.java, ResponseCode.java) ------------------------------
 SEND_MESSAGE = 10
 PULL_MESSAGE = 11
+HEART_BEAT = 34
+END_TRANSACTION = 37
+CHECK_TRANSACTION_STATE = 39  # a broker's request to a producer of a half message's group: commit it or not?
 QUERY_CONSUMER_OFFSET = 14
 UPDATE_CONSUMER_OFFSET = 15
 UPDATE_AND_CREATE_TOPIC = 17
@@ -50,6 +53,7 @@ GET_MAX_OFFSET = 30
 GET_MIN_OFFSET = 31
 GET_ROUTEINFO_BY_TOPIC = 105
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+GET_CONSUME_STATS = 208
 GET_TOPIC_STATS_INFO = 202
 GET_BROKER_CLUSTER_INFO = 106
 DELETE_TOPIC_IN_BROKER = 215
@@ -69,6 +73,7 @@ PULL_RETRY_IMMEDIATELY = 20
 PULL_OFFSET_MOVED = 21
 QUERY_NOT_FOUND = 22
 SUBSCRIPTION_GROUP_NOT_EXIST = 26
+ILLEGAL_OPERATION = 604  # an END_TRANSACTION after the half message's check immunity: only a check-back ends it now
 
 _PYTHON = "PYTHON"  # LanguageCode
 _VERSION = 475  # MQVersion of 5.3.x: what the broker sees as the client's version
@@ -81,6 +86,10 @@ _BORNHOST_V6 = 0x1 << 4
 _STOREHOST_V6 = 0x1 << 5
 _COMPRESSION_TYPE = 0x7 << 8
 _ZLIB = 0x3 << 8
+#: A half message's system flag, and what ``END_TRANSACTION`` says of it (``MessageSysFlag``'s transaction types).
+TRANSACTION_PREPARED = 0x1 << 2
+TRANSACTION_COMMIT = 0x2 << 2
+TRANSACTION_ROLLBACK = 0x3 << 2
 _PULL_SUBSCRIPTION = 0x4
 _MAGIC_V1 = -626843481  # MessageDecoder.MESSAGE_MAGIC_CODE: a topic's length is a byte
 _MAGIC_V2 = -626843477  # MessageVersion.MESSAGE_VERSION_V2: a topic's length is a short
@@ -108,6 +117,7 @@ SYSTEM_PROPERTIES = frozenset({
     "TRACE_CONTEXT", "CRC32", "TRAN_PREPARED", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
     "PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET", "LMQ_QUEUE_ID", "LMQ_QUEUE_OFFSET", "__MESSAGE_CONVERT",
     "BORN_TIMESTAMP",  # the proxy stores it on every message a gRPC client (the official Python one) sends
+    "__transactionId__",  # a transactional message's id (TransactionalMessageUtil.TRANSACTION_ID), kept when it commits
 })
 
 _NAME, _SEP = "\x01", "\x02"  # MessageDecoder.NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
@@ -134,6 +144,10 @@ class ProtocolError(RemotingError):
     """A server sent bytes that are not a RocketMQ remoting frame or stored message that rstream can
     read (a frame too long, a header that is not the JSON RocketMQ writes, a message whose sizes do
     not fit): the connection is closed; the request is not sent again."""
+
+
+#: A request as ``Connection.pipeline`` takes it: (request code, header fields, body).
+Request = tuple[int, Mapping[str, Any], bytes]
 
 
 @dataclass
@@ -422,6 +436,90 @@ class Connection:
                     time.sleep(pause)
                     pause = min(pause * 2, 1.0)
 
+    def pipeline(self, requests: Sequence[Request], after: Sequence[int | None] | None = None,
+                 window: int = 256, oneway: bool = False) -> list[Command]:
+        """Send ``requests`` without waiting for each answer (up to ``window`` unanswered at once) and
+        return their answers in order (none when ``oneway``: the server answers none). ``after[i]``: the
+        index of an earlier request whose answer must have come before request ``i`` is sent (None:
+        none), so requests the server runs on several threads keep an order where one matters. A
+        request refused as busy is sent again (before any that waits for it), as ``request`` does.
+
+        The connection must be up or come up now (``reconnect_s``); one that breaks after the first
+        request left raises ``OutcomeUnknownError`` (which of them the server ran is unknown)."""
+        if not requests:
+            return []
+        replies: list[Command | None] = [None] * len(requests)
+        pending: dict[int, int] = {}  # opaque -> request index
+        out = bytearray()
+        with self._lock:
+            deadline = time.monotonic() + self.reconnect_s
+            pause = 0.05
+            while self._sock is None or _closed_by_peer(self._sock):
+                try:
+                    if self._sock is not None:
+                        self._sock.close()
+                        self._sock = None
+                    self._sock = self._connect()
+                except OSError as exc:
+                    if time.monotonic() > deadline:
+                        raise RemotingError(f"cannot reach RocketMQ at {self.addr} ({exc}) for {self.reconnect_s:.0f} s",
+                                            None) from exc
+                    time.sleep(pause)
+                    pause = min(pause * 2, 1.0)
+            sock = self._sock
+            wait = self.timeout
+            busy_until = time.monotonic() + self.reconnect_s
+
+            def put(i: int) -> None:
+                code, ext, body = requests[i]
+                self._opaque += 1
+                out.extend(_encode(code, ext, body, self._opaque, self.credentials, _ONEWAY if oneway else 0))
+                REQUESTS[code] += 1
+                if not oneway:
+                    pending[self._opaque] = i
+
+            def flush() -> None:
+                if out:
+                    sock.settimeout(wait)
+                    sock.sendall(out)
+                    out.clear()
+
+            def answer() -> None:  # reads frames until one of the pending requests is answered
+                flush()
+                while True:
+                    reply = _read_frame(sock, time.monotonic() + wait)
+                    if reply.flag & _RESPONSE and reply.opaque in pending:
+                        break
+                i = pending.pop(reply.opaque)
+                if reply.code == SYSTEM_BUSY and time.monotonic() < busy_until:
+                    time.sleep(0.05)
+                    put(i)  # never run: again, before whatever waits for it
+                else:
+                    replies[i] = reply
+
+            try:
+                for i in range(len(requests)):
+                    before = after[i] if after is not None else None
+                    while len(pending) >= window or (before is not None and not oneway and replies[before] is None):
+                        answer()
+                    put(i)
+                    if len(out) >= 1 << 20:
+                        flush()
+                flush()
+                while pending:
+                    answer()
+            except ProtocolError as exc:
+                sock.close()
+                self._sock = None
+                raise ProtocolError(f"RocketMQ at {self.addr}, answering pipelined requests: {exc}") from None
+            except OSError as exc:
+                sock.close()
+                self._sock = None
+                raise OutcomeUnknownError(
+                    f"the connection to RocketMQ at {self.addr} broke while {len(requests)} pipelined requests were "
+                    f"under way ({exc}): which of them the broker ran is unknown", None) from exc
+        return [] if oneway else [r for r in replies if r is not None]
+
     def _closes_unheard(self) -> str:
         if self._ssl is None:
             return (f"RocketMQ at {self.addr} closes every connection without answering, as a RocketMQ server in TLS "
@@ -452,6 +550,107 @@ class Connection:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["addr"], state["timeout"], state.get("reconnect_s", 60.0),  # type: ignore[misc]
                       state.get("credentials"), state.get("tls"))
+
+
+@dataclass(frozen=True)
+class TransactionCheck:
+    """A broker's ``CHECK_TRANSACTION_STATE``: is the half message ``half`` of ``topic`` committed? Its
+    producer group and properties text as stored (``CheckTransactionStateRequestHeader`` and the body)."""
+
+    topic: str
+    half: HalfMessage
+    producer_group: str
+    properties_text: str
+
+
+def transaction_check(request: Command) -> TransactionCheck:
+    """A ``CHECK_TRANSACTION_STATE`` request read (``ClientRemotingProcessor.checkTransactionState``): its
+    header names the half message, its body is the message (``MessageDecoder.encode``)."""
+    messages = decode_messages(request.body)
+    if len(messages) != 1:
+        raise ProtocolError(f"a transaction check carries {len(messages)} messages, not one")
+    text = messages[0].properties_text
+    props = parse_properties(text)
+    half = HalfMessage(request.int_field("commitLogOffset"), request.int_field("tranStateTableOffset"),
+                       request.ext.get("transactionId") or props.get("UNIQ_KEY") or request.ext.get("msgId", ""))
+    return TransactionCheck(request.ext.get("topic", ""), half, props.get("PGROUP", ""), text)
+
+
+class ProducerChannel:
+    """A connection to one broker on which this process is a producer of ``group``, as RocketMQ's own
+    producer is (``HEART_BEAT`` with the group in its ``producerDataSet``, again every ``heartbeat_s``
+    seconds: a broker forgets a producer's channel 120 s after its last heartbeat, and at once when it
+    closes). The broker may then send it a ``CHECK_TRANSACTION_STATE`` for a half message of the group
+    that nobody ended (``TransactionalMessageCheckService``, every ``transactionCheckInterval``, for
+    messages older than ``transactionTimeOut``); ``next_check`` reads them, ``answer`` ends one.
+
+    Meant for one thread: it reads whatever the broker sends on it."""
+
+    def __init__(self, addr: str, group: str, client_id: str, timeout: float = 10.0,
+                 credentials: Credentials | None = None, tls: TLSOption = None, heartbeat_s: float = 20.0) -> None:
+        self.addr, self.group, self.client_id, self.heartbeat_s = addr, group, client_id, heartbeat_s
+        self._conn = Connection(addr, timeout, 0.0, credentials=credentials, tls=tls)
+        self._sock: socket.socket | None = None
+        self._beat = 0.0
+        self.checks = 0  # checks this channel was asked
+
+    def _heartbeat(self, sock: socket.socket) -> None:
+        body = json.dumps({"clientID": self.client_id, "producerDataSet": [{"groupName": self.group}],
+                           "consumerDataSet": [], "heartbeatFingerprint": 0}).encode()
+        self._conn._opaque += 1
+        sock.settimeout(self._conn.timeout)
+        sock.sendall(_encode(HEART_BEAT, {}, body, self._conn._opaque, self._conn.credentials))
+        REQUESTS[HEART_BEAT] += 1
+        self._beat = time.monotonic()
+
+    def next_check(self, wait_s: float) -> TransactionCheck | None:
+        """The next check the broker asks within ``wait_s`` seconds (None: none came), heartbeating when due.
+        Raises ``OSError`` (or a ``RemotingError``) when the connection broke: make a new channel."""
+        if self._sock is None:
+            self._sock = self._conn._connect()
+            self._heartbeat(self._sock)
+        sock = self._sock
+        until = time.monotonic() + wait_s
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        while True:
+            if time.monotonic() - self._beat >= self.heartbeat_s:
+                self._heartbeat(sock)
+            left = min(until, self._beat + self.heartbeat_s) - time.monotonic()
+            if (isinstance(sock, ssl.SSLSocket) and sock.pending()) or poller.poll(max(0, int(left * 1000))):
+                frame = _read_frame(sock, time.monotonic() + self._conn.timeout)
+                if frame.flag & _RESPONSE:
+                    if frame.code != SUCCESS:  # a heartbeat refused
+                        if frame.code == NO_PERMISSION:
+                            raise refused(self.addr, HEART_BEAT, {}, frame, self._conn.credentials)
+                        raise RemotingError(f"RocketMQ at {self.addr} refused rstream's heartbeat as a producer of "
+                                            f"{self.group!r}: code {frame.code}, {frame.remark or 'no remark'}",
+                                            frame.code)
+                elif frame.code == CHECK_TRANSACTION_STATE:
+                    self.checks += 1
+                    return transaction_check(frame)
+            if time.monotonic() >= until:
+                return None
+
+    def answer(self, check: TransactionCheck, commit: bool | None) -> None:
+        """Tell the broker what became of ``check``'s transaction (True: commit, False: roll back), oneway,
+        as RocketMQ's producer answers a check (``endTransactionOneway`` with ``fromTransactionCheck``);
+        nothing for None (unknown: the broker asks again at its next round)."""
+        if commit is None or self._sock is None:
+            return
+        code, ext, body = end_transaction_request(check.topic, check.half, commit, check.producer_group or self.group,
+                                                  from_check=True)
+        self._conn._opaque += 1
+        self._sock.settimeout(self._conn.timeout)
+        self._sock.sendall(_encode(code, ext, body, self._conn._opaque, self._conn.credentials, _ONEWAY))
+        REQUESTS[code] += 1
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
 
 
 def portable_tls(tls: TLSOption) -> TLSOption:
@@ -487,8 +686,8 @@ def _closed_by_peer(sock: socket.socket) -> bool:
 
 
 def _encode(code: int, ext: Mapping[str, Any] | None, body: bytes, opaque: int,
-            credentials: Credentials | None = None) -> bytes:
-    header: dict[str, Any] = {"code": code, "language": _PYTHON, "version": _VERSION, "opaque": opaque, "flag": 0,
+            credentials: Credentials | None = None, flag: int = 0) -> bytes:
+    header: dict[str, Any] = {"code": code, "language": _PYTHON, "version": _VERSION, "opaque": opaque, "flag": flag,
                               "serializeTypeCurrentRPC": "JSON"}
     fields = {k: ("true" if v is True else "false" if v is False else str(v))
               for k, v in (ext or {}).items() if v is not None}
@@ -632,6 +831,36 @@ def encode_batch(messages: Sequence[tuple[bytes, Mapping[str, str]]]) -> bytes:
     for body, props in messages:
         batch.add(body, properties_string(props).encode())
     return batch.bytes()
+
+
+class HalfMessage(NamedTuple):
+    """A half message as its send answered: where RocketMQ keeps it until it is ended (what an
+    ``END_TRANSACTION`` must name: ``EndTransactionProcessor.checkPrepareMessage``)."""
+
+    commit_log_offset: int  # its physical offset (the last 16 hex digits of the broker's message id)
+    half_offset: int  # its offset in the half topic's queue (``tranStateTableOffset``)
+    transaction_id: str  # its unique id (``UNIQ_KEY``), RocketMQ's transaction id
+
+
+def commit_log_offset(offset_msg_id: str) -> int:
+    """The physical offset a broker's message id names (``MessageDecoder.createMessageId``: the store
+    host's address and port, then the offset, 8 bytes, in hex)."""
+    try:
+        return int(offset_msg_id[-16:], 16) if len(offset_msg_id) >= 32 else int("x")
+    except ValueError:
+        raise ProtocolError(f"a send's answer names message id {offset_msg_id!r}, not a broker's message id "
+                            "(address, port and offset in hex)") from None
+
+
+def end_transaction_request(topic: str, half: HalfMessage, commit: bool | None, producer_group: str,
+                            from_check: bool = False) -> Request:
+    """An ``END_TRANSACTION`` request (``EndTransactionRequestHeader``) that commits ``half`` (True), rolls
+    it back (False) or says its state is unknown (None: only in answer to a check)."""
+    kind = TRANSACTION_COMMIT if commit else TRANSACTION_ROLLBACK if commit is False else 0
+    return (END_TRANSACTION, {
+        "topic": topic, "producerGroup": producer_group, "tranStateTableOffset": half.half_offset,
+        "commitLogOffset": half.commit_log_offset, "commitOrRollback": kind, "fromTransactionCheck": from_check,
+        "msgId": half.transaction_id, "transactionId": half.transaction_id}, b"")
 
 
 class PulledMessage(NamedTuple):
@@ -872,6 +1101,70 @@ class Client:
             "properties": properties_string(properties), "reconsumeTimes": 0, "unitMode": False,
             "batch": False, "maxReconsumeTimes": 0}, body, repeatable=repeatable)
         return reply.int_field("queueOffset")
+
+    def send_half(self, broker: str, topic: str, queue: int, messages: Sequence[tuple[bytes, str, int]],
+                  producer_group: str, check_after_s: int) -> list[HalfMessage]:
+        """Send each of ``messages`` (body, properties text, born time) as a *half* message of
+        ``topic``/``queue``: RocketMQ stores it in its half topic (``RMQ_SYS_TRANS_HALF_TOPIC``), where no
+        consumer sees it, until an ``END_TRANSACTION`` commits it (the message then goes to the queue,
+        given its offset there) or rolls it back. One request per message (a batch send refuses
+        transactional messages: ``CommitLog.asyncPutMessages``), pipelined. Each message's properties get
+        ``TRAN_MSG`` and ``PGROUP``, as ``DefaultMQProducerImpl.sendMessageInTransaction`` sets them, and
+        ``CHECK_IMMUNITY_TIME_IN_SECONDS``: for ``check_after_s`` seconds after its born time (at least the
+        broker's ``transactionTimeOut``) only its sender's end counts, after that only an end answering a
+        check-back (``CHECK_TRANSACTION_STATE`` to a producer of ``producer_group``): the broker refuses a
+        late sender's (``EndTransactionProcessor.rejectCommitOrRollback``), so the two never both commit it."""
+        extra = (f"TRAN_MSG{_NAME}true{_SEP}PGROUP{_NAME}{producer_group}{_SEP}"
+                 f"CHECK_IMMUNITY_TIME_IN_SECONDS{_NAME}{int(check_after_s)}{_SEP}")
+        requests: list[Request] = [(SEND_MESSAGE, {
+            "producerGroup": producer_group, "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+            "queueId": queue, "sysFlag": TRANSACTION_PREPARED, "bornTimestamp": born, "flag": 0,
+            "properties": properties + extra, "reconsumeTimes": 0, "unitMode": False, "batch": False,
+            "maxReconsumeTimes": 0}, body) for body, properties, born in messages]
+        conn = self.conn(broker)
+        out = []
+        for reply in conn.pipeline(requests):
+            if reply.code != SUCCESS:
+                if reply.code == NO_PERMISSION:
+                    raise refused(conn.addr, SEND_MESSAGE, {"topic": topic}, reply, self.credentials)
+                raise RemotingError(f"RocketMQ at {broker} refused a half message of {topic}: code {reply.code}, "
+                                    f"{reply.remark or 'no remark'}", reply.code)
+            out.append(HalfMessage(commit_log_offset(reply.ext.get("msgId", "")), reply.int_field("queueOffset"),
+                                   reply.ext.get("transactionId") or reply.ext.get("msgId", "")))
+        return out
+
+    def end_transactions(self, broker: str, topic: str, halves: Sequence[HalfMessage], commit: bool,
+                         producer_group: str, after: Sequence[int | None] | None = None,
+                         oneway: bool = False) -> list[bool]:
+        """``END_TRANSACTION`` of each of ``halves`` (as ``send_half`` returned them): commit (the broker
+        writes each message to its queue) or roll back. Pipelined; ``after`` as ``Connection.pipeline``'s,
+        to keep an order among the commits (the broker ends transactions on several threads). With
+        ``oneway`` the broker answers none (what RocketMQ's own producer sends): returns []; otherwise each
+        is answered once its message is stored in the queue: per half message, whether it was ended
+        (False: refused as past its check immunity, left to the check-back); another refusal raises."""
+        requests = [end_transaction_request(topic, half, commit, producer_group) for half in halves]
+        conn = self.conn(broker)
+        done = []
+        for reply in conn.pipeline(requests, after, oneway=oneway):
+            if reply.code not in (SUCCESS, ILLEGAL_OPERATION):
+                raise RemotingError(f"RocketMQ at {broker} refused to {'commit' if commit else 'roll back'} a half "
+                                    f"message of {topic}: code {reply.code}, {reply.remark or 'no remark'}", reply.code)
+            done.append(reply.code == SUCCESS)
+        return done
+
+    def consume_stats(self, broker: str, group: str, topic: str | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+        """``GET_CONSUME_STATS``, as ``mqadmin consumerProgress`` asks each broker: per (topic, queue id)
+        of ``group`` on ``broker``, (the queue's end offset, the group's offset), the topics being those
+        the group has offsets of (or ``topic``)."""
+        reply = self.conn(broker).call(GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
+        text = reply.body.decode("utf-8")
+        out = {}
+        # fastjson writes the offsetTable's MessageQueue keys as objects: {"brokerName":..,"queueId":..,"topic":..}:{...}
+        for key, value in re.findall(r'(\{[^{}]*"queueId"[^{}]*\}):(\{[^{}]*\})', text):
+            queue, wrapper = json.loads(key), json.loads(value)
+            out[(str(queue["topic"]), int(queue["queueId"]))] = (int(wrapper["brokerOffset"]),
+                                                                   int(wrapper["consumerOffset"]))
+        return out
 
     def pull(self, broker: str, topic: str, queue: int, offset: int, max_messages: int = 1024,
              group: str = "rstream-reader") -> tuple[list[PulledMessage], int]:

@@ -36,6 +36,10 @@ def prepare_topics(topology: Topology, broker: Broker, settings: JobProperties) 
         if not broker.has_topic(topic):
             broker.create_topic(topic, queues=settings.sink_queues)
         sink_queues[topic] = broker.topic(topic).queues
+    if topology.on_commit_topics and hasattr(broker, "answer_checks"):
+        broker.answer_checks()  # the job's driver answers the broker's check-backs of its sinks' half messages
+    if hasattr(broker, "mirror_progress_of"):
+        broker.mirror_progress_of(topology.job_id)  # its consumer group as far as its commits (a writer may have died)
     if topology.framed_topics:
         broker.create_topic(late_topic_name(topology.job_id), queues=1)
     broker.create_topic(dlq_topic_name(topology.job_id), queues=1)

@@ -128,6 +128,7 @@ class _Replay:
         self.tag = tag
         self.broker = broker = job.broker
         topology = cfg.topology
+        self.on_commit = set(topology.on_commit_topics)
         topic, queue = tag.topic, tag.queue
         earlier = [t for t in job.queue_tags(topic, queue) if t.start_offset < tag.start_offset]
         previous = next((t for t in reversed(earlier) if t.end_offset == tag.start_offset), None)
@@ -333,7 +334,9 @@ class _Replay:
             mine = [(r[0], r[1]) for r in records.get((topic, int(q)), [])]
             if stored != mine:
                 return False
-        produced = {f"{t}/{q}" for (t, q), recs in records.items() if recs}
+        # an on-commit sink's records got their offsets when RocketMQ committed them, after the tag: not in it
+        produced = {f"{t}/{q}" for (t, q), recs in records.items()
+                    if recs and (t not in self.on_commit or f"{t}/{q}" in self.tag.outputs)}
         return produced <= set(self.tag.outputs)
 
     # -- answers ------------------------------------------------------------------------------------
@@ -627,8 +630,12 @@ def _output_hop(job: Tracer, replay: _Replay, topic: str, queue: int, index: int
     elif decoded.kind == "partial" and "times" in decoded.detail:  # a count's: it emits an update for each
         note = "; ".join(n for n in (note, "sent by the combine node instead of those records; the count "
                                      "emits an update for each") if n)
-    return Hop(kind, topic, queue, replay.offset(topic, queue, index), operator, decoded.key, decoded.value,
-               batch_id=replay.tag.batch_id, note=note)
+    offset = replay.offset(topic, queue, index)
+    if offset is None and topic in replay.on_commit:
+        note = "; ".join(n for n in (note, "visible on commit: RocketMQ gave it its offset when it committed it, "
+                                     "after the commit tag, which so cannot say it") if n)
+    return Hop(kind, topic, queue, offset, operator, decoded.key, decoded.value, batch_id=replay.tag.batch_id,
+               note=note)
 
 
 def _state_hop(replay: _Replay, kb: bytes, old: bytes | None, new: bytes | None) -> Hop:

@@ -32,10 +32,10 @@ def sink_values(broker: EmbeddedBroker, topic: str, parse: Any = None) -> dict[A
     return dict(out)
 
 
-def wordcount(job: str, source: str = "sentences", sink: str = "counts") -> StreamBuilder:
+def wordcount(job: str, source: str = "sentences", sink: str = "counts", visible: str = "always") -> StreamBuilder:
     b = StreamBuilder(job, shuffle_queues=3)
     (b.source(source, TextDeserializer()).flat_map(str.split).key_by(lambda w: w)
-     .count().to_rstream().sink(sink, TextSerializer(with_key=True)))
+     .count().to_rstream().sink(sink, TextSerializer(with_key=True), visible=visible))
     return b
 
 
