@@ -89,7 +89,7 @@ def watching_reader(broker: RocketMQBroker, wait_ms: int) -> RStreamStreamReader
     broker.create_topic("watch-sh", queues=8)
     initial = {f"watch-src/{q}": 0 for q in range(2)} | {f"watch-sh/{q}": 0 for q in range(8)}
     return RStreamStreamReader({
-        "config": "", "broker": dump_blob(broker), "job": "watcher", "waitms": str(wait_ms),
+        "configsecret": "", "brokersecret": dump_blob(broker), "job": "watcher", "waitms": str(wait_ms),
         "sourcetopics": json.dumps(["watch-src"]), "shuffletopics": json.dumps(["watch-sh"]),
         "initialoffsets": json.dumps(initial)})
 

@@ -70,7 +70,7 @@ def _reader(broker: EmbeddedBroker, wait_ms: int) -> Any:
     from rstream.runtime.config import dump_blob
     from rstream.runtime.source import RStreamStreamReader
 
-    return RStreamStreamReader({"config": "", "broker": dump_blob(broker), "sourcetopics": '["in"]',
+    return RStreamStreamReader({"configsecret": "", "brokersecret": dump_blob(broker), "sourcetopics": '["in"]',
                                 "shuffletopics": "[]", "initialoffsets": '{"in/0": 0}', "waitms": str(wait_ms)})
 
 
