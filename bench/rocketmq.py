@@ -7,10 +7,13 @@ from __future__ import annotations
 import collections
 import cProfile
 import io
+import json
 import os
 import pickle
 import pstats
 import re
+import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -30,12 +33,12 @@ def missing() -> str | None:
             "once (it fetches them with Maven), or leave the RocketMQ part out with --skip rocketmq")
 
 
-def start(root: Path, broker_conf: dict[str, str] | None = None) -> tuple[Any, dict[str, Any]]:
-    """A LocalRocketMQ in ``root / "rocketmq"`` (with ``broker_conf``, e.g. ``timerWheelEnable=false``),
-    started; ``(mq, facts)``: start time, pids, RSS."""
+def start(root: Path, broker_conf: dict[str, str] | None = None, brokers: int = 1) -> tuple[Any, dict[str, Any]]:
+    """A LocalRocketMQ of ``brokers`` brokers in ``root / "rocketmq"`` (with ``broker_conf``, e.g.
+    ``timerWheelEnable=false``), started; ``(mq, facts)``: start time, pids, RSS."""
     from rstream.rocketmq import LocalRocketMQ
 
-    mq = LocalRocketMQ(root / "rocketmq", broker_conf=broker_conf)
+    mq = LocalRocketMQ(root / "rocketmq", broker_conf=broker_conf, brokers=brokers)
     try:
         mq.start()
     except BaseException:
@@ -244,3 +247,92 @@ def _code_name(code: int) -> str:
              ("SUCCESS", "SYSTEM_BUSY", "TOPIC_NOT_EXIST", "PULL_NOT_FOUND", "PULL_RETRY_IMMEDIATELY",
               "PULL_OFFSET_MOVED", "QUERY_NOT_FOUND")}
     return names.get(code, str(code))
+
+
+# -- (k): the broker's own write rate ---------------------------------------------------------------
+
+#: (threads, messages per send) of the Java producer's runs in (k): RocketMQ's benchmark Producer's
+#: default (64 threads, one message a send), then batches as its BatchProducer sends them, larger and
+#: larger, until the broker (not the client's sends) is what limits.
+RATE_CONFIGS = ((64, 1), (8, 64), (4, 256), (2, 1024), (2, 4096))
+_JAVA_SOURCE = Path(__file__).resolve().parent / "BrokerRate.java"
+
+
+def compile_broker_rate(root: Path) -> Path:
+    """``bench/BrokerRate.java`` compiled (``javac``) against LocalRocketMQ's jars (rocketmq-client among
+    them) into ``root / "broker-rate"``; the classes folder. Raises ``RuntimeError`` saying what is missing."""
+    from rstream.rocketmq.local import default_lib
+
+    javac = shutil.which("javac")
+    if javac is None:
+        raise RuntimeError("(k) needs javac (a JDK, as Java 17's openjdk-17-jdk-headless has it) to compile "
+                           "bench/BrokerRate.java: install one, or leave (k) out with --skip broker-rate")
+    out = root / "broker-rate"
+    out.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([javac, "-nowarn", "-d", str(out), "-cp", f"{default_lib()}/*", str(_JAVA_SOURCE)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"javac could not compile {_JAVA_SOURCE}: {done.stderr[-2000:]}")
+    return out
+
+
+def stored_messages(broker: Any) -> dict[str, int]:
+    """Messages RocketMQ holds now, per topic (system topics included), summed over every master: its own
+    per-queue end offsets (``GET_TOPIC_STATS_INFO``), which count every message it stored, whoever sent it
+    and whether rstream's readers count it or not (a lost attempt's records included)."""
+    client = broker._client  # the remoting client: the broker's own numbers, not rstream's view of them
+    out: collections.Counter[str] = collections.Counter()
+    for addr in broker.masters().values():
+        for topic in client.topic_configs(addr):
+            stats = client.topic_offsets(addr, topic)
+            if stats:
+                out[topic] += sum(end for _first, end in stats)
+    return dict(out)
+
+
+def written(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Messages stored between two ``stored_messages``, per topic that grew."""
+    return {t: n - before.get(t, 0) for t, n in sorted(after.items()) if n > before.get(t, 0)}
+
+
+def broker_rate(mq: Any, broker: Any, classes: Path, seconds: float = 8.0, body_bytes: int = 16,
+                configs: tuple[tuple[int, int], ...] = RATE_CONFIGS, queues: int = 8) -> dict[str, Any]:
+    """(k): messages per second this RocketMQ stores from the official Java client (``BrokerRate.java``,
+    shaped like RocketMQ's own benchmark producers) in one JVM, for each (threads, messages per send) of
+    ``configs``, into a topic of ``queues`` queues spread over every master; each message ``body_bytes``
+    of body and a key (``KEYS``, which the broker indexes), like a record of rstream's word count. Each
+    run's count is the broker's (``stored_messages`` before and after, over its whole run: warm-up,
+    timed window and the sends under way at its end) as well as the client's acknowledged sends in the
+    timed window; the rate is the client's, checked against the broker's. ``best``: the highest rate."""
+    from rstream.rocketmq.local import default_lib
+
+    java = shutil.which("java") or "java"
+    runs = []
+    for threads, batch in configs:
+        topic = f"broker-rate-{threads}x{batch}"
+        broker.create_topic(topic, queues=queues)
+        before = stored_messages(broker).get(topic, 0)
+        cpu0 = jvm_cpu(mq)
+        done = subprocess.run([java, "-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-cp",
+                               f"{default_lib()}/*:{classes}", "BrokerRate", mq.namesrv, topic, str(threads),
+                               str(batch), str(body_bytes), str(seconds)],
+                              capture_output=True, text=True, timeout=seconds + 120)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode or not lines:
+            raise RuntimeError(f"BrokerRate {threads}x{batch} failed ({done.returncode}): {done.stderr[-2000:]}")
+        res = json.loads(lines[-1])
+        stored = stored_messages(broker).get(topic, 0) - before
+        if stored < res["messages"]:
+            raise RuntimeError(f"BrokerRate {threads}x{batch}: the client counted {res['messages']} messages "
+                               f"acknowledged, the broker holds {stored}")
+        res.update({"threads": threads, "batch": batch, "stored_whole_run": stored,
+                    "messages_per_s": res["messages"] / res["seconds"], "broker_jvm_cpu_s": jvm_cpu(mq) - cpu0,
+                    "load": os.getloadavg()[0]})
+        runs.append(res)
+        print(f"  (k) {threads:2d} threads x {batch:4d} messages a send: {res['messages_per_s']:9,.0f} messages/s "
+              f"({res['messages']} in {res['seconds']:.1f} s, send {res['send_ms_mean']:.1f} ms; the broker holds "
+              f"{stored} from the whole run; its JVMs' CPU {res['broker_jvm_cpu_s']:.1f} s; load "
+              f"{res['load']:.1f})", flush=True)
+    best = max(runs, key=lambda r: r["messages_per_s"])
+    return {"body_bytes": body_bytes, "seconds": seconds, "queues": queues, "runs": runs,
+            "best_messages_per_s": best["messages_per_s"], "best": f"{best['threads']}x{best['batch']}"}

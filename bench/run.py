@@ -119,8 +119,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="cProfile one source and one shuffle queue task (word count, window count)")
     ap.add_argument("--profile-top", type=int, default=25)
     ap.add_argument("--skip", default="",
-                    help="comma list of parts to skip: wordcount,rocketmq,windows,replay (rocketmq: the word "
+                    help="comma list of parts to skip: wordcount,rocketmq,broker-rate,windows,replay (broker-rate: "
+                         "(k), the Java producer's runs; rocketmq: the word "
                          "count on a LocalRocketMQ, part of wordcount)")
+    ap.add_argument("--rate-seconds", type=float, default=8.0,
+                    help="seconds of each run of the Java producer in (k), the broker's own write rate (8)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 20 K words, 20 K clicks, 5 K keys, 1 repeat")
     ap.add_argument("--tmp", default=None, help="parent folder of the temporary data (system temp)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary data")
@@ -130,10 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         args.words, args.replay_keys, args.repeat = 20_000, 5_000, 1
         args.vocab = min(args.vocab, 2_000)
         args.clicks, args.click_rate, args.pages, args.click_files = 20_000, 200.0, min(args.pages, 200), 4
+        args.rate_seconds = min(args.rate_seconds, 2.0)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    unknown = skip - {"wordcount", "rocketmq", "windows", "replay"}
+    unknown = skip - {"wordcount", "rocketmq", "broker-rate", "windows", "replay"}
     if unknown:
-        ap.error(f"--skip knows wordcount, rocketmq, windows and replay, not {', '.join(sorted(unknown))}")
+        ap.error(f"--skip knows wordcount, rocketmq, broker-rate, windows and replay, not {', '.join(sorted(unknown))}")
     with_rocketmq = "wordcount" not in skip and "rocketmq" not in skip
     if with_rocketmq:
         from bench.rocketmq import missing
@@ -184,8 +188,27 @@ def main(argv: list[str] | None = None) -> int:
             rmq = (mq, mq.broker())
             print(f"LocalRocketMQ started in {facts['start_s']:.1f} s, its two JVMs' RSS "
                   f"{facts['rss_after_start_bytes'] / 2**20:.0f} MB (name server and broker in the proxy)", flush=True)
+            if "broker-rate" not in skip:
+                from bench.rocketmq import broker_rate, compile_broker_rate
+
+                print(f"\n(k) the broker's own write rate: the official Java client in a loop, {args.rate_seconds:g} s "
+                      "per run", flush=True)
+                results["broker_rate"] = broker_rate(mq, rmq[1], compile_broker_rate(root), args.rate_seconds)
+                print(f"  (k) = {results['broker_rate']['best_messages_per_s']:,.0f} messages/s "
+                      f"({results['broker_rate']['best']})", flush=True)
         if "wordcount" not in skip:
             results["wordcount"] = bench_wordcount(args, spark, broker, root, rmq)
+            if "broker_rate" in results:
+                k = results["broker_rate"]["best_messages_per_s"]
+                rm = results["wordcount"]["rocketmq"]
+                print(f"\n  rstream's writes on RocketMQ against (k) = {k:,.0f} messages/s (the broker's own rate):")
+                for part, emit in (("a_rmq", "per-record"), ("a2_rmq", "batch")):
+                    rm[f"{part}_over_k"] = rm[f"{part}_messages_per_s"] / k
+                    print(f"    ({part.replace('_', '-')}) {emit} emission: {rm[f'{part}_messages_per_s']:9,.0f} messages/s "
+                          f"stored over the whole run = {rm[f'{part}_over_k']:.3f} x (k)  (target >= 0.5: "
+                          f"{'MET' if rm[f'{part}_over_k'] >= 0.5 else 'NOT MET'});  its input, "
+                          f"{args.words / results['wordcount']['median_s'][part]:,.0f} words/s = "
+                          f"{args.words / results['wordcount']['median_s'][part] / k:.3f} x (k)", flush=True)
             if mq is not None:
                 results["rocketmq"]["rss_after_wordcount_bytes"] = mq.rss_bytes()
                 results["rocketmq"]["rss_max_bytes"] = results["wordcount"]["rocketmq"]["rss_max_bytes"]

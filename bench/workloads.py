@@ -457,7 +457,7 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
     mq, rmq_broker = rmq if rmq is not None else (None, None)
     t_produce_rmq = None
     if rmq_broker is not None:
-        from bench.rocketmq import jvm_cpu
+        from bench.rocketmq import jvm_cpu, stored_messages, written
 
         t_produce_rmq = produce(rmq_broker, sentences, "sentences", args.queues)
         print(f"  produced into RocketMQ ({args.queues} queues) in {t_produce_rmq:.2f} s (not timed below)", flush=True)
@@ -478,11 +478,11 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
 
     runs: dict[str, list[dict[str, Any]]] = {"a": [], "a0": [], "a2": [], "b": [], "c": [], "d": [], "d2": []}
     if rmq_broker is not None:
-        runs["a_rmq"] = []
+        runs["a_rmq"], runs["a2_rmq"] = [], []
     for r in range(args.repeat):
         # alternate the order so neither side always runs on a warmer (or busier) machine
-        order = ("b", "a", "a_rmq", "a0", "d", "a2", "d2", "c") if r % 2 == 0 else \
-            ("b", "c", "d2", "a2", "d", "a0", "a_rmq", "a")
+        order = ("b", "a", "a_rmq", "a0", "d", "a2", "a2_rmq", "d2", "c") if r % 2 == 0 else \
+            ("b", "c", "d2", "a2_rmq", "a2", "d", "a0", "a_rmq", "a")
         for part in (p for p in order if p in runs):
             if part == "b":
                 res = run_python(sentences)
@@ -495,10 +495,14 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
                 res = run_rstream(spark, broker, root, "sentences", f"wc0-r{r}", expected, args.words, combine=False)
             elif part == "a2":
                 res = run_rstream(spark, broker, root, "sentences", f"wcb-r{r}", expected, args.words, emit="batch")
-            elif part == "a_rmq":
-                res = run_rstream(spark, rmq_broker, root, "sentences", f"wcr-r{r}", expected, args.words,
-                                  cpu_of=lambda: jvm_cpu(mq))
+            elif part in ("a_rmq", "a2_rmq"):
+                before = stored_messages(rmq_broker)
+                res = run_rstream(spark, rmq_broker, root, "sentences", f"wcr{part[1:-4]}-r{r}", expected, args.words,
+                                  emit="record" if part == "a_rmq" else "batch", cpu_of=lambda: jvm_cpu(mq))
                 res["rocketmq_rss_bytes"] = mq.rss_bytes()
+                res["stored"] = written(before, stored_messages(rmq_broker))
+                res["messages"] = sum(res["stored"].values())
+                res["messages_per_s"] = res["messages"] / res["seconds"]
             else:
                 res = run_spark_native(spark, root, text_dir, f"native_r{r}", expected)
             runs[part].append(res)
@@ -508,8 +512,9 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
               f"(a2) rstream emit=batch {a2['seconds']:.2f} s  "
               f"(b) python {b['seconds']:.3f} s  (c) spark native {c['seconds']:.2f} s  "
               f"(d) bytewax {runs['d'][-1]['seconds']:.2f} s  (d2) bytewax count_final {runs['d2'][-1]['seconds']:.2f} s"
-              + (f"  (a-rmq) on RocketMQ {runs['a_rmq'][-1]['seconds']:.2f} s (its JVMs' CPU "
-                 f"{runs['a_rmq'][-1]['other_cpu_s']:.2f} s)" if "a_rmq" in runs else "")
+              + "".join(f"  ({k.replace('_', '-')}) on RocketMQ {runs[k][-1]['seconds']:.2f} s, "
+                        f"{runs[k][-1]['messages']} messages stored (its JVMs' CPU {runs[k][-1]['other_cpu_s']:.2f} s)"
+                        for k in ("a_rmq", "a2_rmq") if k in runs)
               + f"   verified  (load {os.getloadavg()[0]:.2f})", flush=True)
 
     med = {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()}
@@ -577,6 +582,20 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
         print(f"  speed a-rmq/a = {ratio:.3f}  (RocketMQ over the embedded broker; target >= 0.5: "
               f"{'MET' if ratio >= 0.5 else 'NOT MET'})   speed a-rmq/c = {rocketmq['speed_a_rmq_over_c']:.3f} "
               "(over Spark native)", flush=True)
+        r2 = runs["a2_rmq"]
+        rocketmq.update({"a2_rmq_jvm_cpu_s": statistics.median(x["other_cpu_s"] for x in r2),
+                         "speed_a2_rmq_over_a2": med["a2"] / med["a2_rmq"]})
+        print(f"  (a2-rmq) the same, aggregate_emit=batch     {med['a2_rmq']:7.2f} s  {fmt_rate(n, med['a2_rmq'])} words  "
+              f"(best {best['a2_rmq']:.2f} s; its JVMs' CPU {rocketmq['a2_rmq_jvm_cpu_s']:.2f} s); a2-rmq/a2 = "
+              f"{rocketmq['speed_a2_rmq_over_a2']:.3f}")
+        for k in ("a_rmq", "a2_rmq"):
+            m = statistics.median(x["messages_per_s"] for x in runs[k])
+            rocketmq[f"{k}_messages_per_s"] = m
+            rocketmq[f"{k}_messages"] = runs[k][-1]["messages"]
+            rocketmq[f"{k}_stored"] = runs[k][-1]["stored"]
+            print(f"  ({k.replace('_', '-')}) messages RocketMQ stored for it: {runs[k][-1]['messages']} "
+                  f"({', '.join(f'{t} {c}' for t, c in runs[k][-1]['stored'].items())}); "
+                  f"{m:,.0f} messages/s over the run (median)", flush=True)
     print(f"  busy-time speed a/b = {med['b'] / a_busy:.3f};  busy-time speed a/c(trigger) = "
           f"{(statistics.median(c_trigger) / 1000 / a_busy) if c_trigger else float('nan'):.3f}", flush=True)
     return {"words": n, "sentences": len(sentences), "distinct": len(expected), "produce_s": t_produce,
