@@ -6,7 +6,8 @@ through one shuffle (``source -> key_by -> count -> to_rstream -> sink``, ``aggr
     python bench/probe.py --broker rocketmq --skip a,c,e   # send -> sink on a real RocketMQ
 
 ``--broker rocketmq``: every part on a real Apache RocketMQ 5.3.3 instead of the embedded broker, a
-``LocalRocketMQ`` (name server and broker JVMs) the probe starts in its temporary folder (start time
+``LocalRocketMQ`` (name server and broker JVMs; ``--brokers 2``: two masters, every topic's queues
+spread over both, the decision log on the first) the probe starts in its temporary folder (start time
 and RSS reported) and stops at the end; (d) then counts its JVMs' CPU too (and apart). It needs
 RocketMQ's jars (``bash setup.sh`` fetches them): without them the probe stops before it starts anything.
 
@@ -163,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c,d,e,r")
     ap.add_argument("--broker", choices=("embedded", "rocketmq"), default="embedded",
                     help="the broker every part runs on: the embedded one, or a LocalRocketMQ started here (embedded)")
+    ap.add_argument("--brokers", type=int, default=1,
+                    help="with --broker rocketmq: brokers of the LocalRocketMQ (2: a two-master cluster, every "
+                         "topic's queues spread over both) (1)")
     ap.add_argument("--broker-conf", action="append", default=[], metavar="KEY=VALUE",
                     help="with --broker rocketmq: a broker setting, e.g. timerWheelEnable=false (repeatable)")
     ap.add_argument("--no-warm-up", action="store_true", help="a session without its background warm-up")
@@ -208,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.broker == "rocketmq":
             from bench.rocketmq import start
 
-            mq, res["rocketmq"] = start(root, dict(kv.split("=", 1) for kv in args.broker_conf))
+            mq, res["rocketmq"] = start(root, dict(kv.split("=", 1) for kv in args.broker_conf), args.brokers)
             res["rocketmq"]["broker_conf"] = args.broker_conf
+            res["rocketmq"]["brokers"] = args.brokers
             broker = mq.broker()
         else:
             broker = EmbeddedBroker(root / "broker")
@@ -391,7 +396,7 @@ def report(res: dict[str, Any]) -> None:
           + f"   load {res['loadavg_start'][0]:.2f} -> {res['loadavg_end'][0]:.2f}")
     if res.get("rocketmq"):
         r = res["rocketmq"]
-        print(f"  on RocketMQ: a LocalRocketMQ started in {r['start_s']:.1f} s; its JVMs' RSS "
+        print(f"  on RocketMQ: a LocalRocketMQ of {r.get('brokers', 1)} broker(s) started in {r['start_s']:.1f} s; its JVMs' RSS "
               f"{r['rss_after_start_bytes'] / 2**20:.0f} MB after the start, {r['rss_at_end_bytes'] / 2**20:.0f} MB at the end"
               + (f" (broker_conf {', '.join(r['broker_conf'])})" if r.get("broker_conf") else ""))
     else:
