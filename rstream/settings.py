@@ -82,6 +82,11 @@ class JobProperties:
       the rest with the commit tag: a task that dies between the two leaves its sink records without
       a commit, and the rerun writes them again, as RocketMQ Streams 1.1 and Kafka Streams'
       ``at_least_once`` do; for teaching, or a sink that tolerates repeats).
+    - ``pack_shuffle``: on a broker that stores one message per record (RocketMQ), store many of a
+      shuffle topic's records in one message (True, default): only rstream reads a shuffle topic, and
+      RocketMQ stores, indexes and serves one message where it would have many. Its records keep
+      offsets of their own, not dense (``create_topic(packed=True)``). The embedded broker stores
+      record batches whatever this says. A shuffle topic that exists keeps how it was made.
     Combining before the shuffle is no job property: it is a rewrite of the topology, chosen at the
     second build (``builder.build(combine=...)``) and drawn there as a ``COMBINE`` node.
     """
@@ -100,6 +105,7 @@ class JobProperties:
     aggregate_emit: AggregateEmit = AggregateEmit.RECORD
     shuffle_in_source_job: bool = True
     processing_guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    pack_shuffle: bool = True
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

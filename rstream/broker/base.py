@@ -138,6 +138,16 @@ def read_blocks(broker: Broker, topic: str, queue: int, start: int, end: int,
     return blocks_of(broker.read_records(topic, queue, start, end), size)
 
 
+def range_end(broker: Broker, topic: str, queue: int, start: int, end: int, max_records: int) -> int:
+    """Where a range of a queue that starts at ``start`` ends when it holds ``max_records`` records at
+    most, up to ``end``: the broker's own ``range_end`` if it has one (a packed topic's ranges end where
+    a message does, ``RocketMQBroker``), else ``start + max_records``."""
+    own = getattr(broker, "range_end", None)
+    if own is not None:
+        return int(own(topic, queue, start, end, max_records))
+    return min(end, start + max_records)
+
+
 def blocks_of(records: Iterable[ReadRecord], size: int = 4096) -> Iterator[RecordBlock]:
     """``ReadRecord`` tuples in blocks of ``size``."""
     it = iter(records)
@@ -228,14 +238,19 @@ class Broker(Protocol):
     committed: a cheap look for a watcher that waits for input; ``RocketMQBroker``'s covers the
     topics whose end offsets it was asked and its decision log), ``commits_version()`` (the same for
     commit tags alone, where that is cheaper than ``data_version``) and
-    ``delete_commits(job)`` (forget a job's commit tags when it is reset).
+    ``delete_commits(job)`` (forget a job's commit tags when it is reset) and ``range_end(topic, queue,
+    start, end, max_records)`` (see ``range_end`` here: a broker whose offsets are not dense).
     """
 
     # -- topics ---------------------------------------------------------------------------------
-    def create_topic(self, name: str, queues: int = 8, compact: bool = False) -> TopicInfo:
+    def create_topic(self, name: str, queues: int = 8, compact: bool = False, *, packed: bool = False) -> TopicInfo:
         """Create a topic of ``queues`` queues, each empty (end offset 0). Idempotent when a topic
         of that name exists with the same settings; ``TopicExistsError`` when its settings differ;
-        ``InvalidTopicNameError`` for a name RocketMQ refuses; ``BrokerError`` for ``queues < 1``."""
+        ``InvalidTopicNameError`` for a name RocketMQ refuses; ``BrokerError`` for ``queues < 1``.
+        ``packed``: only rstream reads the topic (a shuffle topic), so the broker may store many of its
+        records in one message of its own format; each record keeps an offset of its own, in order, but
+        offsets may then skip (``range_end`` says where a range ends). A broker free to ignore it does
+        (the embedded broker stores record batches anyway); a topic that exists keeps how it was made."""
         ...
 
     def topic(self, name: str) -> TopicInfo:

@@ -128,6 +128,7 @@ import functools
 import itertools
 import json
 import logging
+import marshal
 import os
 import threading
 import time
@@ -190,8 +191,8 @@ LOG = logging.getLogger("rstream.rocketmq")
 #: A queue as RocketMQ names it: (broker name, queue id).
 QueueId = tuple[str, int]
 
-_TXN, _BORN, _KEY, _SNAP = "RSTREAM_TXN", "RSTREAM_BORN", "RSTREAM_KEY", "RSTREAM_SNAP"
-_OWN = frozenset({_TXN, _BORN, _KEY, _SNAP})
+_TXN, _BORN, _KEY, _SNAP, _PACK = "RSTREAM_TXN", "RSTREAM_BORN", "RSTREAM_KEY", "RSTREAM_SNAP", "RSTREAM_PACK"
+_OWN = frozenset({_TXN, _BORN, _KEY, _SNAP, _PACK})
 _HIDDEN = SYSTEM_PROPERTIES | _OWN
 _MAX_BATCH_BYTES = 3 << 20  # under RocketMQ's default 4 MB per request
 # RocketMQ 5.3.3 advances a queue's next offset by a batch's message count cast to a short
@@ -210,6 +211,11 @@ _GIVEN_UP_MAX = 5  # attempts of one append that readers gave up on before ``app
 _SCAN_EVERY_S = 600.0  # ``maintain`` looks at ages at most this often (and a twelfth of the retention)
 _READ, _WRITE = 4, 2  # RocketMQ's permission bits (PermName)
 _HALF_PIPELINE = 4096  # half messages per pipelined request run (a run cut off aborts the attempt)
+# A packed topic (``create_topic(packed=True)``: a shuffle topic, which only rstream reads) stores up to
+# 2**_PACK_BITS records in one message; record i of message m has offset m << _PACK_BITS | i.
+_PACK_BITS = 12
+_PACK_RECORDS = 1 << _PACK_BITS
+_PACK_BYTES = 1 << 20  # of records' keys and bodies in one message at most (RocketMQ takes 4 MB a message)
 
 T = TypeVar("T")
 
@@ -287,7 +293,13 @@ class _Topic:
     info: TopicInfo
     queue_ids: tuple[QueueId, ...]  # rstream's queue q is queue_ids[q]
     read_at: float = 0.0  # time.monotonic() when its route was last read
+    packed: bool = False  # many records a message, offsets message << _PACK_BITS | index (``create_topic``)
     by_broker: dict[str, list[int]] = field(init=False, repr=False)  # broker name -> its queues (rstream's numbers)
+
+    @property
+    def shift(self) -> int:
+        """Bits of a record's offset below its message's offset: _PACK_BITS on a packed topic, else 0."""
+        return _PACK_BITS if self.packed else 0
 
     def __post_init__(self) -> None:
         self.by_broker = {}
@@ -306,6 +318,7 @@ class _Log:
     winners: dict[tuple[Any, ...], CommitTag] = field(default_factory=dict)  # (job, topic, queue, start) -> tag
     by_job: dict[str, list[CommitTag]] = field(default_factory=dict)  # commit order
     compact: set[str] = field(default_factory=set)  # the topics created compact
+    packed: set[str] = field(default_factory=set)  # the topics created packed (records packed into messages)
     deleted_ms: dict[str, int] = field(default_factory=dict)  # topic -> the broker's time of its last deletion
     numbering: dict[str, tuple[QueueId, ...]] = field(default_factory=dict)  # topic -> its queues, numbered
     # what outlives the broker's retention (the module's docstring, "Retention"):
@@ -567,7 +580,8 @@ class RocketMQBroker:
                 f"numbered ({', '.join(map(label, numbering))}); someone added queues or a broker to it. rstream never "
                 "renumbers a topic's queues by itself (a job's state and offsets are per queue number): once no job "
                 f"reads it, broker.adopt_queues({name!r}) numbers the new queues after the old ones")
-        topic = _Topic(TopicInfo(name, len(numbering), name in log.compact), tuple(numbering), time.monotonic())
+        topic = _Topic(TopicInfo(name, len(numbering), name in log.compact), tuple(numbering), time.monotonic(),
+                       name in log.packed)
         self._topics[name] = topic
         return topic
 
@@ -627,12 +641,21 @@ class RocketMQBroker:
 
     # -- topics ---------------------------------------------------------------------------------
     def create_topic(self, name: str, queues: int = 8, compact: bool = False, *,
-                     brokers: Sequence[str] | None = None) -> TopicInfo:
+                     brokers: Sequence[str] | None = None, packed: bool = False) -> TopicInfo:
         """Create a topic of ``queues`` queues in all, spread over ``brokers`` (names; default
-        ``topic_brokers``, else every master of the cluster): ``spread``."""
+        ``topic_brokers``, else every master of the cluster): ``spread``.
+
+        ``packed``: a topic only rstream reads (a shuffle topic): an append stores up to 4096 of a queue's
+        records in one RocketMQ message (its records' keys, bodies, times, headers and tags, marshalled),
+        so RocketMQ stores, indexes and serves one message where it would many. A record keeps an offset
+        of its own, ``message offset << 12 | its index in the message``: in order, never dense (the
+        ``Broker`` contract's ``packed``). A topic that exists keeps how it was made."""
         validate_topic_name(name)
         if not isinstance(queues, int) or queues < 1:
             raise BrokerError(f"a topic needs at least one queue, got queues={queues!r}")
+        if packed and compact:
+            raise BrokerError(f"topic {name!r}: a compact topic is read as the latest record per message key, "
+                              "so it cannot be packed; give compact=True or packed=True, not both")
         existing = self._lookup(name)
         wanted = TopicInfo(name, queues, bool(compact))
         if existing is not None:
@@ -651,8 +674,11 @@ class RocketMQBroker:
         counts = spread(queues, chosen)
         numbering = numbered(counts)
         # said first: a topic is never seen without its setting and its numbering
-        self._log_append({"t": "topic", "topic": name, "compact": bool(compact),
-                          "queues": [list(q) for q in numbering]})
+        made: dict[str, Any] = {"t": "topic", "topic": name, "compact": bool(compact),
+                                "queues": [list(q) for q in numbering]}
+        if packed:
+            made["packed"] = True
+        self._log_append(made)
         for broker, count in sorted(counts.items()):
             self._at(broker, self._client.create_topic, name, count, what=f"create topic {name!r}")
         deadline = time.monotonic() + 15
@@ -931,7 +957,7 @@ class RocketMQBroker:
                              what=f"read the first offsets of {topic.info.name}")
             for q in queues:
                 queue_id = topic.queue_ids[q][1]
-                firsts[q] = stats[queue_id][0] if stats is not None and queue_id < len(stats) else 0
+                firsts[q] = stats[queue_id][0] << topic.shift if stats is not None and queue_id < len(stats) else 0
         return firsts
 
     @staticmethod
@@ -986,6 +1012,10 @@ class RocketMQBroker:
                 log.compact.add(name)
             else:
                 log.compact.discard(name)
+            if entry.get("packed"):
+                log.packed.add(name)
+            else:
+                log.packed.discard(name)
             if "queues" in entry:
                 log.numbering[name] = tuple((str(b), int(q)) for b, q in entry["queues"])
         elif kind == "numbering":  # a topic made by another tool, numbered when rstream first saw it (or adopted)
@@ -1004,6 +1034,7 @@ class RocketMQBroker:
             job, topic = entry.get("job"), entry.get("topic")
             if job is None:  # a deleted topic: its setting, and what attempts were writing to it, go with it
                 log.compact.discard(topic)
+                log.packed.discard(topic)
                 log.numbering.pop(topic, None)
                 log.deleted_ms[topic] = max(log.deleted_ms.get(topic, 0), m.store_timestamp)
                 for where in [w for w in log.pending if w.rpartition("/")[0] == topic]:
@@ -1072,9 +1103,19 @@ class RocketMQBroker:
                 # deleted (or made anew) by another client since this object looked it up: ask as before
             for q in qs:
                 ends[q] = self._max_offset(topic, q)
-        return [ends[q] for q in queues]
+        return [ends[q] << topic.shift for q in queues]
 
     # -- offsets --------------------------------------------------------------------------------
+    def range_end(self, topic: str, queue: int, start: int, end: int, max_records: int) -> int:
+        """Where a range from ``start`` of at most ``max_records`` records ends, up to ``end``
+        (``rstream.broker.base.range_end``): on a packed topic where a message does, after as many
+        whole messages as ``max_records`` fills with full ones (one at least), so a range never walks
+        the offsets a message's records leave unused."""
+        found = self._get(topic)
+        if not found.packed:
+            return min(end, start + max_records)
+        return min(end, ((start >> _PACK_BITS) + max(1, max_records >> _PACK_BITS)) << _PACK_BITS)
+
     def end_offsets(self, topic: str) -> list[int]:
         found = self._get(topic)
         with self._lock:
@@ -1107,7 +1148,7 @@ class RocketMQBroker:
         found = self._queue(topic, queue)
         broker, queue_id = found.queue_ids[queue]
         lo = self._at(broker, self._client.min_offset, topic, queue_id)
-        hi = self._stable_ends(found, [queue])[0]
+        hi = self._stable_ends(found, [queue])[0] >> found.shift  # a packed topic's: at a message's start
         while lo < hi:  # the first offset stored at or after timestamp_ms: store times never go back
             mid = (lo + hi) // 2
             messages, _, _end = self._pull(broker, topic, queue_id, mid, 1, f"read {topic}/{queue}")
@@ -1115,7 +1156,7 @@ class RocketMQBroker:
                 hi = mid
             else:
                 lo = mid + 1
-        return lo
+        return lo << found.shift
 
     # -- writing --------------------------------------------------------------------------------
     def send(self, topic: str, body: bytes | str, key: MessageKey = None, headers: Mapping[str, str] | None = None,
@@ -1166,14 +1207,30 @@ class RocketMQBroker:
     def _send_queue(self, topic: _Topic, queue: int, records: Iterable[RecordTuple],
                     attempt: str | None, snapshot: str | None = None) -> tuple[int, int]:
         """Append ``records`` to one queue in batch requests of at most ``_MAX_BATCH_BYTES`` and
-        ``_MAX_BATCH_MESSAGES``; ``(first offset, end offset)``: the first request's first, the last request's end.
+        ``_MAX_BATCH_MESSAGES``, a packed topic's packed into messages (``_packs``); ``(first offset,
+        end offset)``: the first request's first, the last request's end (-1, -1: nothing sent).
 
         Records of an attempt return at once: readers see them once the attempt's commit is in the
         decision log, which RocketMQ makes readable after them (it makes the messages of its commit
         log readable in order). Records sent without one are readable when it returns."""
+        if topic.packed:
+            first, end = self._send_messages(topic, queue, _packs(records), attempt, None, f"{_PACK}\x011\x02")
+            if end > 0:
+                first, end = first << _PACK_BITS, end << _PACK_BITS
+        else:
+            first, end = self._send_messages(topic, queue, records, attempt, snapshot)
+        if end > 0 and attempt is None:
+            self._await(topic, queue, end)
+        return first, end
+
+    def _send_messages(self, topic: _Topic, queue: int, records: Iterable[RecordTuple], attempt: str | None,
+                       snapshot: str | None = None, own: str = "") -> tuple[int, int]:
+        """``_send_queue`` of one message a record: ``(first, end)`` message offsets, not waited for;
+        ``own``: properties text of rstream's own that every message carries."""
         first = last_end = -1
         where, queue_id = topic.queue_ids[queue]
-        own = f"{_TXN}\x01{attempt}\x02" if attempt is not None else ""
+        if attempt is not None:
+            own += f"{_TXN}\x01{attempt}\x02"
         if snapshot is not None:  # a record of a compact queue's snapshot (``snapshot``)
             own += f"{_SNAP}\x01{snapshot}\x02"
         headers: dict[int, str] = {}  # id -> the properties text of a headers dict (a batch shares a few)
@@ -1237,8 +1294,6 @@ class RocketMQBroker:
             at = self._at(where, self._client.send_batch, name, queue_id, batch, born0, what=f"write to {name}/{queue}")
             first = at if first < 0 else first
             last_end = at + count
-        if last_end > 0 and attempt is None:
-            self._await(topic, queue, last_end)
         return first, last_end
 
     def append(self, records: Mapping[tuple[str, int], Sequence[RecordTuple]], tag: CommitTag | None = None) -> bool:
@@ -1497,14 +1552,17 @@ class RocketMQBroker:
 
     # -- reading --------------------------------------------------------------------------------
     def _pulled(self, topic: _Topic, queue: int, start: int, end: int) -> Iterator[PulledMessage]:
-        """The committed messages of ``[start, end)`` (end clipped at the stable end)."""
+        """The committed messages of ``[start, end)`` (end clipped at the stable end); of a packed topic,
+        the messages that hold a record of it (``_records`` unpacks them)."""
         end = min(end, self._stable_ends(topic, [queue])[0])
         decided = self._log.decided
         # what a crash recovery put back from the topic's life before its last deletion (module docstring)
         before = self._log.deleted_ms.get(topic.info.name, -1)
         broker, queue_id = topic.queue_ids[queue]
         name = topic.info.name
-        offset = max(start, 0)
+        shift = topic.shift
+        offset = max(start, 0) >> shift
+        end = (end + (1 << shift) - 1) >> shift
         while offset < end:
             messages, nxt, _end = self._pull(broker, name, queue_id, offset, min(_PULL, end - offset), f"read {name}/{queue}")
             for m in messages:
@@ -1521,11 +1579,19 @@ class RocketMQBroker:
                 nxt = messages[-1].offset + 1
             offset = nxt
 
+    def _records(self, topic: _Topic, queue: int, start: int, end: int) -> Iterator[tuple[Any, ...]]:
+        """The committed records of ``[start, end)``: ``(offset, key, body, born, store time, headers, tags)``,
+        a packed topic's unpacked from their messages."""
+        for m in self._pulled(topic, queue, start, end):
+            if topic.packed and _PACK in m.properties_text:
+                yield from _unpacked(m, start, end)
+                continue
+            k, born, hdrs, tags = _unpack(m)
+            yield (m.offset << topic.shift, k, m.body, born, m.store_timestamp, hdrs, tags)
+
     def read_records(self, topic: str, queue: int, start: int, end: int) -> Iterator[ReadRecord]:
-        found = self._queue(topic, queue)
-        for m in self._pulled(found, queue, start, end):
-            k, born, hdrs, _tags = _unpack(m)
-            yield (m.offset, k, m.body, born, m.store_timestamp, hdrs)
+        for rec in self._records(self._queue(topic, queue), queue, start, end):
+            yield rec[:6]
 
     def read(self, topic: str, queue: int | None = None, start: int = 0, end: int | None = None) -> list[Message]:
         found = self._get(topic)
@@ -1533,9 +1599,8 @@ class RocketMQBroker:
             self._queue(topic, queue)
         out = []
         for q in range(found.info.queues) if queue is None else [queue]:
-            for m in self._pulled(found, q, start, 2**62 if end is None else end):
-                k, born, hdrs, tags = _unpack(m)
-                out.append(Message(topic, q, m.offset, k, m.body, born, m.store_timestamp, hdrs or {}, tags))
+            for offset, k, body, born, store, hdrs, tags in self._records(found, q, start, 2**62 if end is None else end):
+                out.append(Message(topic, q, offset, k, body, born, store, hdrs or {}, tags))
         return out
 
     committed_only = read
@@ -1793,6 +1858,7 @@ def _dump(log: _Log) -> dict[str, Any]:
                    if attempts & set(log.undecided)],
         "lost": log.lost,
         "compact": sorted(log.compact),
+        "packed": sorted(log.packed),
         "deleted_ms": log.deleted_ms,
         "numbering": {name: [list(q) for q in queues] for name, queues in log.numbering.items()},
         "snapshots": log.snapshots,
@@ -1816,6 +1882,7 @@ def _restore(log: _Log, data: Mapping[str, Any]) -> None:
     log.lost = {a: {w: None if e is None else int(e) for w, e in ends.items()} for a, ends in data["lost"].items()}
     log.decided = dict.fromkeys(log.lost, False)
     log.compact = set(data["compact"])
+    log.packed = set(data.get("packed", ()))
     log.deleted_ms = {k: int(v) for k, v in data["deleted_ms"].items()}
     log.numbering = {name: tuple((str(b), int(q)) for b, q in queues) for name, queues in data["numbering"].items()}
     log.snapshots = {k: list(v) for k, v in data["snapshots"].items()}
@@ -1901,3 +1968,52 @@ def _parsed(text: str) -> tuple[MessageKey, int | None, dict[str, str] | None, s
                             f"{props.get(_KEY)!r}, {props.get(_BORN)!r} (another client's, or garbled)") from None
     headers = {k: v for k, v in props.items() if k not in _HIDDEN}
     return key, born, headers or None, props.get("TAGS"), props.get(_TXN), props.get(_SNAP)
+
+
+def _packs(records: Iterable[RecordTuple]) -> Iterator[RecordTuple]:
+    """A packed topic's records as messages (``create_topic(packed=True)``): each up to ``_PACK_RECORDS``
+    records and about ``_PACK_BYTES`` of keys and bodies, its body their columns marshalled (keys, bodies,
+    born times, headers, tags), its born time its first record's."""
+    keys: list[MessageKey] = []
+    bodies: list[bytes] = []
+    borns: list[int] = []
+    headers: list[Mapping[str, str] | None] = []
+    tags: list[str | None] = []
+    checked: dict[int, dict[str, str]] = {}  # id -> a headers mapping checked and copied (a batch shares a few)
+    size = 0
+    for k, body, born, hdrs, tag in records:
+        if type(body) is not bytes and not isinstance(body, bytes):
+            raise BrokerError(f"message body must be bytes, got {type(body).__name__}")
+        if k is not None and not isinstance(k, (str, bytes)):
+            raise BrokerError(f"message key must be str, bytes or None, got {type(k).__name__}: {k!r}")
+        copied = None
+        if hdrs:
+            copied = checked.get(id(hdrs))
+            if copied is None:
+                _check_headers(hdrs)
+                copied = checked[id(hdrs)] = dict(hdrs)
+        keys.append(k)
+        bodies.append(bytes(body))
+        borns.append(int(born))
+        headers.append(copied)
+        tags.append(tag)
+        size += len(body) + (len(k) if k is not None else 0) + 16
+        if len(keys) >= _PACK_RECORDS or size >= _PACK_BYTES:
+            yield None, marshal.dumps((keys, bodies, borns, headers, tags)), borns[0], None, None
+            keys, bodies, borns, headers, tags, size = [], [], [], [], [], 0
+    if keys:
+        yield None, marshal.dumps((keys, bodies, borns, headers, tags)), borns[0], None, None
+
+
+def _unpacked(m: PulledMessage, start: int, end: int) -> Iterator[tuple[Any, ...]]:
+    """The records of a packed message (``_packs``) whose offsets lie in ``[start, end)``: ``(offset, key,
+    body, born, store time, headers, tags)``."""
+    try:
+        keys, bodies, borns, headers, tags = marshal.loads(m.body)
+    except (ValueError, EOFError, TypeError):
+        raise ProtocolError(f"message {m.offset} of a packed topic holds no records that rstream packed (another "
+                            "client's, or garbled): only rstream writes a packed topic (a shuffle topic)") from None
+    base = m.offset << _PACK_BITS
+    store = m.store_timestamp
+    for i in range(max(start - base, 0), min(end - base, len(keys))):
+        yield base + i, keys[i], bodies[i], borns[i], store, headers[i], tags[i]

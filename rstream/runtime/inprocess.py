@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rstream.broker.base import Broker
+from rstream.broker.base import Broker, range_end
 from rstream.graph.topology import Topology
 from rstream.runtime.commit import run_queue
 from rstream.runtime.config import TaskConfig
@@ -54,7 +54,7 @@ class InProcessJob:
         for topic in self.topology.input_topics:
             for queue, end in enumerate(self.broker.end_offsets(topic)):
                 start = self._start[(topic, queue)]
-                end = min(end, start + self.settings.max_records_per_queue)
+                end = range_end(self.broker, topic, queue, start, end, self.settings.max_records_per_queue)
                 if end > start:
                     ranges.append((topic, queue, start, end))
         if not ranges:

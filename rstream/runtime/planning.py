@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rstream.broker.base import range_end
+
 
 def queue_key(topic: str, queue: int) -> str:
     return f"{topic}/{queue}"
@@ -42,7 +44,7 @@ def shuffle_ranges(broker: Any, job: str, topics: Sequence[str], max_per_queue: 
         for q, end in enumerate(broker.end_offsets(topic)):  # each topic's ends read once
             begin = committed_end(broker, job, topic, q, 0)
             if end > begin:
-                ranges.append([topic, q, begin, min(end, begin + max_per_queue), batch])
+                ranges.append([topic, q, begin, range_end(broker, topic, q, begin, end, max_per_queue), batch])
     return ranges
 
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from rstream.broker.base import Broker
+from rstream.broker.base import Broker, range_end
 from rstream.runtime.commit import run_partition
 from rstream.runtime.config import config_from_blob
 from rstream.runtime.planning import committed_end, plan_tasks, split_queue_key
@@ -104,6 +104,12 @@ def share_ranges(broker: Broker, share: dict[str, Any]) -> list[list[Any]]:
     bins = plan_tasks(spans, share["count"])
     step = share["max_per_queue"]
     mine = bins[share["index"]] if share["index"] < len(bins) else []
-    return [[topic, queue, lo, min(lo + step, end), batch]
-            for topic, queue, begin, end, batch in mine for lo in range(begin, end, step)]
+    out = []
+    for topic, queue, begin, end, batch in mine:
+        lo = begin
+        while lo < end:
+            hi = range_end(broker, topic, queue, lo, end, step)
+            out.append([topic, queue, lo, hi, batch])
+            lo = hi
+    return out
 

@@ -34,6 +34,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from rstream.broker.base import range_end
 from rstream.runtime.planning import committed_end, plan_tasks, queue_key, split_queue_key
 
 SCHEMA = "topic string, queue int, start long, end long, info string"
@@ -177,7 +178,8 @@ class RStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # a shuffle queue the driver drained keeps its offset: no batch just to say so
             begin = start.get(key, self.initial.get(key, 0))
             done = self._committed(key, begin) if end > begin else begin
-            out[key] = begin if end <= done else min(end, done + self.max_per_queue)
+            out[key] = begin if end <= done else range_end(self.broker, *split_queue_key(key), done, end,
+                                                           self.max_per_queue)
         return out
 
     def _committed(self, key: str, begin: int) -> int:

@@ -28,7 +28,7 @@ def prepare_topics(topology: Topology, broker: Broker, settings: JobProperties) 
     for topic in topology.source_topics:
         broker.topic(topic)  # raises UnknownTopicError with a hint
     for shuffle, queues in topology.shuffle_topics.items():
-        broker.create_topic(shuffle, queues=queues)
+        broker.create_topic(shuffle, queues=queues, packed=settings.pack_shuffle)
     for input_topic, state_topic in topology.state_topics.items():
         broker.create_topic(state_topic, queues=broker.topic(input_topic).queues, compact=True)
     sink_queues = {}

@@ -216,8 +216,9 @@ class EmbeddedBroker:
         return sqlite.wait_for_checkpoints(timeout_s)
 
     # -- topics -------------------------------------------------------------------------------
-    def create_topic(self, name: str, queues: int = 8, compact: bool = False) -> TopicInfo:
-        """Create a topic with ``queues`` queues (idempotent when the settings match)."""
+    def create_topic(self, name: str, queues: int = 8, compact: bool = False, *, packed: bool = False) -> TopicInfo:
+        """Create a topic with ``queues`` queues (idempotent when the settings match). ``packed`` changes
+        nothing here: every append is stored as record batches, offsets dense."""
         validate_topic_name(name)
         if not isinstance(queues, int) or isinstance(queues, bool) or queues < 1:
             raise BrokerError(f"topic {name!r}: queues must be a positive int, got {queues!r}")
