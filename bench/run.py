@@ -24,7 +24,16 @@ Measured:
 (a-rmq) the same job as (a), on a real Apache RocketMQ 5.3.3: a ``LocalRocketMQ`` (name server and
     broker JVMs) that the bench starts in its temporary folder (its start time and RSS reported) and
     stops at the end, the same sentences produced into it, checked as (a); with the CPU its JVMs used
-    during the run. Reported as speed a-rmq/a (RocketMQ over the embedded broker, target >= 0.5) and
+    during the run. (a2-rmq): ``aggregate_emit="batch"``; (a-rmq0), (a2-rmq0): both with
+    ``pack_shuffle=False`` (a RocketMQ message per shuffle record). Each counted in the messages
+    RocketMQ stored for it (its per-queue end offsets of every topic, before and after) and the records
+    its tasks wrote, per second of the run, and over (k).
+(k) the broker's own write rate on the same LocalRocketMQ, before the word count: the official Java
+    client in a loop (``bench/BrokerRate.java``, compiled with javac at bench time against the
+    rocketmq-client jar LocalRocketMQ runs with) shaped like RocketMQ's benchmark Producer and
+    BatchProducer, from 64 threads of one message a send to 2 threads of 4096; acknowledged and
+    readable messages per second (``bench.rocketmq.broker_rate``); (k) is the best readable rate.
+    ``--skip broker-rate`` leaves it out. Reported as speed a-rmq/a (RocketMQ over the embedded broker, target >= 0.5) and
     a-rmq/c (over Spark native), in the same run. ``--skip rocketmq`` leaves it out; asked for without
     RocketMQ's jars (``bash setup.sh`` fetches them), the bench stops before it starts anything.
     ``--profile`` also runs the job's tasks in-process on RocketMQ and on the embedded broker
@@ -205,13 +214,15 @@ def main(argv: list[str] | None = None) -> int:
                 ka = results["broker_rate"]["best_acknowledged_per_s"]
                 print(f"\n  rstream's writes on RocketMQ against (k) = {k:,.0f} messages/s readable (the broker's own "
                       f"rate; acknowledged: {ka:,.0f}):")
-                for part, emit in (("a_rmq", "per-record"), ("a2_rmq", "batch")):
+                for part, emit in (("a_rmq", "per-record"), ("a_rmq0", "per-record, shuffle not packed"),
+                                   ("a2_rmq", "batch"), ("a2_rmq0", "batch, shuffle not packed")):
                     rm[f"{part}_over_k"] = rm[f"{part}_messages_per_s"] / k
                     rm[f"{part}_over_k_acknowledged"] = rm[f"{part}_messages_per_s"] / ka
                     print(f"    ({part.replace('_', '-')}) {emit} emission: {rm[f'{part}_messages_per_s']:9,.0f} messages/s "
                           f"stored over the whole run = {rm[f'{part}_over_k']:.3f} x (k) "
                           f"({rm[f'{part}_over_k_acknowledged']:.3f} x acknowledged)  (target >= 0.5: "
-                          f"{'MET' if rm[f'{part}_over_k'] >= 0.5 else 'NOT MET'});  its input, "
+                          f"{'MET' if rm[f'{part}_over_k'] >= 0.5 else 'NOT MET'});  records written "
+                          f"{rm[f'{part}_records_per_s']:,.0f}/s = {rm[f'{part}_records_per_s'] / k:.3f} x (k);  its input, "
                           f"{args.words / results['wordcount']['median_s'][part]:,.0f} words/s = "
                           f"{args.words / results['wordcount']['median_s'][part] / k:.3f} x (k)", flush=True)
             if mq is not None:

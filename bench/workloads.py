@@ -76,15 +76,17 @@ def progress_summary(progress: list[Any], source: str) -> dict[str, Any]:
 
 def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, expected: dict[str, int] | None,
                 max_per_queue: int, emit: str = "record", combine: bool = True,
-                cpu_of: Callable[[], float] | None = None) -> dict[str, Any]:
+                cpu_of: Callable[[], float] | None = None, props: dict[str, Any] | None = None) -> dict[str, Any]:
     """(a) and (a2): the word count on Spark; ``combine``: built with the combine rewrite (off: (a0));
-    ``cpu_of``: CPU seconds of something else (RocketMQ's JVMs), read before and after the timed part."""
+    ``cpu_of``: CPU seconds of something else (RocketMQ's JVMs), read before and after the timed part;
+    ``props``: more job properties. ``records_written``: the records its tasks wrote (sink and shuffle
+    records, state changes), from its progress."""
     from rstream import RocketMQStream
 
     sink = f"{job_id}-counts"
     topo = wordcount_topology(job_id, source, sink, combine)
     job = RocketMQStream(topo, properties={"data_dir": str(root / "rstream"), "max_records_per_queue": max_per_queue,
-                                           "aggregate_emit": emit},
+                                           "aggregate_emit": emit, **(props or {})},
                          broker=broker, spark=spark)
     cpu0 = cpu_of() if cpu_of is not None else 0.0
     wall = time.time()
@@ -98,6 +100,7 @@ def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, e
         "other_cpu_s": other_cpu,
         "spark_trigger_ms": spark_trigger_ms(getattr(job, "_query", None)),
         "phases": phases,
+        "records_written": sum(sum(q.records_out.values()) + q.changed_keys for p in job.progress for q in p.queues),
         **progress_summary(job.progress, source),
     }
     if expected is not None:
@@ -478,11 +481,11 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
 
     runs: dict[str, list[dict[str, Any]]] = {"a": [], "a0": [], "a2": [], "b": [], "c": [], "d": [], "d2": []}
     if rmq_broker is not None:
-        runs["a_rmq"], runs["a2_rmq"] = [], []
+        runs["a_rmq"], runs["a2_rmq"], runs["a_rmq0"], runs["a2_rmq0"] = [], [], [], []
     for r in range(args.repeat):
         # alternate the order so neither side always runs on a warmer (or busier) machine
-        order = ("b", "a", "a_rmq", "a0", "d", "a2", "a2_rmq", "d2", "c") if r % 2 == 0 else \
-            ("b", "c", "d2", "a2_rmq", "a2", "d", "a0", "a_rmq", "a")
+        order = ("b", "a", "a_rmq", "a_rmq0", "a0", "d", "a2", "a2_rmq", "a2_rmq0", "d2", "c") if r % 2 == 0 else \
+            ("b", "c", "d2", "a2_rmq0", "a2_rmq", "a2", "d", "a0", "a_rmq0", "a_rmq", "a")
         for part in (p for p in order if p in runs):
             if part == "b":
                 res = run_python(sentences)
@@ -495,10 +498,12 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
                 res = run_rstream(spark, broker, root, "sentences", f"wc0-r{r}", expected, args.words, combine=False)
             elif part == "a2":
                 res = run_rstream(spark, broker, root, "sentences", f"wcb-r{r}", expected, args.words, emit="batch")
-            elif part in ("a_rmq", "a2_rmq"):
+            elif part in ("a_rmq", "a2_rmq", "a_rmq0", "a2_rmq0"):
                 before = stored_messages(rmq_broker)
-                res = run_rstream(spark, rmq_broker, root, "sentences", f"wcr{part[1:-4]}-r{r}", expected, args.words,
-                                  emit="record" if part == "a_rmq" else "batch", cpu_of=lambda: jvm_cpu(mq))
+                packed = not part.endswith("0")  # a_rmq0, a2_rmq0: shuffle records one per message, as before
+                res = run_rstream(spark, rmq_broker, root, "sentences", f"wcr{part[1:].replace('_rmq', '')}-r{r}",
+                                  expected, args.words, emit="record" if part.startswith("a_") else "batch",
+                                  cpu_of=lambda: jvm_cpu(mq), props={"pack_shuffle": packed})
                 res["rocketmq_rss_bytes"] = mq.rss_bytes()
                 res["stored"] = written(before, stored_messages(rmq_broker))
                 res["messages"] = sum(res["stored"].values())
@@ -514,7 +519,7 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
               f"(d) bytewax {runs['d'][-1]['seconds']:.2f} s  (d2) bytewax count_final {runs['d2'][-1]['seconds']:.2f} s"
               + "".join(f"  ({k.replace('_', '-')}) on RocketMQ {runs[k][-1]['seconds']:.2f} s, "
                         f"{runs[k][-1]['messages']} messages stored (its JVMs' CPU {runs[k][-1]['other_cpu_s']:.2f} s)"
-                        for k in ("a_rmq", "a2_rmq") if k in runs)
+                        for k in ("a_rmq", "a_rmq0", "a2_rmq", "a2_rmq0") if k in runs)
               + f"   verified  (load {os.getloadavg()[0]:.2f})", flush=True)
 
     med = {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()}
@@ -588,14 +593,20 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
         print(f"  (a2-rmq) the same, aggregate_emit=batch     {med['a2_rmq']:7.2f} s  {fmt_rate(n, med['a2_rmq'])} words  "
               f"(best {best['a2_rmq']:.2f} s; its JVMs' CPU {rocketmq['a2_rmq_jvm_cpu_s']:.2f} s); a2-rmq/a2 = "
               f"{rocketmq['speed_a2_rmq_over_a2']:.3f}")
-        for k in ("a_rmq", "a2_rmq"):
+        for k, what in (("a_rmq", "per-record, shuffle packed"), ("a_rmq0", "per-record, shuffle not packed"),
+                        ("a2_rmq", "emit=batch, shuffle packed"), ("a2_rmq0", "emit=batch, shuffle not packed")):
             m = statistics.median(x["messages_per_s"] for x in runs[k])
+            rec = statistics.median(x["records_written"] / x["seconds"] for x in runs[k])
+            rocketmq[f"{k}_seconds"] = med[k]
             rocketmq[f"{k}_messages_per_s"] = m
+            rocketmq[f"{k}_records_per_s"] = rec
             rocketmq[f"{k}_messages"] = runs[k][-1]["messages"]
+            rocketmq[f"{k}_records_written"] = runs[k][-1]["records_written"]
             rocketmq[f"{k}_stored"] = runs[k][-1]["stored"]
-            print(f"  ({k.replace('_', '-')}) messages RocketMQ stored for it: {runs[k][-1]['messages']} "
-                  f"({', '.join(f'{t} {c}' for t, c in runs[k][-1]['stored'].items())}); "
-                  f"{m:,.0f} messages/s over the run (median)", flush=True)
+            print(f"  ({k.replace('_', '-')}) {what}: {med[k]:6.2f} s (best {best[k]:.2f} s), "
+                  f"{runs[k][-1]['records_written']} records written in {runs[k][-1]['messages']} messages "
+                  f"RocketMQ stored ({', '.join(f'{t} {c}' for t, c in runs[k][-1]['stored'].items())}); "
+                  f"{m:,.0f} messages/s, {rec:,.0f} records/s over the run (medians)", flush=True)
     print(f"  busy-time speed a/b = {med['b'] / a_busy:.3f};  busy-time speed a/c(trigger) = "
           f"{(statistics.median(c_trigger) / 1000 / a_busy) if c_trigger else float('nan'):.3f}", flush=True)
     return {"words": n, "sentences": len(sentences), "distinct": len(expected), "produce_s": t_produce,

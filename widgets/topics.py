@@ -11,6 +11,7 @@ import time
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from html import escape
+from itertools import islice
 from typing import Any
 
 import ipywidgets
@@ -131,17 +132,23 @@ class TopicPage:
         queues = [queue] if queue is not None else list(range(info.queues))
         starts = {q: max(int(start.get(q, 0) if isinstance(start, Mapping) else start), 0) for q in queues}
         found: list[TopicMessage] = []
+        ends = broker.end_offsets(topic)
         for q in queues:
-            for m in broker.read(topic, q, starts[q], starts[q] + limit):
-                found.append(TopicMessage(q, m.offset, decode_message(role, m.key, m.body, m.headers), m.born_timestamp,
-                                     m.store_timestamp, dict(m.headers), m.key, m.body))
+            if getattr(broker, "gapless", True):  # offsets dense: the page's offsets are known
+                rows = ((m.offset, m.key, m.body, m.born_timestamp, m.store_timestamp, m.headers)
+                        for m in broker.read(topic, q, starts[q], starts[q] + limit))
+            else:  # offsets may skip (RocketMQ: a lost attempt's, a packed shuffle topic's): the next ``limit``
+                rows = islice(broker.read_records(topic, q, starts[q], ends[q]), limit)
+            for offset, key, body, born, store, headers in rows:
+                found.append(TopicMessage(q, offset, decode_message(role, key, body, headers), born, store,
+                                          dict(headers or {}), key, body))
         found.sort(key=lambda m: (m.store_ms, m.offset, m.queue))  # one send stores many queues in the same ms
         shown = found[:limit]
         next_starts = dict(starts)
         for shown_message in shown:
             q = shown_message.queue
             next_starts[q] = max(next_starts[q], shown_message.offset + 1)
-        return cls(topic, role, queue, starts, shown, next_starts, broker.end_offsets(topic))
+        return cls(topic, role, queue, starts, shown, next_starts, ends)
 
     @classmethod
     def at_time(cls, broker: Broker, topic: str, timestamp_ms: int, queue: int | None = None,

@@ -170,7 +170,8 @@ class ProgressLog:
 
     def lag(self) -> Any:
         """Per input queue (sources, then shuffle topics): its end offset, the offset up to which this
-        job has committed, and the records left to read (``lag``), as a DataFrame."""
+        job has committed, and the records left to read (``lag``), as a DataFrame. On a packed shuffle
+        topic (``pack_shuffle`` on RocketMQ) ``lag`` counts offsets, not records: 0 when none is left."""
         import pandas as pd
 
         rows = [{"topic": t, "queue": q, "end_offset": end, "committed_offset": done, "lag": end - done}
