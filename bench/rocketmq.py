@@ -295,6 +295,20 @@ def written(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {t: n - before.get(t, 0) for t, n in sorted(after.items()) if n > before.get(t, 0)}
 
 
+def records_written(broker: Any, stored: dict[str, int]) -> int:
+    """The records in the messages of ``stored`` (``written``; topics made by the run): a message each,
+    a packed topic's (a shuffle topic with ``pack_shuffle``) counted by reading them back."""
+    total = 0
+    for topic, messages in stored.items():
+        found = broker._topics.get(topic)  # the topics rstream made or read in this process
+        if found is not None and found.packed:
+            total += sum(sum(1 for _ in broker.read_records(topic, q, 0, end))
+                         for q, end in enumerate(broker.end_offsets(topic)))
+        else:
+            total += messages
+    return total
+
+
 def broker_rate(mq: Any, broker: Any, classes: Path, seconds: float = 8.0, body_bytes: int = 16,
                 configs: tuple[tuple[int, int], ...] = RATE_CONFIGS, queues: int = 8) -> dict[str, Any]:
     """(k): messages per second this RocketMQ stores from the official Java client (``BrokerRate.java``,

@@ -27,7 +27,7 @@ Measured:
     during the run. (a2-rmq): ``aggregate_emit="batch"``; (a-rmq0), (a2-rmq0): both with
     ``pack_shuffle=False`` (a RocketMQ message per shuffle record). Each counted in the messages
     RocketMQ stored for it (its per-queue end offsets of every topic, before and after) and the records
-    its tasks wrote, per second of the run, and over (k).
+    those messages hold (a packed one many), per second of the run, and over (k).
 (k) the broker's own write rate on the same LocalRocketMQ, before the word count: the official Java
     client in a loop (``bench/BrokerRate.java``, compiled with javac at bench time against the
     rocketmq-client jar LocalRocketMQ runs with) shaped like RocketMQ's benchmark Producer and

@@ -79,8 +79,7 @@ def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, e
                 cpu_of: Callable[[], float] | None = None, props: dict[str, Any] | None = None) -> dict[str, Any]:
     """(a) and (a2): the word count on Spark; ``combine``: built with the combine rewrite (off: (a0));
     ``cpu_of``: CPU seconds of something else (RocketMQ's JVMs), read before and after the timed part;
-    ``props``: more job properties. ``records_written``: the records its tasks wrote (sink and shuffle
-    records, state changes), from its progress."""
+    ``props``: more job properties."""
     from rstream import RocketMQStream
 
     sink = f"{job_id}-counts"
@@ -100,7 +99,6 @@ def run_rstream(spark: Any, broker: Any, root: Path, source: str, job_id: str, e
         "other_cpu_s": other_cpu,
         "spark_trigger_ms": spark_trigger_ms(getattr(job, "_query", None)),
         "phases": phases,
-        "records_written": sum(sum(q.records_out.values()) + q.changed_keys for p in job.progress for q in p.queues),
         **progress_summary(job.progress, source),
     }
     if expected is not None:
@@ -460,7 +458,7 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
     mq, rmq_broker = rmq if rmq is not None else (None, None)
     t_produce_rmq = None
     if rmq_broker is not None:
-        from bench.rocketmq import jvm_cpu, stored_messages, written
+        from bench.rocketmq import jvm_cpu, records_written, stored_messages, written
 
         t_produce_rmq = produce(rmq_broker, sentences, "sentences", args.queues)
         print(f"  produced into RocketMQ ({args.queues} queues) in {t_produce_rmq:.2f} s (not timed below)", flush=True)
@@ -507,6 +505,7 @@ def bench_wordcount(args: argparse.Namespace, spark: Any, broker: Any, root: Pat
                 res["rocketmq_rss_bytes"] = mq.rss_bytes()
                 res["stored"] = written(before, stored_messages(rmq_broker))
                 res["messages"] = sum(res["stored"].values())
+                res["records_written"] = records_written(rmq_broker, res["stored"])
                 res["messages_per_s"] = res["messages"] / res["seconds"]
             else:
                 res = run_spark_native(spark, root, text_dir, f"native_r{r}", expected)
