@@ -1531,7 +1531,8 @@ class RocketMQBroker:
                 if broker not in {str(d["brokerName"]) for d in (route or {}).get("queueDatas") or []}:
                     self._at(broker, self._client.create_topic, retry, 1, what=f"create {retry}")
                 self._mirrored.add((broker, group))
-            self._at(broker, self._client.update_consumer_offset, group, tag.topic, queue_id, tag.end_offset,
+            end = -(-tag.end_offset >> topic.shift)  # RocketMQ's own offset: a packed topic's next message
+            self._at(broker, self._client.update_consumer_offset, group, tag.topic, queue_id, end,
                      what=f"commit {group}'s offset of {tag.topic}/{tag.queue}")
         except (BrokerError, OSError) as exc:
             if tag.job not in self._mirror_failed:
