@@ -345,7 +345,7 @@ class _Replay:
         return None if rng is None else rng[0] + index
 
     def record(self, topic: str, queue: int, index: int) -> Any:
-        return self.run.ctx.outputs[(topic, queue)][index]
+        return self.run.ctx.out.collected[(topic, queue)][index]
 
     def changelog_offset(self, kb: bytes) -> int | None:
         if self.state_topic is None:
