@@ -233,18 +233,18 @@ class _Watched(_Replay):
 
     def _moment(self, name: str) -> dict[str, Any]:
         ctx = self.run.ctx
-        moment: dict[str, Any] = {"offset": ctx.offset}
+        moment: dict[str, Any] = {"offset": ctx.at.offset}
         proc = self.kinds.get(name)
         context = getattr(proc, "context", None)
         if context is not None:  # a keyed process function: the call that forwarded
             moment.update(key=context.key, timestamp=context.timestamp, domain=context.time_domain)
-        ow = ctx.watermarks
+        ow = ctx.time.watermarks
         if ow is not None and getattr(proc, "fires_windows", False):
-            now = ctx.idle_clock(at_end=ctx.offset == END_OF_BATCH)
-            table = ow.describe(now, ctx.flushed)
+            now = ctx.idle_clock(at_end=ctx.at.offset == END_OF_BATCH)
+            table = ow.describe(now, ctx.time.flushed)
             active = {p: s["watermark"] for p, s in table.items() if not s["idle"]}
             floor = min((w if w is not None else -(2**62) for w in active.values()), default=FIRE_ALL)
-            moment.update(producers=table, held_by=ow.holding_back(now, ctx.flushed), watermark=finite(floor))
+            moment.update(producers=table, held_by=ow.holding_back(now, ctx.time.flushed), watermark=finite(floor))
         return moment
 
 
