@@ -46,7 +46,7 @@ from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.processors.window import WindowAggregateProcessor
 from rstream.runtime.config import TaskConfig
 from rstream.runtime.topic_decoder import decode_message, topic_role
-from rstream.runtime.trace import Tracer, _Emit, _Replay
+from rstream.runtime.trace import Emit, Replay, Tracer
 from rstream.serde.codec import decode, encode
 from rstream.settings import Guarantee
 from rstream.shuffle import wire
@@ -214,7 +214,7 @@ def _text(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-class _Watched(_Replay):
+class _Watched(Replay):
     """A trace's re-execution that also notes, at each result an operator forwards, what a window
     firing or a process function's forward needs: the operator watermark and its producers, the
     record or marker being read, and a process function's key, time and timer domain."""
@@ -259,7 +259,7 @@ class _Candidate:
     headers: Any
     record: wire.ShuffleRecord
     tag: CommitTag | None = None
-    replay: _Replay | None = None
+    replay: Replay | None = None
 
     @property
     def effect(self) -> Any:
@@ -275,7 +275,7 @@ class _Explainer:
         self.job, self.work = job, work
         self.topology = job.topology
         self.cfg = job.task_config()
-        self.replays: dict[tuple[str, int, int, frozenset[int]], _Replay] = {}
+        self.replays: dict[tuple[str, int, int, frozenset[int]], Replay] = {}
         self.all_exact = True
         self._writers: dict[tuple[str, int], list[tuple[int, int, CommitTag]]] | None = None
         self._inverse: dict[tuple[str, int, int], dict[tuple[str, int, int], list[tuple[int, list[int] | None]]]] = {}
@@ -306,7 +306,7 @@ class _Explainer:
             return ranges[i][2]
         return None
 
-    def replay(self, tag: CommitTag, targets: Iterable[int] = ()) -> _Replay:
+    def replay(self, tag: CommitTag, targets: Iterable[int] = ()) -> Replay:
         targets = frozenset(targets)
         key = (tag.topic, tag.queue, tag.start_offset, targets)
         found = self.replays.get(key)
@@ -497,7 +497,7 @@ def _explain(ex: _Explainer, topic: str, queue: int, offset: int) -> Explanation
                        len(ex.replays), parts.notes)
 
 
-def _data_offsets(replay: _Replay) -> list[int]:
+def _data_offsets(replay: Replay) -> list[int]:
     end = min(replay.tag.end_offset, replay.broker.end_offsets(replay.tag.topic)[replay.tag.queue])
     return [o for o in range(replay.tag.start_offset, end) if o not in replay.control]
 
@@ -582,7 +582,7 @@ class _Parts:
                         self._via(c), batch_id=c.tag.batch_id if c.tag else None, note=headers.get(DLQ_ERROR, "")))
 
     # -- by operator kind -----------------------------------------------------------------------------
-    def stateless(self, result: _Replay, out: tuple[str, int, int]) -> None:
+    def stateless(self, result: Replay, out: tuple[str, int, int]) -> None:
         """No operator result: the sink record came from one record of the range, through stateless
         operators (a late side output's records too)."""
         replay = self.ex.replay(self.tag, _data_offsets(result))
@@ -597,7 +597,7 @@ class _Parts:
                 self._add(c)
                 return
 
-    def aggregation(self, result: _Replay, emit: _Emit, at: int) -> None:
+    def aggregation(self, result: Replay, emit: Emit, at: int) -> None:
         """A keyed aggregation: every record of the key up to the one it was processing (per batch:
         every record of the key up to the end of the batch)."""
         self.kind = "aggregation"
@@ -617,7 +617,7 @@ class _Parts:
                       places=place if last else None)
         self._late_and_dead(candidates)
 
-    def window(self, result: _Replay, emit: _Emit, moment: dict[str, Any], proc: WindowAggregateProcessor) -> None:
+    def window(self, result: Replay, emit: Emit, moment: dict[str, Any], proc: WindowAggregateProcessor) -> None:
         """A window's result: the records of its key and window, and the watermark that fired it."""
         self.kind = "window"
         wk = emit.key
@@ -640,7 +640,7 @@ class _Parts:
         if "producers" in moment or emit.during is None or emit.during in result.control:
             self.decision = _decision(result, emit, moment, end)
 
-    def join(self, result: _Replay, emit: _Emit, at: int, moment: dict[str, Any], proc: JoinProcessor) -> None:
+    def join(self, result: Replay, emit: Emit, at: int, moment: dict[str, Any], proc: JoinProcessor) -> None:
         """A join's result: the record it was processing and the record of the other side it met (a
         left join's unmatched left record alone)."""
         self.kind = "join" if proc.window is None else "window join"
@@ -680,7 +680,7 @@ class _Parts:
             self.notes.append("a left join's left record that found no right record")
         self._late_and_dead(candidates)
 
-    def process(self, result: _Replay, emit: _Emit, moment: dict[str, Any]) -> None:
+    def process(self, result: Replay, emit: Emit, moment: dict[str, Any]) -> None:
         """A keyed process function's forward: the records of its key it had taken by then (in data-time
         order) and, when it forwarded from ``on_timer``, the timer."""
         self.kind = "process"
@@ -704,7 +704,7 @@ def _side(c: _Candidate) -> int:
     return int(getattr(c.record, "side", 0) or 0)
 
 
-def _decision(result: _Replay, emit: _Emit, moment: dict[str, Any], window_end: int) -> WatermarkDecision:
+def _decision(result: Replay, emit: Emit, moment: dict[str, Any], window_end: int) -> WatermarkDecision:
     """What made a window fire, from the moment it was forwarded in the re-executed range."""
     offset = moment.get("offset", END_OF_BATCH)
     tag = result.tag
