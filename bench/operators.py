@@ -38,8 +38,9 @@ from typing import Any
 _REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(_REPO))
 
-from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, KeyedProcessFunction, StreamBuilder  # noqa: E402
+from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder  # noqa: E402
 from rstream.runtime.inprocess import InProcessJob  # noqa: E402
+from tools.functions import Dedup  # noqa: E402
 
 T0 = 1_700_000_000_000
 #: Nothing expires while a part runs: every record waits (the interval join), no source goes idle.
@@ -129,22 +130,6 @@ def _dedup_plain(events: list[dict[str, Any]], ttl: int) -> list[int]:
             last[e["user"]] = e["ts"]
             out.append(e["n"])
     return sorted(out)
-
-
-class Dedup(KeyedProcessFunction[Any, Any]):
-    """A key's first event, then none for ``ttl`` ms of data time (as ``tests/support/process.py``'s)."""
-
-    def __init__(self, ttl: int) -> None:
-        self.ttl = ttl
-
-    def process(self, key: Any, value: Any, ctx: Any) -> None:
-        if ctx.state.get() is None:
-            ctx.state.set(ctx.timestamp)
-            ctx.register_event_time_timer(ctx.timestamp + self.ttl)
-            ctx.forward(key, value)
-
-    def on_timer(self, key: Any, timestamp: int, ctx: Any) -> None:
-        ctx.state.clear()
 
 
 def _dedup_job(ttl: int) -> StreamBuilder:

@@ -7,6 +7,7 @@
     chart = EventTimeChart(job).start()         # event time against processing time, live
     StateInspector(job)                         # state at any batch, what a batch changed, replay
     TopicBrowser(broker, job)                   # every topic decoded; click a record to trace it
+    ExplainView(job, "counts", 0, 7)           # why a sink record is what it is; trace its inputs
 
 Each widget is a view over a plain object with ``to_pandas()`` and ``_repr_html_`` (``ProgressSnapshot``,
 ``WatermarkSnapshot``, ``LateDataSnapshot``, ``ErrorSnapshot``, ``EventTimeSnapshot``, ``StateSnapshot``,
@@ -27,6 +28,7 @@ from .release import ReleaseButton, Released, release, release_button
 _LAZY = {
     **dict.fromkeys(["ErrorSnapshot", "ErrorTable"], f"{__name__}.errors"),
     **dict.fromkeys(["EventTimeChart", "EventTimeSnapshot"], f"{__name__}.eventtime"),
+    **dict.fromkeys(["ExplainView"], f"{__name__}.explain"),
     **dict.fromkeys(["CheckResult", "RunFacts", "check", "run_facts"], f"{__name__}.exercises"),
     **dict.fromkeys(["LateDataSnapshot"], f"{__name__}.late"),
     **dict.fromkeys(["LateDataTable"], f"{__name__}.late_table"),
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from .errors import ErrorSnapshot, ErrorTable
     from .eventtime import EventTimeChart, EventTimeSnapshot
     from .exercises import CheckResult, RunFacts, check, run_facts
+    from .explain import ExplainView
     from .late import LateDataSnapshot
     from .late_table import LateDataTable
     from .live import LiveView
@@ -69,6 +72,7 @@ __all__ = [
     "ErrorTable",
     "EventTimeChart",
     "EventTimeSnapshot",
+    "ExplainView",
     "JobMonitor",
     "LateDataSnapshot",
     "LateDataTable",

@@ -8,7 +8,7 @@ import datetime as dt
 import json
 import re
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
 from itertools import islice
@@ -134,6 +134,7 @@ class TopicPage:
         found: list[TopicMessage] = []
         ends = broker.end_offsets(topic)
         for q in queues:
+            rows: Iterable[tuple[int, Any, bytes, int, int, Mapping[str, str] | None]]
             if getattr(broker, "gapless", True):  # offsets dense: the page's offsets are known
                 rows = ((m.offset, m.key, m.body, m.born_timestamp, m.store_timestamp, m.headers)
                         for m in broker.read(topic, q, starts[q], starts[q] + limit))

@@ -56,7 +56,7 @@ class AggregateProcessor(Processor):
     def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
         if ctx.store is None:
-            raise RuntimeError(f"{self.name} needs a state store for {ctx.topic}/{ctx.queue}")
+            raise RuntimeError(f"{self.name} needs a state store for {ctx.at.topic}/{ctx.at.queue}")
         self.store = ctx.store
         self.cache: dict[Any, Any] = {}
         self.times: dict[Any, int] = {}  # per key, the time of its latest record (per-batch emission)

@@ -198,69 +198,125 @@ class Observer(Protocol):
 
 
 @dataclass
-class StreamContext:
-    """What the processors of one input queue share during one micro-batch: the job's settings,
-    the state store, the outputs to append, and what to report. Per record it holds only where the
-    current input record is (``offset``, set by the task) and, on a framed shuffle topic, the
-    ``Frame`` that record carried (set by the shuffle source)."""
+class Position:
+    """Where a run is: the job, the queue range of one micro-batch, and the record being read. The
+    task sets ``offset`` per record; the shuffle source sets ``frame`` per record of a framed topic."""
 
     job: str
     topic: str
     queue: int
-    settings: JobProperties = DEFAULTS
-    store: StateStore | None = None
+    #: The job's micro-batch being processed (-1: not known).
+    batch_id: int = -1
+    #: The range of the input queue being processed, ``[start, end)`` (-1: not known).
+    start: int = -1
+    end: int = -1
+    #: Whether the range reaches the end of its queue as it was when the task began (nothing unread).
+    caught_up: bool = True
+    #: The offset of the record being processed.
     offset: int = -1
-    late_topic: str | None = None
+    #: What the current record of a framed shuffle topic carried (its producer's watermark and source).
+    frame: Frame = NO_FRAME
+
+
+@dataclass
+class EventTime:
+    """Time as a run sees it: processing time (the wall clock, or a fixed one when a committed batch is
+    re-executed), the operator watermark of a window or join topic, and the operators that fire on it."""
+
+    #: A fixed processing time (ms) instead of the wall clock: re-executing a committed batch.
+    fixed_now_ms: int | None = None
+    #: The operator watermark of this (shuffle) queue, for window and join operators.
+    watermarks: OperatorWatermark | None = None
     #: Per shuffle sink of a source pipeline: the source queue's watermark, restored from the last commit.
     source_watermarks: dict[str, int] = field(default_factory=dict)
     #: Per framed shuffle topic: the producers (``topic/queue/sink``) that feed it.
     producers: dict[str, list[str]] = field(default_factory=dict)
-    #: The operator watermark of this (shuffle) queue, for window and join operators.
-    watermarks: OperatorWatermark | None = None
-    #: The job's micro-batch being processed (-1: not known).
-    batch_id: int = -1
+    #: The watermark this queue's results carry on (to the next stage's markers).
+    emit_watermark: int = NO_WATERMARK
+    #: The timed operators (windows, joins, process functions) told of every watermark move.
+    operators: list[Any] = field(default_factory=list)
+    #: Whether an end-of-input flush declared every source idle in this batch.
+    flushed: bool = False
+    #: The broker time of the last record read on a window or join topic.
+    read_ms: int = 0
+
+
+@dataclass
+class Outputs:
+    """Where a run's results go: the lists of records per output topic and queue (appended with the
+    batch's commit), the late-data and dead-letter topics, and what was printed or counted."""
+
+    #: The job's late-data topic (None: late records only counted).
+    late_topic: str | None = None
     #: Where records that user code raised on go: the job's dead-letter topic (None: only counted).
     dlq_topic: str | None = None
-    #: A fixed processing time (ms) instead of the wall clock: re-executing a committed batch.
-    fixed_now_ms: int | None = None
     #: Makes the list collecting one output topic and queue (a plain list unless re-executing).
     make_output: Callable[[str, int], list[Any]] | None = None
-    #: Whether the range reaches the end of its queue as it was when the task began (nothing unread).
-    caught_up: bool = True
+
+    def __post_init__(self) -> None:
+        self.collected: dict[tuple[str, int], Any] = {}  # lists, or columns its writer keeps (``columns``)
+        self.printed: list[str] = []
+        self.late_count = 0
+        self.error_count = 0
+
+    def output(self, topic: str, queue: int) -> list[Any]:
+        """The list collecting this batch's records for ``topic``/``queue``."""
+        key = (topic, queue)
+        out = self.collected.get(key)
+        if out is None:
+            out = self.collected[key] = [] if self.make_output is None else self.make_output(topic, queue)
+        return out
+
+    def columns(self, topic: str, queue: int, make: Callable[[], Any]) -> Any:
+        """Like ``output``, kept as columns by the writer that fills it: the output of ``topic``/``queue``
+        already made, else ``make()``'s (a sink's ``BodyRecords``, a shuffle sink's items or frames),
+        else (a range re-executed with ``make_output``) the plain list of ``output``."""
+        key = (topic, queue)
+        out = self.collected.get(key)
+        if out is None and self.make_output is None:
+            out = self.collected[key] = make()
+        return out if out is not None else self.output(topic, queue)
+
+
+@dataclass(frozen=True)
+class RunMode:
+    """How a range runs: which speed paths it may take, and what watches it (a task runs with the
+    defaults and the topology's rewrites; ``job.trace`` re-executes record by record with an observer)."""
+
     #: Whether processors may hand results on a chunk at a time (``rstream.processors.chunk``);
     #: False when re-executing a range record by record, every result through ``forward``.
     chunked: bool = True
     #: The topology's rewrites (``rstream.processors.rewrites``): a processor takes a speed path only if named.
     rewrites: frozenset[str] = frozenset()
-    #: The range of the input queue being processed, ``[range_start, range_end)`` (-1: not known).
-    range_start: int = -1
-    range_end: int = -1
-    #: The records a window count's ``CountsByWindow`` counted, per key, found again by running its source range once
-    #: more (set by the task; ``rstream.runtime.queue_run.QueueRun.source_records``).
-    source_records: Callable[[CountsByWindow], dict[Any, list[SourceRecord]]] | None = None
     #: Whether combine nodes combine (False: a range run again to find the records a partial holds,
     #: each of them then goes on alone).
     combine: bool = True
     #: What watches this run (``job.trace``'s re-execution; None in a task): every processor hands it
     #: its ``forward`` as it opens (``Observer.watch``), and a combine node says what it combined.
     observer: Observer | None = None
+    #: The records a window count's ``CountsByWindow`` counted, per key, found again by running its
+    #: source range once more (set by the task; ``rstream.runtime.queue_run.QueueRun.source_records``).
+    source_records: Callable[[CountsByWindow], dict[Any, list[SourceRecord]]] | None = None
 
-    def __post_init__(self) -> None:
-        self.outputs: dict[tuple[str, int], Any] = {}  # lists, or columns its writer keeps (``columns_output``)
-        self.errors: list[dict[str, Any]] = []
-        self.printed: list[str] = []
-        self.frame = NO_FRAME  # what the current record of a framed shuffle topic carried
-        self.emit_watermark = NO_WATERMARK
-        self.time_operators: list[Any] = []
-        self.late_count = 0
-        self.error_count = 0
-        self.flushed = False  # an end-of-input flush declared every source idle in this batch
-        self.position_ms = 0  # broker time of the last record read on a window or join topic
+
+@dataclass
+class StreamContext:
+    """What the processors of one input queue are told during one micro-batch, in named parts: where
+    the run is (``at``), the job's ``settings``, its state ``store``, time and watermarks (``time``),
+    where results go (``out``) and how it runs (``mode``); and what a processor may do with them
+    (``now_ms``, ``advance``, ``late``, ``dead_letter``, ``output``, ``record_error``)."""
+
+    at: Position
+    settings: JobProperties = DEFAULTS
+    store: StateStore | None = None
+    time: EventTime = field(default_factory=EventTime)
+    out: Outputs = field(default_factory=Outputs)
+    mode: RunMode = RunMode()
 
     def now_ms(self) -> int:
         """Processing time (ms): the wall clock, or the fixed time of a batch being re-executed."""
-        if self.fixed_now_ms is not None:
-            return self.fixed_now_ms
+        if self.time.fixed_now_ms is not None:
+            return self.time.fixed_now_ms
         return time.time_ns() // 1_000_000
 
     def idle_clock(self, at_end: bool = False) -> int | None:
@@ -268,77 +324,68 @@ class StreamContext:
         queue must not take its own backlog for silence (newer records of a producer may wait unread),
         so it goes by the broker time of the last record it read; at the end of a range that read the
         whole queue, by the wall clock. None: nothing read yet while behind, so no producer is idle."""
-        if at_end and self.caught_up:
-            return max(self.now_ms(), self.position_ms)
-        if self.position_ms:
-            return self.position_ms
-        return self.now_ms() if self.caught_up else None
+        caught_up, read_ms = self.at.caught_up, self.time.read_ms
+        if at_end and caught_up:
+            return max(self.now_ms(), read_ms)
+        if read_ms:
+            return read_ms
+        return self.now_ms() if caught_up else None
 
     def advance(self, force_idle: bool = False, at_end: bool = False) -> int:
         """Recompute the operator watermark and let window and join operators fire what is due."""
-        if self.watermarks is None:
+        t = self.time
+        if t.watermarks is None:
             return NO_WATERMARK
-        wm = self.watermarks.current(self.idle_clock(at_end), force_idle)
-        for op in self.time_operators:
+        wm = t.watermarks.current(self.idle_clock(at_end), force_idle)
+        for op in t.operators:
             op.on_watermark(wm)
         from rstream.processors.watermarks import FIRE_ALL
 
         if wm < FIRE_ALL:
-            self.emit_watermark = max(self.emit_watermark, wm)
+            t.emit_watermark = max(t.emit_watermark, wm)
         return wm
 
     def late(self, operator: str, key: Any, value: Any, data_time: int, watermark: int, cause: LateCause,
              reason: str) -> None:
         """Record a late record in the job's late-data topic (appended with the batch): its coded
         ``cause`` and the ``reason`` in words."""
-        self.late_count += 1
-        if self.late_topic is None:
+        out, at = self.out, self.at
+        out.late_count += 1
+        if out.late_topic is None:
             return
-        frame = self.frame
+        frame = at.frame
         topic, _, rest = frame.producer.rpartition("/")[0].rpartition("/") if frame.producer else ("", "", "")
         row = {
-            "job": self.job, "operator": operator, "key": _short_repr(key), "value": _short_repr(value),
+            "job": at.job, "operator": operator, "key": _short_repr(key), "value": _short_repr(value),
             "data_time": data_time, "watermark": watermark, "late_ms": watermark - data_time,
             "cause": cause.value, "reason": reason,
-            "topic": topic or self.topic, "queue": int(rest) if rest else self.queue,
-            "offset": frame.source_offset if frame.producer else self.offset,
-            "shuffle_topic": self.topic, "shuffle_queue": self.queue, "shuffle_offset": self.offset,
+            "topic": topic or at.topic, "queue": int(rest) if rest else at.queue,
+            "offset": frame.source_offset if frame.producer else at.offset,
+            "shuffle_topic": at.topic, "shuffle_queue": at.queue, "shuffle_offset": at.offset,
         }
-        self.output(self.late_topic, 0).append((None, _late_row(row), data_time, None, None))
+        out.output(out.late_topic, 0).append((None, _late_row(row), data_time, None, None))
 
     def dead_letter(self, error: RecordError, key: Any, body: bytes, born: int) -> None:
         """Send the input record user code raised on to the dead-letter topic, as it was read (key,
         raw body, born time), with what went wrong in its headers (``DLQ_*``)."""
-        self.error_count += 1
-        if self.dlq_topic is None:
+        out = self.out
+        out.error_count += 1
+        if out.dlq_topic is None:
             return
         headers = {
             DLQ_ERROR: f"{type(error.cause).__name__}: {error.cause}", DLQ_OPERATOR: error.operator,
             DLQ_TOPIC: error.topic, DLQ_QUEUE: str(error.queue), DLQ_OFFSET: str(error.offset),
-            DLQ_BATCH: str(self.batch_id), DLQ_VALUE: error.value_repr,
+            DLQ_BATCH: str(self.at.batch_id), DLQ_VALUE: error.value_repr,
         }
-        self.output(self.dlq_topic, 0).append((key, body, born, headers, "DLQ"))
+        out.output(out.dlq_topic, 0).append((key, body, born, headers, "DLQ"))
 
     def output(self, topic: str, queue: int) -> list[Any]:
-        """The list collecting this batch's records for ``topic``/``queue``."""
-        key = (topic, queue)
-        out = self.outputs.get(key)
-        if out is None:
-            out = self.outputs[key] = [] if self.make_output is None else self.make_output(topic, queue)
-        return out
-
-    def columns_output(self, topic: str, queue: int, make: Callable[[], Any]) -> Any:
-        """Like ``output``, kept as columns by the writer that fills it: the output of ``topic``/``queue``
-        already made, else ``make()``'s (a sink's ``BodyRecords``, a shuffle sink's items or frames),
-        else (a range re-executed with ``make_output``) the plain list of ``output``."""
-        key = (topic, queue)
-        out = self.outputs.get(key)
-        if out is None and self.make_output is None:
-            out = self.outputs[key] = make()
-        return out if out is not None else self.output(topic, queue)
+        """The list collecting this batch's records for ``topic``/``queue`` (``Outputs.output``)."""
+        return self.out.output(topic, queue)
 
     def record_error(self, operator: str, exc: BaseException, value: Any) -> RecordError:
-        return RecordError(operator, self.topic, self.queue, self.offset, exc, value)
+        at = self.at
+        return RecordError(operator, at.topic, at.queue, at.offset, exc, value)
 
 
 def _drop(key: Any, value: Any, ts: int) -> None:
@@ -352,9 +399,12 @@ class Processor:
 
     The contract, in the order a task calls it (``rstream.runtime.queue_run.QueueRun``):
 
-    1. ``open(ctx)`` before the batch's first record: ``ctx`` (a ``StreamContext``) is the range, the
-       state store, the outputs and the settings. A timed operator appends itself to
-       ``ctx.time_operators``.
+    1. ``open(ctx)`` before the batch's first record. ``ctx`` (a ``StreamContext``) comes in named
+       parts: ``ctx.at`` where the run is (job, topic, queue, batch, range, the record's offset and
+       frame), ``ctx.settings``, ``ctx.store``, ``ctx.time`` (processing time, watermarks, the timed
+       operators), ``ctx.out`` (where results, late records and dead letters go) and ``ctx.mode``
+       (which speed paths it may take, what observes it). A timed operator appends itself to
+       ``ctx.time.operators``.
     2. ``process(key, value, ts)`` per record, in the queue's order; results go on through
        ``self.forward(key, value, ts)``. User code that raises is ``ctx.record_error(...)`` raised.
     3. ``on_watermark(watermark)`` (timed operators) whenever the operator watermark may have moved: at a
@@ -419,8 +469,8 @@ class Processor:
     def open(self, ctx: StreamContext) -> None:
         """Called before the batch's first record."""
         self.ctx = ctx
-        if ctx.observer is not None:
-            self.forward = ctx.observer.watch(self, self.forward)
+        if ctx.mode.observer is not None:
+            self.forward = ctx.mode.observer.watch(self, self.forward)
 
     def receive(self, offset: int, key: Any, body: bytes, born: int, store: int, headers: Any) -> None:
         """For a root (a source or shuffle source): one record as read from its topic."""
@@ -464,7 +514,7 @@ class Processor:
 
     def carried_watermark(self) -> int | None:
         """The source watermark this processor keeps from one batch of its queue to the next (a
-        framed shuffle sink's, given back in ``StreamContext.source_watermarks``); None: none."""
+        framed shuffle sink's, given back in ``EventTime.source_watermarks``); None: none."""
         return None
 
     def written(self) -> dict[str, int]:

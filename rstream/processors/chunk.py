@@ -87,7 +87,7 @@ class ChunkedPipeline:
         self.records, self._by_offset = records, None
         if not self._send(self.root, chunk, len(records)):
             return False
-        self.ctx.offset = records.offsets[-1]
+        self.ctx.at.offset = records.offsets[-1]
         self.root.chunk_done(records)
         return True
 
@@ -136,7 +136,7 @@ class ChunkedPipeline:
             if offset != current:
                 current, nth = offset, 0
             nth += 1
-            ctx.offset = offset
+            ctx.at.offset = offset
             try:
                 process(key, value, ts)
             except RecordError as err:

@@ -60,7 +60,7 @@ class IntervalJoinProcessor(PairJoin):
 
     def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
-        ctx.time_operators.append(self)  # (the base class does so only for a window)
+        ctx.time.operators.append(self)  # (the base class does so only for a window)
         #: The waiting records of each ``(side, key)`` the batch touched, sorted by data time (a key's
         #: list is decoded once per batch and written once, at ``flush``), and those it changed.
         self.cache: dict[tuple[int, Any], list[list[Any]]] = {}
@@ -87,7 +87,7 @@ class IntervalJoinProcessor(PairJoin):
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
         ctx = self.ctx
-        side, carried = ctx.frame.side, ctx.frame.watermark
+        side, carried = ctx.at.frame.side, ctx.at.frame.watermark
         if ts < carried:
             self._late(key, value, ts, carried, LateCause.BEHIND_WATERMARK,
                        f"data time {ts} is behind its source queue's watermark {carried}", SIDE_NAMES[side])

@@ -60,7 +60,7 @@ class JoinProcessor(PairJoin):
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        side = self.ctx.frame.side
+        side = self.ctx.at.frame.side
         if self.window is None:
             self._latest(key, value, ts, side)
         else:
@@ -80,7 +80,7 @@ class JoinProcessor(PairJoin):
 
     def _windowed(self, key: Any, value: Any, ts: int, side: int) -> None:
         ctx = self.ctx
-        carried = ctx.frame.watermark
+        carried = ctx.at.frame.watermark
         if ts < carried:
             self._late(key, value, ts, carried, LateCause.BEHIND_WATERMARK,
                        f"data time {ts} is behind its source queue's watermark {carried}", SIDE_NAMES[side])

@@ -80,10 +80,10 @@ class InTimeOrder:
         """Hold the current record (the context's offset and frame), then let the watermark it carried
         move the operator watermark on (which may take it at once)."""
         ctx = self.ctx
-        frame = ctx.frame
+        frame = ctx.at.frame
         at = max(ts, frame.watermark, self.position)
-        heapq.heappush(self.heap, Held(at, rank, frame.producer, ctx.offset, ts, key, value, frame))
-        if ctx.watermarks is not None and ctx.watermarks.observe(frame.producer, frame.watermark):
+        heapq.heappush(self.heap, Held(at, rank, frame.producer, ctx.at.offset, ts, key, value, frame))
+        if ctx.time.watermarks is not None and ctx.time.watermarks.observe(frame.producer, frame.watermark):
             ctx.advance()
 
     def head(self, until: int) -> Held | None:
@@ -109,21 +109,21 @@ class InTimeOrder:
         downstream for where a batch happened to end."""
         if at > self.position:
             self.position = at
-        self.ctx.emit_watermark = self.position
+        self.ctx.time.emit_watermark = self.position
 
     @contextmanager
     def taking(self, held: Held) -> Iterator[None]:
         """While ``held`` is taken: the context says where it was read (offset, frame), and a trace
         counts what happens as that record's doing (``Observer.resumed``)."""
         ctx = self.ctx
-        saved = ctx.offset, ctx.frame
-        ctx.offset, ctx.frame = held.offset, held.frame
+        saved = ctx.at.offset, ctx.at.frame
+        ctx.at.offset, ctx.at.frame = held.offset, held.frame
         self.reach(held.at)
         try:
-            with ctx.observer.resumed(held.offset) if ctx.observer is not None else nullcontext():
+            with ctx.mode.observer.resumed(held.offset) if ctx.mode.observer is not None else nullcontext():
                 yield
         finally:
-            ctx.offset, ctx.frame = saved
+            ctx.at.offset, ctx.at.frame = saved
 
     def dead_letter(self, held: Held, err: RecordError) -> None:
         """User code raised on ``held``: a dead letter holding it as its queue stored it (key, framed

@@ -230,7 +230,7 @@ class ProcessProcessor(Processor):
     def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
         if ctx.store is None:
-            raise RuntimeError(f"{self.name} needs a state store for {ctx.topic}/{ctx.queue}")
+            raise RuntimeError(f"{self.name} needs a state store for {ctx.at.topic}/{ctx.at.queue}")
         self.store = ctx.store
         self.order = InTimeOrder(self.name, ctx)
         self.context = ProcessContext(self.name, ctx.store, ctx.now_ms)
@@ -242,7 +242,7 @@ class ProcessProcessor(Processor):
         #: key bytes, key), and the latest time a timer set meanwhile may have to fire in the same run.
         self._due: list[tuple[int, int, bytes, Any]] | None = None
         self._due_until = NO_WATERMARK
-        ctx.time_operators.append(self)
+        ctx.time.operators.append(self)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         """Hold the record until the operator watermark passes its data time (``ordered``)."""
@@ -257,7 +257,7 @@ class ProcessProcessor(Processor):
         order = self.order
         if watermark < FIRE_ALL:
             self._run(watermark, watermark)
-        elif self.ctx.flushed:
+        elif self.ctx.time.flushed:
             self._run(FIRE_ALL, FIRE_ALL)
         else:
             self._run(FIRE_ALL, order.last())

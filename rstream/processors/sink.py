@@ -11,7 +11,7 @@ from typing import Any
 from rstream.broker.batch import BodyRecords, OnCommitRecords
 from rstream.enums import TextEnum
 from rstream.errors import RStreamError
-from rstream.processors.base import Processor
+from rstream.processors.base import Processor, StreamContext
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.spec import SINK_STYLE, OperatorSpec, Role, register
 from rstream.serde.codec import MARSHAL_VERSION, encode, stable_queue
@@ -59,11 +59,11 @@ class SinkProcessor(Processor):
         # a built-in serializer's method over a whole chunk (the same bytes as serialize, record by record)
         self.serialize_many = getattr(getattr(serialize, "__self__", None), "serialize_many", None)
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
         make = OnCommitRecords if self.on_commit else BodyRecords
-        self._outs = [ctx.columns_output(self.topic, q, make) for q in range(self.queues)]
-        self._keyless = self._outs[ctx.queue % self.queues]
+        self._outs = [ctx.out.columns(self.topic, q, make) for q in range(self.queues)]
+        self._keyless = self._outs[ctx.at.queue % self.queues]
         self._routes: dict[Any, tuple[list[Any], Any]] = {}  # key -> (its queue's output, message key)
         #: key -> the appends of its queue's columns and its message key (outputs kept as columns)
         self._adds: dict[Any, tuple[Any, Any, Any, Any]] = {}

@@ -9,7 +9,7 @@ from operator import is_not, itemgetter
 from typing import Any
 
 from rstream.broker.base import RecordBlock
-from rstream.processors.base import Processor, UnhashableKeyError
+from rstream.processors.base import Processor, StreamContext, UnhashableKeyError
 from rstream.processors.chunk import Chunk
 from rstream.processors.spec import (
     KEY_STYLE,
@@ -43,7 +43,7 @@ class SourceProcessor(Processor):
         # a built-in deserializer's method over a whole chunk (the same results as deserialize, record by record)
         self.deserialize_many = getattr(getattr(deserialize, "__self__", None), "deserialize_many", None)
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
         self.time_type = ctx.settings.time_type
 
@@ -174,7 +174,7 @@ class PrintProcessor(Processor):
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
-        printed = self.ctx.printed
+        printed = self.ctx.out.printed
         if len(printed) < MAX_PRINTED:
             printed.append(f"{self.prefix}{key}: {value}")
         self.forward(key, value, ts)
@@ -191,7 +191,7 @@ class SelectTimestampProcessor(_FnProcessor):
             return chunk
         return chunk._replace(times=[int(t) for t in map(self.fn, chunk.values)])
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
         self.active = ctx.settings.time_type is TimeType.EVENT_TIME
 
@@ -252,7 +252,7 @@ class KeyByProcessor(_FnProcessor):
             ctx = self.ctx
             raise UnhashableKeyError(
                 f"the key function of {self.name} returned an unhashable {type(new_key).__name__}: "
-                f"{new_key!r:.80} (record at topic {ctx.topic!r} queue {ctx.queue} offset {ctx.offset}); "
+                f"{new_key!r:.80} (record at topic {ctx.at.topic!r} queue {ctx.at.queue} offset {ctx.at.offset}); "
                 "keys must be hashable: return a str, a number or a tuple"
             ) from None
         self.forward(new_key, value, ts)

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rstream.processors.base import Processor, RecordError
+from rstream.processors.base import Processor, RecordError, StreamContext
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.ordered import Held, InTimeOrder
 from rstream.processors.spec import STATEFUL_STYLE, STATELESS_STYLE, OperatorSpec, Role, Shuffle, register
@@ -69,7 +69,7 @@ class TableJoinProcessor(Processor):
         self.emitted = 0
         self.updates = 0
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
         assert ctx.store is not None
         self.store = ctx.store
@@ -77,12 +77,12 @@ class TableJoinProcessor(Processor):
         # the children as the batch has them: a record user code after the join raises on is a dead
         # letter of its own, also when it is taken as the batch ends (not a result of the batch's end)
         self.hand_on = self.forward
-        ctx.time_operators.append(self)
+        ctx.time.operators.append(self)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
         """Hold the record until the operator watermark passes its data time (``ordered``)."""
         self.records_in += 1
-        self.order.hold(TABLE_FIRST if self.ctx.frame.side == TABLE_SIDE else STREAM_AFTER, key, value, ts)
+        self.order.hold(TABLE_FIRST if self.ctx.at.frame.side == TABLE_SIDE else STREAM_AFTER, key, value, ts)
 
     def on_watermark(self, watermark: int) -> None:
         """Take the held records the watermark passed (every one when every source is idle), in

@@ -99,7 +99,7 @@ class WindowedOperator(Processor):
         self.horizon_changed = False
         self.watermark = NO_WATERMARK
         if self.window is not None:
-            ctx.time_operators.append(self)
+            ctx.time.operators.append(self)
 
     def _fired_up_to(self, watermark: int, last_end: int) -> None:
         """After firing at ``watermark``: every window ending at or before it is closed (with every
@@ -205,7 +205,7 @@ class WindowAggregateProcessor(WindowedOperator):
     def process(self, key: Any, value: Any, ts: int) -> None:
         self.records_in += 1
         ctx = self.ctx
-        carried = ctx.frame.watermark
+        carried = ctx.at.frame.watermark
         if ts < carried:
             self._late_behind(key, value, ts, carried)
             return
@@ -278,23 +278,23 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def _late_in_partial(self, key: Any, partial: CountsByWindow, fired: list[Any]) -> None:
         """Report late the records ``partial`` counted in the windows starting at ``fired`` (each
-        already fired): found again by the task (``StreamContext.source_records``), in their order,
+        already fired): found again by the task (``RunMode.source_records``), in their order,
         each with its own source offset and watermark. Records that running the range again did not
         give back (a function before the shuffle that is not deterministic) are still reported, by
         their window, so none is lost."""
         ctx = self.ctx
-        assert ctx is not None and ctx.source_records is not None
+        assert ctx is not None and ctx.mode.source_records is not None
         counted = dict(zip(partial.starts, partial.counts))
         left = {start: counted[start] for start in fired}
-        frame = ctx.frame
+        frame = ctx.at.frame
         try:
-            for offset, value, ts, mark in ctx.source_records(partial).get(key, ()):
+            for offset, value, ts, mark in ctx.mode.source_records(partial).get(key, ()):
                 for start, end in self.window.assign(ts):
                     if left.get(start):
                         left[start] -= 1
-                        ctx.frame = Frame(mark, partial.producer, offset, partial.side)
+                        ctx.at.frame = Frame(mark, partial.producer, offset, partial.side)
                         self._late_fired(key, value, ts, start, end)
-            ctx.frame = Frame(partial.watermark, partial.producer, -1, partial.side)
+            ctx.at.frame = Frame(partial.watermark, partial.producer, -1, partial.side)
             for start, missing in left.items():
                 end = start + self.window.size
                 for _ in range(missing):
@@ -303,7 +303,7 @@ class WindowAggregateProcessor(WindowedOperator):
                                f"{partial.producer} offsets {partial.source_start}..{partial.source_end} again did "
                                "not give this record back: a function before the shuffle is not deterministic)")
         finally:
-            ctx.frame = frame
+            ctx.at.frame = frame
 
     def _open(self, wk: tuple[Any, int, int]) -> None:
         """A new fixed window: its timer, kept in ``fresh`` until ``flush``."""
@@ -366,7 +366,7 @@ class WindowAggregateProcessor(WindowedOperator):
 
     def _at(self, root: Any, chunk: Chunk, i: int) -> tuple[Any, Any, int]:
         """The ``i``-th record of a framed chunk, with the context's offset and frame set to it."""
-        self.ctx.offset, self.ctx.frame = chunk.offsets[i], root.frame_at(i)
+        self.ctx.at.offset, self.ctx.at.frame = chunk.offsets[i], root.frame_at(i)
         return chunk.keys[i], chunk.values[i], chunk.times[i]
 
     def _window_counts(self, chunk: Chunk, root: Any) -> dict[tuple[Any, int, int], int]:
@@ -506,7 +506,7 @@ class WindowAggregateProcessor(WindowedOperator):
         batch ends, ``QueueRun._results_at_end`` wraps ``forward`` (a dead letter per result that
         raises), so windows fired then go one by one."""
         kids = self.result_children
-        if (not self.ctx.chunked or FIRE_TO_SINK.name not in self.ctx.rewrites or len(kids) != 1
+        if (not self.ctx.mode.chunked or FIRE_TO_SINK.name not in self.ctx.mode.rewrites or len(kids) != 1
                 or self.forward != kids[0].process):
             return None
         if len(kids) == len(self.children):
@@ -543,7 +543,7 @@ class WindowAggregateProcessor(WindowedOperator):
             if self.early:
                 values = list(map(WindowResult, values, repeat(True)))
             times = [end - 1 for _key, _start, end in held]
-            chunk = Chunk([self.ctx.offset] * len(keys), keys, values, times)
+            chunk = Chunk([self.ctx.at.offset] * len(keys), keys, values, times)
             for stage in stages:
                 inputs.append(chunk)
                 chunk = stage.chunk(chunk)

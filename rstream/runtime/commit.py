@@ -95,7 +95,7 @@ def _run_queue(cfg: TaskConfig, topic: str, queue: int, start: int, end: int, ba
                 store.commit(end)
             else:
                 store.discard()  # another attempt committed this range first; replay next time
-        info.update(skipped=not written, printed=run.ctx.printed)
+        info.update(skipped=not written, printed=run.ctx.out.printed)
         run.release()
         del records
     finally:

@@ -92,6 +92,24 @@ class InProcessJob:
 
         return query_state(self.topology, self.broker, self.job_dir / "state", operator, key)
 
+    def trace(self, topic: str, queue: int, offset: int) -> Any:
+        """``RocketMQStream.trace``: where the input record at ``topic``/``queue``/``offset`` went."""
+        return self._tracer().trace(topic, queue, offset)
+
+    def explain(self, topic: str, queue: int, offset: int) -> Any:
+        """``RocketMQStream.explain``: the input records behind the sink record at ``topic``/``queue``/``offset``."""
+        from rstream.runtime.explain import explain
+
+        return explain(self._tracer(), topic, queue, offset)
+
+    def _tracer(self) -> Any:
+        from rstream.runtime.job_core import JobCore
+        from rstream.runtime.job_progress import ProgressLog
+        from rstream.runtime.trace import Tracer
+
+        core = JobCore(self.topology, self.settings, self.broker, self.job_dir)
+        return Tracer(core, ProgressLog(core))
+
     @property
     def printed(self) -> list[str]:
         """The lines ``print()`` operators printed, in the order their ranges ran."""

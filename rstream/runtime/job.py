@@ -272,6 +272,19 @@ class RocketMQStream:
         with the path highlighted). Re-executes the committed ranges involved; writes nothing."""
         return self._tracer.trace(topic, queue, offset)
 
+    def explain(self, topic: str, queue: int, offset: int) -> Any:
+        """Why the sink record at ``topic``/``queue``/``offset`` is what it is: the operator result it is
+        (an aggregation's update, a window's result, a join's pair, a process function's forward), the
+        input records that went into it (each where it is in its source topic, with the operator's state
+        before and after it), the records of that key and window that were late or dead letters
+        instead, and for a window the watermark that fired it. An ``Explanation`` (``to_pandas()``; in a
+        notebook, a table and the real topology with the path highlighted). Re-executes only the
+        committed ranges that hold the key's records; writes nothing. Raises ``ExplainError`` for a
+        record no range of this job wrote, or when compaction removed the state a range started from."""
+        from rstream.runtime.explain import explain
+
+        return explain(self._tracer, topic, queue, offset)
+
     # -- the query (QueryDriver) ------------------------------------------------------------------
     @property
     def is_running(self) -> bool:

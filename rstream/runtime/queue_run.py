@@ -17,9 +17,13 @@ from rstream.broker.base import CommitTag, ReadRecord, RecordBlock, blocks_of, r
 from rstream.processors.base import (
     END_OF_BATCH,
     CountsByWindow,
+    EventTime,
     Observer,
+    Outputs,
+    Position,
     Processor,
     RecordError,
+    RunMode,
     SourceRecord,
     StreamContext,
 )
@@ -50,19 +54,19 @@ class QueueRun:
         self.store = store
         chunked = chunked and CHUNKS.name in cfg.topology.optimizations
         self.ctx = ctx = StreamContext(
-            cfg.job, topic, queue, cfg.settings, store, late_topic=cfg.late_topic, producers=cfg.producers,
-            source_watermarks=_source_watermarks(last) if source_watermarks is None else source_watermarks,
-            batch_id=batch, dlq_topic=cfg.dlq_topic, fixed_now_ms=now_ms, make_output=make_output,
-            caught_up=caught_up, chunked=chunked, range_start=start, range_end=end, source_records=self.source_records,
-            combine=combine, observer=observer, rewrites=cfg.topology.optimizations,
+            Position(cfg.job, topic, queue, batch, start, end, caught_up), cfg.settings, store,
+            EventTime(now_ms, producers=cfg.producers,
+                      source_watermarks=_source_watermarks(last) if source_watermarks is None else source_watermarks),
+            Outputs(cfg.late_topic, cfg.dlq_topic, make_output),
+            RunMode(chunked, cfg.topology.optimizations, combine, observer, self.source_records),
         )
         self._found: dict[tuple[str, int], dict[Any, list[SourceRecord]]] = {}
         self.now_ms = ctx.now_ms()
         if topic in cfg.producers and store is not None:
-            ctx.watermarks = OperatorWatermark(cfg.producers[topic], cfg.settings.idle_timeout_ms, store,
+            ctx.time.watermarks = OperatorWatermark(cfg.producers[topic], cfg.settings.idle_timeout_ms, store,
                                                ctx.now_ms(), framed_topics=cfg.producers)
-            current = ctx.watermarks.current(ctx.idle_clock())
-            ctx.emit_watermark = current if current < FIRE_ALL else NO_WATERMARK
+            current = ctx.time.watermarks.current(ctx.idle_clock())
+            ctx.time.emit_watermark = current if current < FIRE_ALL else NO_WATERMARK
         self.roots = cfg.topology.build_processors(topic, cfg.sink_queues, cfg.settings)
         if only is not None:  # the pipeline of processor ``only`` alone
             self.roots = [root for root in self.roots if any(p.name == only for p in root.walk())]
@@ -118,14 +122,14 @@ class QueueRun:
         if len(receivers) == 1:  # the common case, one pipeline reads this topic: no inner loop
             receive = receivers[0]
             for rec in records:
-                ctx.offset = rec[0]
+                ctx.at.offset = rec[0]
                 try:
                     receive(*rec)
                 except RecordError as err:
                     self._failed(err, rec)
             return
         for rec in records:
-            ctx.offset = rec[0]
+            ctx.at.offset = rec[0]
             for receive in receivers:
                 try:
                     receive(*rec)
@@ -155,7 +159,7 @@ class QueueRun:
                     ctx.dead_letter(err, None, b"", ts)
             return emit
 
-        ctx.offset = END_OF_BATCH
+        ctx.at.offset = END_OF_BATCH
         for proc, forward in saved:
             proc.forward = guarded(forward)
         try:
@@ -169,22 +173,22 @@ class QueueRun:
         Returns the records to append (per topic and queue, changelog included) and the metrics."""
         cfg, ctx, store = self.cfg, self.ctx, self.store
         with self._results_at_end():
-            if ctx.watermarks is not None:
+            if ctx.time.watermarks is not None:
                 ctx.advance(at_end=True)  # idle producers may have stopped holding the watermark back
             for proc in self.procs:
                 proc.flush()
         info: dict[str, Any] = {
             "topic": self.topic, "queue": self.queue, "start": self.start, "end": self.end, "batch": self.batch,
-            "now_ms": self.now_ms, "caught_up": ctx.caught_up, "replayed_keys": 0, "state_keys": None,
+            "now_ms": self.now_ms, "caught_up": ctx.at.caught_up, "replayed_keys": 0, "state_keys": None,
             "changed_keys": 0,
         }
-        if ctx.watermarks is not None:
+        if ctx.time.watermarks is not None:
             now = ctx.idle_clock(at_end=True)
-            info["watermark"] = finite(ctx.watermarks.current(now, ctx.flushed))
-            info["held_back_by"] = ctx.watermarks.holding_back(now, ctx.flushed)
-            info["producers"] = ctx.watermarks.describe(now, ctx.flushed)
-            ctx.watermarks.persist()
-        records = {k: v for k, v in ctx.outputs.items() if v}
+            info["watermark"] = finite(ctx.time.watermarks.current(now, ctx.time.flushed))
+            info["held_back_by"] = ctx.time.watermarks.holding_back(now, ctx.time.flushed)
+            info["producers"] = ctx.time.watermarks.describe(now, ctx.time.flushed)
+            ctx.time.watermarks.persist()
+        records = {k: v for k, v in ctx.out.collected.items() if v}
         if store is not None and store.changed_keys:
             info["changed_keys"] = store.changed_keys
             records[(store.state_topic, self.queue)] = store.changelog()
@@ -195,8 +199,8 @@ class QueueRun:
         out = {t: written.get(t, 0) for (t, _q) in records
                if t not in (cfg.dlq_topic, cfg.late_topic) and (store is None or t != store.state_topic)}
         info.update(
-            records_in=self.roots[0].records_in if self.roots else 0, records_out=out, late=ctx.late_count,
-            error_count=ctx.error_count, operators={p.name: p.metrics().to_dict() for p in self.procs},
+            records_in=self.roots[0].records_in if self.roots else 0, records_out=out, late=ctx.out.late_count,
+            error_count=ctx.out.error_count, operators={p.name: p.metrics().to_dict() for p in self.procs},
         )
         return records, info
 
@@ -215,7 +219,7 @@ class QueueRun:
                          make_output=lambda _topic, _queue: [], only=sink, source_watermarks={sink: partial.watermark},
                          combine=False)
         again.feed_blocks(read_blocks(cfg.broker, topic, queue, partial.source_start, partial.source_end))
-        found = wire.on_time_by_key(again.ctx.outputs.get((self.topic, self.queue), ()), partial.producer)
+        found = wire.on_time_by_key(again.ctx.out.collected.get((self.topic, self.queue), ()), partial.producer)
         self._found[(partial.producer, partial.source_start)] = found
         return found
 
@@ -226,7 +230,7 @@ class QueueRun:
         all of it again: every record of the outputs (0.15 s per 250 K records, between two queues),
         and a shuffle sink's cache of its keys (12 ms per 60 K objects, after each word count
         range). The lists are emptied in place: processors (a shuffle sink's queues) hold them too."""
-        for records in self.ctx.outputs.values():
+        for records in self.ctx.out.collected.values():
             records.clear()
         for proc in self.procs:
             vars(proc).clear()

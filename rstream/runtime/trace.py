@@ -107,7 +107,7 @@ class _Effect:
 
 
 @dataclass
-class _Emit:
+class Emit:
     """A stateful operator forwarded a result: while processing ``during`` (an input offset; None at
     the end of the batch), producing ``outputs``."""
 
@@ -118,7 +118,7 @@ class _Emit:
     outputs: list[tuple[str, int, int]]
 
 
-class _Replay:
+class Replay:
     """One committed range of one input queue, re-executed with a scratch state store."""
 
     def __init__(self, job: Tracer, cfg: TaskConfig, tag: CommitTag, targets: Iterable[int],
@@ -153,7 +153,7 @@ class _Replay:
         self.log: list[tuple[str, int, int]] = []  # every output record, in the order it was made
         self.current: int | None = None
         self.control: set[int] = set()
-        self.emits: list[_Emit] = []
+        self.emits: list[Emit] = []
         self.effects: dict[int, _Effect] = {offset: _Effect() for offset in held}
         self._receiving: _Effect | None = None
         # offset -> (topic, key, data time or None, place or None) of each partial it went into (the time:
@@ -290,7 +290,7 @@ class _Replay:
         def emit(key: Any, value: Any, ts: int) -> None:
             made = len(self.log)
             forward(key, value, ts)
-            self.emits.append(_Emit(name, key, value, self.current, self.log[made:]))
+            self.emits.append(Emit(name, key, value, self.current, self.log[made:]))
         return emit
 
     def _logged(self, topic: str, queue: int) -> list[Any]:
@@ -345,7 +345,7 @@ class _Replay:
         return None if rng is None else rng[0] + index
 
     def record(self, topic: str, queue: int, index: int) -> Any:
-        return self.run.ctx.outputs[(topic, queue)][index]
+        return self.run.ctx.out.collected[(topic, queue)][index]
 
     def changelog_offset(self, kb: bytes) -> int | None:
         if self.state_topic is None:
@@ -362,7 +362,7 @@ class _Replay:
         emits = [emit for emit in self.emits if emit.during == offset]
         return [out for place in places if place < len(emits) for out in emits[place].outputs]
 
-    def deferred(self, operator: str, state_key_value: Any) -> list[_Emit]:
+    def deferred(self, operator: str, state_key_value: Any) -> list[Emit]:
         """Results ``operator`` forwarded outside any data record (a window firing at a watermark, a
         per-batch result) for ``state_key_value``."""
         proc = self.kinds.get(operator)
@@ -513,7 +513,7 @@ def trace(job: Tracer, topic: str, queue: int, offset: int) -> RecordTrace:
             children.setdefault(parent, []).append(len(hops) - 1)
             return len(hops) - 1
 
-        def effects(replay: _Replay, o: int, parent: int, times: list[Any] | None, places: list[int] | None,
+        def effects(replay: Replay, o: int, parent: int, times: list[Any] | None, places: list[int] | None,
                     next_level: list[_Level]) -> None:
             """The hops of what the record at ``o`` did in ``replay``, under hop ``parent``; the shuffle
             records it made, to trace next, onto ``next_level``."""
@@ -540,7 +540,7 @@ def trace(job: Tracer, topic: str, queue: int, offset: int) -> RecordTrace:
                     return
                 hops[parent] = _with_note(hops[parent], "held until the watermark passed its data time: "
                                                         f"taken in batch {taken.batch_id}")
-                effects(_Replay(job, cfg, taken, [], work, held=[o]), o, parent, None, None, next_level)
+                effects(Replay(job, cfg, taken, [], work, held=[o]), o, parent, None, None, next_level)
 
         # what to trace, its hop, and in a partial: the data times of the record in it (a window count's)
         # or its places there (a count's of every update)
@@ -548,7 +548,7 @@ def trace(job: Tracer, topic: str, queue: int, offset: int) -> RecordTrace:
         while level:  # one pipeline after the other: a range is re-executed once for all its records
             next_level: list[_Level] = []
             for tag, items in _by_tag(job, level, hops):
-                replay = _Replay(job, cfg, tag, [item[2] for item in items], work)
+                replay = Replay(job, cfg, tag, [item[2] for item in items], work)
                 exact = exact and replay.exact
                 for _topic, _queue, o, parent, times, places in items:
                     hops[parent] = _processed(hops[parent], replay.effects[o], tag, job)
@@ -605,14 +605,14 @@ def _processed(hop: Hop, effect: _Effect, tag: CommitTag, job: Tracer) -> Hop:
     return _with_note(merged, note)
 
 
-def _operator_of_output(job: Tracer, replay: _Replay, topic: str) -> str | None:
+def _operator_of_output(job: Tracer, replay: Replay, topic: str) -> str | None:
     """The node that wrote to ``topic`` in ``replay``'s range (a join's or a union's shuffle topic has
     a writer per side: the one in this range's pipeline)."""
     writers = [node.name for node in job.topology.nodes if node.spec.writes and node.params.get("topic") == topic]
     return next((name for name in writers if name in replay.kinds), writers[0] if writers else None)
 
 
-def _output_hop(job: Tracer, replay: _Replay, topic: str, queue: int, index: int, kind: str | None = None,
+def _output_hop(job: Tracer, replay: Replay, topic: str, queue: int, index: int, kind: str | None = None,
                 note: str = "") -> Hop:
     key, body, _born, headers, _tags = replay.record(topic, queue, index)
     role = topic_role(topic, job.topology)
@@ -638,7 +638,7 @@ def _output_hop(job: Tracer, replay: _Replay, topic: str, queue: int, index: int
                note=note)
 
 
-def _state_hop(replay: _Replay, kb: bytes, old: bytes | None, new: bytes | None) -> Hop:
+def _state_hop(replay: Replay, kb: bytes, old: bytes | None, new: bytes | None) -> Hop:
     operator, key = split_state_key(kb)
     assert replay.state_topic is not None
     change = "added" if old is None else "deleted" if new is None else "changed"
@@ -647,7 +647,7 @@ def _state_hop(replay: _Replay, kb: bytes, old: bytes | None, new: bytes | None)
                replay.tag.batch_id, f"{change} in the state store")
 
 
-def _followed(job: Tracer, cfg: TaskConfig, replay: _Replay, kb: bytes, new: bytes | None, work: Path,
+def _followed(job: Tracer, cfg: TaskConfig, replay: Replay, kb: bytes, new: bytes | None, work: Path,
               operators: list[str]) -> list[Hop]:
     """The results a state change led to outside its record: a per-batch result at the end of the
     same batch, or a window's result when it fired, or what a timer emitted when it cleared the entry
@@ -668,7 +668,7 @@ def _followed(job: Tracer, cfg: TaskConfig, replay: _Replay, kb: bytes, new: byt
     if not emits and new is not None and proc is not None and proc.results_later:
         fired_at = _deleted_in(job, replay, kb)
         if fired_at is not None:
-            fire_replay = _Replay(job, cfg, fired_at, [], work)
+            fire_replay = Replay(job, cfg, fired_at, [], work)
             emits = fire_replay.deferred(operator, key)
             emits = [emit for emit in emits if not (isinstance(emit.value, WindowResult) and not emit.value.final)]
         else:
@@ -684,7 +684,7 @@ def _followed(job: Tracer, cfg: TaskConfig, replay: _Replay, kb: bytes, new: byt
     return hops
 
 
-def _deleted_in(job: Tracer, replay: _Replay, kb: bytes) -> CommitTag | None:
+def _deleted_in(job: Tracer, replay: Replay, kb: bytes) -> CommitTag | None:
     """The later committed range of the same queue that deleted state key ``kb`` (its window fired)."""
     state_topic, queue = replay.state_topic, replay.tag.queue
     assert state_topic is not None

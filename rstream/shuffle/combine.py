@@ -28,7 +28,7 @@ from itertools import compress, repeat
 from operator import lt, not_
 from typing import Any, Protocol
 
-from rstream.processors.base import Processor
+from rstream.processors.base import Processor, StreamContext
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.fold import Fold
 from rstream.processors.spec import NodeStyle, OperatorSpec, Role, register
@@ -176,7 +176,7 @@ class WindowCountCombiner:
     counted per key and window start for the whole range, then sent at its end as one partial per
     key, before the watermark marker. The window count adds the counts up; where a partial's window
     already fired (its source was idle), it finds those records again
-    (``StreamContext.source_records``) and reports each late, as if it had come alone."""
+    (``RunMode.source_records``) and reports each late, as if it had come alone."""
 
     partial = wire.WINDOWS
 
@@ -190,7 +190,7 @@ class WindowCountCombiner:
 
     def add(self, key: Any, value: Any, ts: int) -> bool:
         # (record by record only where a chunk fell back, or a range is re-executed): a chunk of one
-        return not self._combine(Chunk([self.sink.ctx.offset], [key], [value], [ts]))
+        return not self._combine(Chunk([self.sink.ctx.at.offset], [key], [value], [ts]))
 
     def add_chunk(self, chunk: Chunk) -> bool:
         self._combine(chunk)
@@ -241,8 +241,8 @@ class WindowCountCombiner:
                 at[1].append(n)
         for key, (starts, counts) in windows.items():
             times = times_of[key]
-            partial = wire.WindowPartial(starts, counts, times, sink.producer, ctx.range_start,
-                                         ctx.range_end, self.watermark_before, sink.side)
+            partial = wire.WindowPartial(starts, counts, times, sink.producer, ctx.at.start,
+                                         ctx.at.end, self.watermark_before, sink.side)
             sink.send_partial(key, encode(tuple(partial)), max(times), wire.WINDOWS_HEADERS, len(times))
 
 
@@ -262,7 +262,7 @@ class CombineProcessor(Processor):
     def alone(self) -> None:
         self.combinable = True
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
         sink = self.children[0]
         assert isinstance(sink, ShuffleSinkProcessor), f"{self.name} must feed a shuffle sink, not {sink.name}"
@@ -272,13 +272,13 @@ class CombineProcessor(Processor):
     def _combiner(self, ctx: Any, sink: ShuffleSinkProcessor) -> Combiner | None:
         """The combiner for this job's settings, or None where combining does not apply."""
         settings: JobProperties = ctx.settings
-        if not ctx.combine:  # a range run again to find a partial's records: every record on its own
+        if not ctx.mode.combine:  # a range run again to find a partial's records: every record on its own
             return None
         if self.window is not None:
-            from_source = ctx.watermarks is None
+            from_source = ctx.time.watermarks is None
             if (self.fold.counts and self.combinable and from_source
                     and settings.time_type is not TimeType.PROCESSING_TIME):
-                return WindowCountCombiner(sink, self.window, ctx.source_watermarks.get(sink.name, NO_WATERMARK))
+                return WindowCountCombiner(sink, self.window, ctx.time.source_watermarks.get(sink.name, NO_WATERMARK))
             return None
         if settings.per_batch:
             return FoldCombiner(sink, self.fold, self)
@@ -292,7 +292,7 @@ class CombineProcessor(Processor):
         if combiner is None:
             self.forward(key, value, ts)
             return
-        observer = self.ctx.observer
+        observer = self.ctx.mode.observer
         if observer is None:
             combiner.add(key, value, ts)
             return

@@ -11,7 +11,7 @@ from itertools import accumulate, repeat
 from operator import itemgetter, sub
 from typing import Any
 
-from rstream.processors.base import Processor
+from rstream.processors.base import Processor, StreamContext
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import SHUFFLE_STYLE, OperatorSpec, Role, register
@@ -91,16 +91,16 @@ class ShuffleSinkProcessor(Processor):
         self.watermark = NO_WATERMARK
         self.records_out = 0
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
         self.records_out = 0  # the input records this batch's shuffle records stand for (markers: none)
-        self.from_source = ctx.watermarks is None  # in a shuffle pipeline, time comes from upstream
+        self.from_source = ctx.time.watermarks is None  # in a shuffle pipeline, time comes from upstream
         # a framed sink keeps its frames in parts, as columns (``FrameRecords``); a deferred one its values
         # as items (``ItemRecords``): each encoded with its stored batch, not one by one here
         if self.framed:
-            self._outs = [ctx.columns_output(self.topic, q, _frames) for q in range(self.queues)]
+            self._outs = [ctx.out.columns(self.topic, q, _frames) for q in range(self.queues)]
         elif self.defer:
-            self._outs = [ctx.columns_output(self.topic, q, _items) for q in range(self.queues)]
+            self._outs = [ctx.out.columns(self.topic, q, _items) for q in range(self.queues)]
         else:
             self._outs = [ctx.output(self.topic, q) for q in range(self.queues)]
         self._deferred = all(isinstance(out, ItemRecords) for out in self._outs)
@@ -109,8 +109,8 @@ class ShuffleSinkProcessor(Processor):
         self._routes: dict[Any, tuple[Any, bytes]] = {}  # key -> (its queue's output, serialized key)
         self._adders: dict[Any, tuple[Any, Any, Any, bytes]] = {}  # key -> its queue's appends, serialized key
         self._slots: dict[Any, tuple[int, bytes]] = {}  # key -> (its queue, serialized key)
-        self.producer = f"{ctx.topic}/{ctx.queue}/{self.name}"
-        self.watermark = ctx.source_watermarks.get(self.name, NO_WATERMARK)
+        self.producer = f"{ctx.at.topic}/{ctx.at.queue}/{self.name}"
+        self.watermark = ctx.time.source_watermarks.get(self.name, NO_WATERMARK)
         self.lateness = ctx.settings.allowed_lateness_ms
 
     def process(self, key: Any, value: Any, ts: int) -> None:
@@ -133,10 +133,10 @@ class ShuffleSinkProcessor(Processor):
             if candidate > self.watermark:
                 self.watermark = candidate
             wm = self.watermark
-            offset = ctx.offset
+            offset = ctx.at.offset
         else:
-            wm = self.watermark = max(self.watermark, ctx.emit_watermark)
-            offset = ctx.frame.source_offset
+            wm = self.watermark = max(self.watermark, ctx.time.emit_watermark)
+            offset = ctx.at.frame.source_offset
         self._send_frame(out, kb, value, ts, wm, offset)
 
     def _send_frame(self, out: Any, kb: bytes, value: Any, ts: int, wm: int, offset: int) -> None:
@@ -260,9 +260,9 @@ class ShuffleSinkProcessor(Processor):
             return
         ctx = self.ctx
         if not self.from_source:
-            self.watermark = max(self.watermark, ctx.emit_watermark)
+            self.watermark = max(self.watermark, ctx.time.emit_watermark)
         # a pipeline that read the end of input says so downstream, after what it made of it
-        marker = wire.marker(self.watermark, self.producer, ctx.now_ms(), not ctx.caught_up, ctx.flushed)
+        marker = wire.marker(self.watermark, self.producer, ctx.now_ms(), not ctx.at.caught_up, ctx.time.flushed)
         for out in self._outs:
             out.append(marker)
 

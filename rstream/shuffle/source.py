@@ -11,7 +11,7 @@ from itertools import repeat
 from typing import Any, Protocol, cast
 
 from rstream.broker.base import RecordBlock
-from rstream.processors.base import Frame, Processor, RecordError
+from rstream.processors.base import Frame, Processor, RecordError, StreamContext
 from rstream.processors.chunk import Chunk
 from rstream.processors.fold import Accumulated
 from rstream.processors.metrics import OperatorMetrics
@@ -67,7 +67,7 @@ class ShuffleSourceProcessor(Processor):
         # (a windowed count); markers always go record by record (QueueRun.feed splits them out)
         return not self.framed or (len(self.children) == 1 and getattr(self.children[0], "takes_frames", False))
 
-    def open(self, ctx: Any) -> None:
+    def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
         self._keys: dict[Any, Any] = {}  # serialized key -> key: keys repeat, decoding them once is enough
 
@@ -87,7 +87,7 @@ class ShuffleSourceProcessor(Processor):
                 self.forward(k, _loads(body) if body[0] != PICKLE_MARK else decode(body), born)
             return
         ctx = self.ctx
-        ctx.position_ms = store
+        ctx.time.read_ms = store
         if headers:
             if PARTIAL_HEADER in headers:  # a source range's counts of one key per window
                 partial = WindowPartial(*decode(body))
@@ -100,7 +100,7 @@ class ShuffleSourceProcessor(Processor):
             return
         self.records_in += 1
         value, watermark, producer, source_offset, side = decode(body)
-        ctx.frame = Frame(watermark, producer, source_offset, side)
+        ctx.at.frame = Frame(watermark, producer, source_offset, side)
         self.forward(k, value, born)
 
     def _each_record(self, k: Any, key: bytes, body: bytes, born: int) -> None:
@@ -207,20 +207,20 @@ class ShuffleSourceProcessor(Processor):
         self._more = 0
         if self.framed:
             ctx = self.ctx
-            ctx.position_ms = records.stores[-1]
-            ctx.frame = self.frame_at(len(records) - 1)
+            ctx.time.read_ms = records.stores[-1]
+            ctx.at.frame = self.frame_at(len(records) - 1)
 
     def _control(self, headers: dict[str, str], stored_ms: int) -> None:
         ctx = self.ctx
-        assert ctx is not None and ctx.watermarks is not None
+        assert ctx is not None and ctx.time.watermarks is not None
         record = wire.decode(None, b"", headers)
         if isinstance(record, wire.Marker):  # the producer was active when its marker was stored
-            ctx.watermarks.update(record.producer, record.watermark, stored_ms, record.behind, record.flush)
+            ctx.time.watermarks.update(record.producer, record.watermark, stored_ms, record.behind, record.flush)
         elif isinstance(record, wire.Tick) and record.flush:
-            ctx.watermarks.end_input()
+            ctx.time.watermarks.end_input()
         # the end of input, once it reached every producer (a chained one tells it after its results)
-        flush = ctx.watermarks.all_ended()
-        ctx.flushed = ctx.flushed or flush
+        flush = ctx.time.watermarks.all_ended()
+        ctx.time.flushed = ctx.time.flushed or flush
         ctx.advance(force_idle=flush)
 
     def metrics(self) -> OperatorMetrics:

@@ -66,7 +66,7 @@ class WindowPartial(NamedTuple):
     one key, counted per window start, their data times in order (a record of a sliding window counts
     in several windows), and where they came from: the producer (``topic/queue/shuffle sink``), the
     source range it read and its watermark before that range, so the records can be found again
-    (``StreamContext.source_records``), and the join side."""
+    (``RunMode.source_records``), and the join side."""
 
     starts: list[Any]
     counts: list[int]

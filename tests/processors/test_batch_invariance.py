@@ -43,7 +43,8 @@ def test_the_issue_s_dedup_lets_every_burst_s_first_event_pass_at_every_cap(tmp_
 
     from rstream import EmbeddedBroker, JsonDeserializer, JsonSerializer, StreamBuilder
     from rstream.runtime.inprocess import InProcessJob
-    from tests.support.process import T0, Dedup
+    from tests.support.process import T0
+    from tools.functions import Dedup
 
     rng = random.Random(1)
     events, t = [], T0

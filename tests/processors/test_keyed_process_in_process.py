@@ -30,8 +30,9 @@ from rstream import (
 from rstream.runtime.inprocess import InProcessJob
 from rstream.state.store import StateStore
 from tests.support.inprocess import emitted, produce
-from tests.support.process import MINUTE, Dedup, Pings, Sessions, Unpaid, events, orders, process_job
+from tests.support.process import MINUTE, Pings, Sessions, Unpaid, events, orders, process_job
 from tests.support.reference import keyed_process
+from tools.functions import Dedup
 
 LATENESS = 1000
 EXACT = {"allowed_lateness_ms": LATENESS, "idle_timeout_ms": 600_000}

@@ -230,7 +230,8 @@ def test_a_record_held_until_the_watermark_passed_it_is_followed_to_the_batch_th
     """A keyed process function takes its records in data-time order: a record read in one batch waits
     until a later batch's watermark passes it. Its trace says so and goes on from that batch: what the
     function forwarded, in the sink."""
-    from tests.support.process import T0, Dedup, process_job
+    from tests.support.process import T0, process_job
+    from tools.functions import Dedup
 
     broker.create_topic("events", queues=1)
     events = [{"user": f"u{i % 3}", "ts": T0 + i * 1000, "n": i} for i in range(12)]

@@ -29,7 +29,8 @@ from rstream import (
     TumblingWindow,
 )
 from rstream.runtime.inprocess import InProcessJob
-from tests.support.process import Dedup, Sessions
+from tests.support.process import Sessions
+from tools.functions import Dedup
 
 T0 = 1_700_000_000_000
 LATENESS = 2000

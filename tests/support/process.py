@@ -1,7 +1,7 @@
-"""Keyed process functions the tests run in this process and on Spark (the README's examples: de-
-duplication with a time to live, an alert for an order not paid in time, sessions by hand; and a
-processing-time timer), their
-generated input and the job that runs one; compare with ``tests.support.reference.keyed_process``."""
+"""Keyed process functions the tests run in this process and on Spark (the README's examples: an
+alert for an order not paid in time, sessions by hand; a processing-time timer; the de-duplication with
+a time to live is ``tools.functions.Dedup``, shared with the bench), their generated input and the job
+that runs one; compare with ``tests.support.reference.keyed_process``."""
 
 from __future__ import annotations
 
@@ -13,22 +13,6 @@ from rstream import JsonDeserializer, JsonSerializer, KeyedProcessFunction, Stre
 
 T0 = 1_700_000_000_000
 MINUTE = 60_000
-
-
-class Dedup(KeyedProcessFunction[Any, Any]):
-    """Pass a key's first record, then drop its records until ``ttl`` ms of data time have passed."""
-
-    def __init__(self, ttl: int) -> None:
-        self.ttl = ttl
-
-    def process(self, key: Any, value: Any, ctx: Any) -> None:
-        if ctx.state.get() is None:
-            ctx.state.set(ctx.timestamp)
-            ctx.register_event_time_timer(ctx.timestamp + self.ttl)
-            ctx.forward(key, value)
-
-    def on_timer(self, key: Any, timestamp: int, ctx: Any) -> None:
-        ctx.state.clear()
 
 
 class Unpaid(KeyedProcessFunction[Any, Any]):

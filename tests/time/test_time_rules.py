@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstream import SlidingWindow, StateStore, Time, TumblingWindow, WindowError
-from rstream.processors.base import StreamContext
+from rstream.processors.base import EventTime, Position, StreamContext
 from rstream.processors.watermarks import FIRE_ALL, OperatorWatermark
 from rstream.time import next_watermark
 from rstream.time.watermark import NO_WATERMARK
@@ -90,11 +90,11 @@ def test_a_producer_with_a_backlog_is_never_idle(tmp_path: Path) -> None:
 
 
 def test_idle_clock_goes_by_broker_time_while_behind() -> None:
-    ctx = StreamContext("job", "t", 0, fixed_now_ms=10_000, caught_up=False)
+    ctx = StreamContext(Position("job", "t", 0, caught_up=False), time=EventTime(fixed_now_ms=10_000))
     assert ctx.idle_clock() is None  # behind and nothing read: no producer can be judged idle
-    ctx.position_ms = 4000
+    ctx.time.read_ms = 4000
     assert ctx.idle_clock() == 4000 and ctx.idle_clock(at_end=True) == 4000
-    ctx.caught_up = True
+    ctx.at.caught_up = True
     assert ctx.idle_clock(at_end=True) == 10_000
 
 
