@@ -14,6 +14,7 @@ import pytest
 pytest.register_assert_rewrite("tests.support")
 
 from rstream import EmbeddedBroker, StreamBuilder  # noqa: E402
+from tests.support.rocketmq import stop_session_server  # noqa: E402
 
 if TYPE_CHECKING:  # loaded by the fixtures that need Spark: the pure-Python tests never load pyspark
     from rstream import RocketMQStream
@@ -69,6 +70,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 raise pytest.UsageError(f"{item.nodeid} is marked {name} and {cls}: one speed class per test")
         if item.get_closest_marker(cls) is None:
             item.add_marker(getattr(pytest.mark, cls))
+    # The session's shared RocketMQ servers run last, their users together, each stopped after its last
+    # user: an idle LocalRocketMQ's JVMs take about a third of a core, which every other test would pay for.
+    items.sort(key=lambda item: SERVERS.index(server_of(item)) + 1 if server_of(item) else 0)
+    LAST_USER.clear()
+    for item in items:
+        if server_of(item):
+            LAST_USER[server_of(item)] = item.nodeid
+
+
+def server_of(item: pytest.Item) -> str | None:
+    """The session server (``SERVERS``) a test uses, directly, through another fixture, or as the
+    conformance suite's broker kind (which asks for it on first use)."""
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    kind = callspec.params.get("broker_factory") if callspec is not None else None
+    if kind == "rocketmq-2" or "rocketmq_cluster" in names:
+        return "rocketmq_cluster"
+    if kind == "rocketmq" or "local_rocketmq" in names:
+        return "local_rocketmq"
+    return None
+
+
+#: The session-scoped servers of ``tests/support/rocketmq.py``, in the order their users run, at the end.
+SERVERS = ("rocketmq_cluster", "local_rocketmq")
+#: Per server, the node id of the last test that uses it.
+LAST_USER: dict[str, str] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    yield
+    for name, last in LAST_USER.items():
+        if last == item.nodeid:
+            stop_session_server(name)
 
 
 @pytest.fixture(scope="session")

@@ -34,26 +34,38 @@ from rstream.rocketmq.local import LocalRocketMQ
 from rstream.rocketmq.remoting import Client
 from tests.support.processes import processes_mentioning
 
+#: The session's shared servers that are running, by fixture name (``stop_session_server``).
+_RUNNING: dict[str, LocalRocketMQ] = {}
+
+
+def stop_session_server(name: str) -> None:
+    """Stop the session server of fixture ``name`` now, if it runs: ``tests/conftest.py`` does so after the
+    last test that uses it (the tests run in an order that keeps its users together, at the end). Its
+    store is thrown away: no need to wait the proxy's 12 s of clean shutdown."""
+    mq = _RUNNING.pop(name, None)
+    if mq is not None:
+        mq.stop(grace=3.0)
+
 
 @pytest.fixture(scope="session")
 def local_rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRocketMQ]:
     """One LocalRocketMQ (name server + proxy with its broker, 127.0.0.1) shared by the whole session."""
-    mq = LocalRocketMQ(tmp_path_factory.mktemp("rocketmq")).start()
+    mq = _RUNNING["local_rocketmq"] = LocalRocketMQ(tmp_path_factory.mktemp("rocketmq")).start()
     try:
         yield mq
     finally:
-        mq.stop()
+        stop_session_server("local_rocketmq")
 
 
 @pytest.fixture(scope="session")
 def rocketmq_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRocketMQ]:
     """One two-broker LocalRocketMQ (name server, broker-a, broker-b, proxy; 127.0.0.1) shared by the session."""
-    mq = LocalRocketMQ(tmp_path_factory.mktemp("rocketmq-cluster"), brokers=2,
-                       broker_conf={"timerWheelEnable": "false"}).start()
+    mq = _RUNNING["rocketmq_cluster"] = LocalRocketMQ(tmp_path_factory.mktemp("rocketmq-cluster"), brokers=2,
+                                                      broker_conf={"timerWheelEnable": "false"}).start()
     try:
         yield mq
     finally:
-        mq.stop(grace=3.0)  # its store is thrown away: no need to wait the proxy's 12 s of clean shutdown
+        stop_session_server("rocketmq_cluster")
 
 
 #: The retention the ``retention_rocketmq`` broker emulates (s): RocketMQ's ``fileReservedTime`` is whole hours.
