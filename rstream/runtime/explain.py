@@ -46,7 +46,7 @@ from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.processors.window import WindowAggregateProcessor
 from rstream.runtime.config import TaskConfig
 from rstream.runtime.topic_decoder import decode_message, topic_role
-from rstream.runtime.trace import Emit, Replay, Tracer
+from rstream.runtime.trace import Emit, Replay, Tracer, check_place
 from rstream.serde.codec import decode, encode
 from rstream.settings import Guarantee
 from rstream.shuffle import wire
@@ -444,12 +444,7 @@ def explain(job: Tracer, topic: str, queue: int, offset: int) -> Explanation:
     if topic not in topology.sink_topics:
         raise ExplainError(f"{topic!r} is no sink topic of job {job.job_id!r}; it writes {topology.sink_topics} "
                            "(to follow an input record forward, use job.trace)")
-    info = job.broker.topic(topic)
-    if not 0 <= queue < info.queues:
-        raise ExplainError(f"topic {topic!r} has queues 0..{info.queues - 1}, not {queue!r}")
-    end = job.broker.end_offsets(topic)[queue]
-    if not 0 <= offset < end:
-        raise ExplainError(f"{topic}/{queue} has offsets 0..{end - 1}, not {offset!r}")
+    check_place(job.broker, topic, queue, offset, ExplainError)
     job.job_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="explain-", dir=job.job_dir))
     try:

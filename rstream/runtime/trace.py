@@ -487,17 +487,22 @@ class Tracer:
         return trace(self, topic, queue, offset)
 
 
+def check_place(broker: Any, topic: str, queue: int, offset: int, error: type[Exception]) -> None:
+    """Raise ``error`` naming the valid range unless ``topic`` has ``queue`` and it holds ``offset``."""
+    info = broker.topic(topic)
+    if not 0 <= queue < info.queues:
+        raise error(f"topic {topic!r} has queues 0..{info.queues - 1}, not {queue!r}")
+    end = broker.end_offsets(topic)[queue]
+    if not 0 <= offset < end:
+        raise error(f"{topic}/{queue} has offsets 0..{end - 1}, not {offset!r}")
+
+
 def trace(job: Tracer, topic: str, queue: int, offset: int) -> RecordTrace:
     """Trace the record at ``topic``/``queue``/``offset`` (a source or shuffle topic of ``job``)."""
     topology = job.topology
     if topic not in topology.input_topics:
         raise TraceError(f"job {job.job_id!r} does not read topic {topic!r}; it reads {topology.input_topics}")
-    info = job.broker.topic(topic)
-    if not 0 <= queue < info.queues:
-        raise TraceError(f"topic {topic!r} has queues 0..{info.queues - 1}, not {queue!r}")
-    end = job.broker.end_offsets(topic)[queue]
-    if not 0 <= offset < end:
-        raise TraceError(f"{topic}/{queue} has offsets 0..{end - 1}, not {offset!r}")
+    check_place(job.broker, topic, queue, offset, TraceError)
     cfg = job.task_config()
     hops: list[Hop] = []
     operators: list[str] = []
