@@ -23,13 +23,14 @@ from nbclient import NotebookClient
 from tests.support.exercises import SHORTCUTS, runs_shown_before_a_prediction, shortcut_verdicts
 from tests.support.notebook_runs import (
     CELL_TIMEOUT,
+    EXECUTED,
     NOTEBOOKS,
     SOLUTIONS,
     execute,
     kernel_manager,
     solution_run,
 )
-from tests.support.notebooks import CLEAN_ENV, problems
+from tests.support.notebooks import CLEAN_ENV, checks_of, problems
 
 
 def notebooks() -> list[Path]:
@@ -80,6 +81,35 @@ def test_solution_runs_and_every_check_says_right(path: Path, tmp_path: Path) ->
         assert len(verdicts) == sum(len(v) for v in SHORTCUTS[name].values())
         passed = {what: verdict for what, verdict in verdicts.items() if verdict != "not quite"}
         assert not passed, f"shortcuts that were not refused: {passed}"
+
+
+def test_the_solutions_site_shows_every_solution_that_ran_with_its_outputs() -> None:
+    """The static site of the solutions (``tools/solutions_site.py``), built into ``build/site`` from the
+    solutions this session ran: a page per solution showing its outputs (every check "right", the
+    pictures inline), without the hidden cells or the shortcuts the tests spliced in, and an index."""
+    import re
+
+    from tools.solutions_site import SITE, write_site
+
+    ran = {name: nb for name, nb in EXECUTED.items() if problems(Path(name).stem, nb, solved=True) == []}
+    if not ran:
+        pytest.skip("no solution ran clean in this session: the site is built from those that did")
+    pages = write_site(ran, SITE)
+    index = pages[-1].read_text()
+    for name, nb in ran.items():
+        page = SITE / f"{Path(name).stem}.html"
+        assert f'href="{page.name}"' in index
+        text = page.read_text().split("<body", 1)[1]  # the page's content, not its style sheet
+        verdicts = checks_of(nb)
+        assert verdicts and all(f"{exercise}: right" in text for exercise in verdicts), (name, verdicts)
+        assert "Traceback" not in text and 'data-mime-type="application/vnd.jupyter.stderr"' not in text
+        assert "shortcut" not in text and "ReleaseButton.shown.click" not in text
+        sources = re.findall(r'<img[^>]*src="([^"]+)"', text)
+        assert all(src.startswith("data:") for src in sources), [src[:60] for src in sources]
+        outputs = text.count('class="jp-OutputArea-child')
+        shown = sum(len(c.get("outputs", [])) for c in nb.cells if c.cell_type == "code"
+                    and not {"verify", "harness", "shortcut", "shortcut-try"} & set(c.metadata.get("tags", [])))
+        assert outputs == shown, (name, outputs, shown)  # every output the reader would have seen
 
 
 def test_solutions_are_up_to_date() -> None:

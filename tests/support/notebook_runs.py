@@ -97,6 +97,9 @@ def run_solution(path: Path, tmp_path: Path) -> Any:
 
 
 _RUNS: dict[str, Future[Any]] = {}
+#: The solutions that ran in this session, executed, by file name (``solution_run``): the solutions' site
+#: (``tools/solutions_site.py``) is built from them.
+EXECUTED: dict[str, Any] = {}
 _LOCK = threading.Lock()
 
 
@@ -130,6 +133,6 @@ def solution_run(path: Path, tmp_path: Path) -> Any:
     """The executed solution ``path``: the background run's (``start_solutions``) if one was started,
     else run here and now."""
     future = _RUNS.get(path.name)
-    if future is None:
-        return run_solution(path, tmp_path)
-    return future.result()
+    nb = run_solution(path, tmp_path) if future is None else future.result()
+    EXECUTED[path.name] = nb
+    return nb
