@@ -171,13 +171,16 @@ class ProgressLog:
     def lag(self) -> Any:
         """Per input queue (sources, then shuffle topics): its end offset, the offset up to which this
         job has committed, and the records left to read (``lag``), as a DataFrame. ``lag`` counts records,
-        also on a packed shuffle topic (``pack_shuffle`` on RocketMQ), whose offsets skip."""
+        also on a packed shuffle topic (``pack_shuffle`` on RocketMQ), whose offsets skip. On a broker that
+        names its queues (RocketMQ: ``broker-b:1``, broker name and queue id), that name too (``broker_queue``)."""
         import pandas as pd
 
-        rows = [{"topic": t, "queue": q, "end_offset": end, "committed_offset": done,
-                 "lag": self.records((t, q), done, end)}
+        named = getattr(self.core.broker, "queue_label", None)  # RocketMQ's name of a queue: ``broker-b:1``
+        columns = ["topic", "queue", *(["broker_queue"] if named else []), "end_offset", "committed_offset", "lag"]
+        rows = [{"topic": t, "queue": q, **({"broker_queue": named(t, q)} if named else {}), "end_offset": end,
+                 "committed_offset": done, "lag": self.records((t, q), done, end)}
                 for (t, q), (end, done) in self.backlog().items()]
-        return pd.DataFrame(rows, columns=["topic", "queue", "end_offset", "committed_offset", "lag"])
+        return pd.DataFrame(rows, columns=columns)
 
     def records(self, queue: tuple[str, int], start: int, end: int) -> int:
         """The records an input queue holds at offsets ``[start, end)`` (``records_between``)."""

@@ -120,5 +120,7 @@ def test_a_run_on_a_packed_shuffle_counts_records_in_its_bar_and_its_lag(make_ro
     assert f"{300 + shuffled}/{300 + shuffled}" in last and "left: none" in last, last
     lag = job.lag()
     assert lag["lag"].sum() == 0 and (lag["committed_offset"] == lag["end_offset"]).all()
+    assert list(lag["broker_queue"]) == [rocket_broker.queue_label(t, q) for t, q in zip(lag["topic"], lag["queue"])]
+    assert lag["broker_queue"].str.fullmatch(r"[\w-]+:\d+").all()  # RocketMQ's own name: broker, queue id
     assert {w: int(vs[-1]) for w, vs in sink_values(rocket_broker, f"{name}-counts").items()} == Counter(
         w for s in text for w in s.split())
