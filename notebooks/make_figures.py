@@ -4,6 +4,7 @@ before running anything (on GitHub, on Binder before the kernel starts, in a not
 * ``00-topology.svg``: notebook 00's job drawn by rstream itself (``Topology.real_svg``, the
   graphviz ``dot`` binary), from the same DSL calls as the notebook's cell. No Spark is needed; the tests
   check that these are up to date (``figures()`` is what they compare).
+* ``series-map.svg``: the teacher's kit's concept map (``TEACHING.md``), from ``series-map.dot``.
 * ``02-event-time.png``: the event-time chart of notebook 02's first job, taken from a real run of the
   notebook (``--run``: it executes the notebook headless, about a minute, and keeps the PNG the cell
   ``chart.snapshot()`` shows). A run's processing times differ a little each time, so the tests only
@@ -38,9 +39,19 @@ def _review_words() -> str:
     return builder.build(optimize=()).real_svg()  # as RIP-58 draws it: one shuffle record per word
 
 
-#: Per figure file, what draws it (each the job of the notebook's own cell, the same DSL calls).
+def _series_map() -> str:
+    """The teacher's kit's concept map (``notebooks/series-map.dot``), drawn by graphviz's ``dot``."""
+    import subprocess
+
+    drawn = subprocess.run(["dot", "-Tsvg", str(HERE / "series-map.dot")], capture_output=True, text=True, check=True)
+    return drawn.stdout
+
+
+#: Per figure file, what draws it (each the job of the notebook's own cell, the same DSL calls; the
+#: teacher's kit's concept map from its DOT file).
 TOPOLOGIES: dict[str, Callable[[], str]] = {
     "00-topology.svg": _review_words,
+    "series-map.svg": _series_map,
 }
 
 
