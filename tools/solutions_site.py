@@ -49,12 +49,13 @@ def shown(notebook: Any) -> Any:
     for cell in out.cells:
         if cell.cell_type == "markdown":
             cell.source = re.sub(r'(<img[^>]*\bsrc=")([^":]+)(")', _inline, cell.source)
+            cell.source = re.sub(r"(!\[[^\]]*\]\()([^):\s]+)(\))", _inline, cell.source)
     return out
 
 
 def _inline(found: re.Match[str]) -> str:
-    """An HTML ``<img src>`` of a picture beside the solutions, as a data URI (nbconvert inlines only
-    markdown's ``![](...)``)."""
+    """A picture beside the solutions (an HTML ``<img src>`` or markdown's ``![](...)``, whose path
+    nbconvert does not find from the solutions' folder), as a data URI."""
     import base64
     import mimetypes
 
