@@ -73,9 +73,17 @@ def _hidden(cell: Any) -> bool:
     return "verify" in meta.get("tags", []) or bool(meta.get("jupyter", {}).get("source_hidden"))
 
 
+def optional_notebook(notebook: Any) -> bool:
+    """Whether the notebook says, in its opening cell, that it is optional as a whole (07 does)."""
+    first = next((c for c in notebook["cells"] if c["cell_type"] == "markdown"), None)
+    text = "" if first is None else first["source"] if isinstance(first["source"], str) else "".join(first["source"])
+    return "an optional notebook" in text.lower()
+
+
 def cells_by_part(notebook: Any) -> Iterator[tuple[Any, bool]]:
-    """Each cell a learner sees, with whether it is in an optional section."""
-    optional_level: int | None = None
+    """Each cell a learner sees, with whether it is in an optional section (every cell of an optional
+    notebook is)."""
+    optional_level: int | None = 0 if optional_notebook(notebook) else None
     for cell in notebook["cells"]:
         if _hidden(cell):
             continue
@@ -83,7 +91,7 @@ def cells_by_part(notebook: Any) -> Iterator[tuple[Any, bool]]:
         if cell["cell_type"] == "markdown":
             for found in _HEADING.finditer(source):
                 level = len(found.group(1))
-                if optional_level is not None and level <= optional_level:
+                if optional_level and level <= optional_level:  # 0: the whole notebook is optional
                     optional_level = None
                 if optional_level is None and "(optional)" in found.group(2):
                     optional_level = level
