@@ -20,14 +20,15 @@ SOLUTIONS = HERE / "solutions"
 
 def solution_of(notebook: dict) -> dict:
     """The notebook with each exercise cell's source replaced by its solution (and its pictures,
-    ``figures/...``, found from the solutions' folder)."""
+    ``figures/...``, and its links to the README, ``../README.md``, found from the solutions' folder)."""
     solved = copy.deepcopy(notebook)
     for cell in solved["cells"]:
         if "exercise" in cell.get("metadata", {}).get("tags", []):
             cell["source"] = cell["metadata"]["rstream"]["solution"]
         elif cell["cell_type"] == "markdown":
             text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            moved = text.replace('src="figures/', 'src="../figures/').replace("](figures/", "](../figures/")
+            moved = (text.replace('src="figures/', 'src="../figures/').replace("](figures/", "](../figures/")
+                     .replace("](../README.md", "](../../README.md"))
             if moved != text:
                 cell["source"] = moved.splitlines(keepends=True) if isinstance(cell["source"], list) else moved
     return solved

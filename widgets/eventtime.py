@@ -178,7 +178,7 @@ class EventTimeSnapshot:
         handles += [Line2D([], [], marker="o", ls="", color=EVENT, label="record"),
                     Line2D([], [], marker="x", ls="", color=LATE, mew=2, label="late record"),
                     Patch(color=OPEN, alpha=0.5, label="window open"), Patch(color=FIRED, alpha=0.5, label="window fired")]
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=10, frameon=False)
         return fig
 
     def png(self) -> bytes:
