@@ -9,6 +9,7 @@ import json
 import random
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -377,6 +378,27 @@ def test_an_explanation_whose_state_was_compacted_away_says_so(tmp_path: Path) -
     queue, offset, _doc = sink_records(broker, "out")[-1]
     with pytest.raises(ExplainError, match="compacted away"):
         job.explain("out", queue, offset)
+
+
+@pytest.mark.unit
+def test_re_execution_is_exact_when_the_clock_moves_while_a_task_starts(tmp_path: Path) -> None:
+    """A task reads its processing time once (``now_ms`` in its progress) and a re-execution is given
+    that time: a second read of a moving clock (the operator watermark's start, kept in the state
+    topic) would make the state it writes differ from the committed one by a millisecond."""
+    broker = EmbeddedBroker(tmp_path / "broker")
+    generate(broker, 30, 3)
+    b = StreamBuilder(job_id("explain-clock"), shuffle_queues=1)
+    (b.source("in", JsonDeserializer()).select_timestamp(lambda r: r["ts"]).key_by(lambda r: r["k"])
+     .window(TumblingWindow(Time.milliseconds(SIZE))).count().to_rstream().sink("out", JsonSerializer(with_key=True)))
+    ticks = iter(range(10**6))
+
+    def moving_clock() -> int:  # a millisecond more at every read
+        return (T0 + next(ticks)) * 1_000_000
+
+    with mock.patch("rstream.processors.base.time.time_ns", moving_clock):
+        job = run(b, broker, tmp_path, max_records_per_queue=5, allowed_lateness_ms=2000, idle_timeout_ms=600_000)
+    for queue, offset, _doc in sink_records(broker, "out"):
+        assert job.explain("out", queue, offset).exact
 
 
 # -- on Spark, after a crash and a restart ------------------------------------------------------------
