@@ -10,7 +10,7 @@ Everything is read from a job's committed batches and its topics (so also after 
 drawn with matplotlib (its object API, no pyplot: safe from a renderer thread) as a PNG: the same
 picture live in JupyterLab (``rstream.widgets.EventTimeChart`` redraws it) and in a static notebook.
 A run again (``job.what_if``) draws the same picture over its batches instead of processing time
-(``on_batches``): a re-run's wall clock says nothing of the job, its batches do.
+(``over_batches``): a re-run's wall clock says nothing of the job, its batches do.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import io
 import json
 import time
 from bisect import bisect_right
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
@@ -34,9 +34,39 @@ MAX_EVENTS = 5000
 OPEN, FIRED, LATE, EVENT = "#fcc419", "#69db7c", "#e03131", "#868e96"
 #: The horizontal axis of a picture over processing time, and of one over a run's batches.
 PROCESSING_AXIS = "processing time (s since the first record shown)"
-BATCH_AXIS = "batch of the run (a batch is one step)"
+BATCH_AXIS = "batches run (what a batch did is drawn at its end)"
 #: Width and height (inches at 100 dpi) of a picture.
 SIZE = (9.6, 4.8)
+
+
+class BatchClock:
+    """Where a picture over batches draws what happened: at the end of the batch that did it (batch
+    ``i`` at ``(i + 1) * 1000``, so the axis counts batches). A record is placed by the commit tag whose
+    outputs hold it (exactly, not by when it was stored: two batches can commit within a millisecond);
+    a queue's progress by its batch."""
+
+    def __init__(self, tags: Iterable[Any]) -> None:
+        self._ranges: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+        self.batches = 0
+        for tag in tags:
+            if tag.batch_id is None:
+                continue
+            self.batches = max(self.batches, tag.batch_id + 1)
+            for name, (first, end) in tag.outputs.items():
+                topic, _, queue = name.rpartition("/")
+                self._ranges.setdefault((topic, int(queue)), []).append((int(first), int(end), tag.batch_id))
+        for ranges in self._ranges.values():
+            ranges.sort()
+
+    def record(self, topic: str, queue: int, offset: int, store_ms: int) -> int:
+        ranges = self._ranges.get((topic, queue), [])
+        i = bisect_right(ranges, (offset, 2**62)) - 1
+        if i >= 0 and ranges[i][0] <= offset < ranges[i][1]:
+            return (ranges[i][2] + 1) * 1000
+        return self.batches * 1000  # (written by no batch: a tick, drawn at the end)
+
+    def commit(self, q: Any) -> int:
+        return (q.batch_id + 1) * 1000
 
 
 @dataclass(frozen=True)
@@ -57,7 +87,7 @@ class EventTimeSnapshot:
     batches (so also after a restart) and its topics.
 
     ``origin``: processing time zero of the picture (default: the first moment it shows); ``axis``:
-    what its horizontal axis is (``PROCESSING_AXIS``, or ``BATCH_AXIS`` after ``on_batches``)."""
+    what its horizontal axis is (``PROCESSING_AXIS``, or ``BATCH_AXIS``: ``over_batches``)."""
 
     job_id: str
     watermarks: dict[str, list[tuple[int, int]]]  # series -> (processing ms, watermark ms)
@@ -71,10 +101,13 @@ class EventTimeSnapshot:
     axis: str = PROCESSING_AXIS
 
     @classmethod
-    def of(cls, job: Any, history: Sequence[Any] | None = None) -> EventTimeSnapshot:
+    def of(cls, job: Any, history: Sequence[Any] | None = None, clock: BatchClock | None = None) -> EventTimeSnapshot:
         """The picture of ``job``: a ``RocketMQStream``, or anything with its ``job_id``, ``topology``,
         ``broker`` and ``late_topic`` (a ``JobCore``); ``history``: its batches (``BatchProgress``,
-        oldest first; default ``job.history()``)."""
+        oldest first; default ``job.history()``). With ``clock``, over batches instead of processing
+        time (``over_batches``)."""
+        record = clock.record if clock is not None else _stored
+        commit = clock.commit if clock is not None else _committed
         topology = job.topology
         framed = set(topology.framed_topics)
         feeds = {n.name: n.params["topic"] for n in topology.nodes
@@ -96,40 +129,24 @@ class EventTimeSnapshot:
                     series = f"{q.topic}/{q.queue}"
                     if len(sinks_per_queue.get((q.topic, q.queue), ())) > 1:
                         series += f" ({name})"
-                    watermarks.setdefault(series, []).append((q.committed_ms, int(wm)))
+                    watermarks.setdefault(series, []).append((commit(q), int(wm)))
             if q.topic in framed:
                 latest_wm[(q.topic, q.queue)] = q.watermark
                 known = [w for (t, _), w in latest_wm.items() if t == q.topic and w is not None]
                 if known:
-                    operator_wm.setdefault(q.topic, []).append((q.committed_ms, min(known)))
-        return cls(job.job_id, watermarks, operator_wm, _spans(job, windowed), _late(job), _events(job, framed),
-                   time.time_ns() // 1_000_000)
+                    operator_wm.setdefault(q.topic, []).append((commit(q), min(known)))
+        if clock is None:
+            return cls(job.job_id, watermarks, operator_wm, _spans(job, windowed, record), _late(job, record),
+                       _events(job, framed, record), time.time_ns() // 1_000_000)
+        return cls(job.job_id, watermarks, operator_wm, _spans(job, windowed, record), _late(job, record),
+                   _events(job, framed, record), clock.batches * 1000, origin=0, axis=BATCH_AXIS)
 
-    def on_batches(self, history: Sequence[Any]) -> EventTimeSnapshot:
-        """The same picture over the batches of ``history`` (the job's ``BatchProgress`` list, oldest
-        first) instead of processing time: a moment during batch ``i`` is drawn at ``i`` plus how far
-        into the batch it was, the end of the last batch is "now"."""
-        steps = [(min((q.started_ms for q in b.queues if q.started_ms), default=b.timestamp_ms), b.timestamp_ms)
-                 for b in history]
-        begins = [s for s, _ in steps]
-
-        def at(ms: int) -> int:  # (in milliseconds: a batch is 1000, so the axis counts batches)
-            i = bisect_right(begins, ms) - 1
-            if i < 0:
-                return 0
-            begin, end = steps[i]
-            part = 1.0 if ms >= end else (ms - begin) / (end - begin) if end > begin else 0.0
-            return round((i + part) * 1000)
-
-        return replace(
-            self,
-            watermarks={n: [(at(t), w) for t, w in pts] for n, pts in self.watermarks.items()},
-            operator_watermarks={n: [(at(t), w) for t, w in pts] for n, pts in self.operator_watermarks.items()},
-            spans=[replace(s, opened_ms=at(s.opened_ms), fired_ms=None if s.fired_ms is None else at(s.fired_ms))
-                   for s in self.spans],
-            late=[(at(f), d, w, op) for f, d, w, op in self.late],
-            events=[(at(t), d) for t, d in self.events],
-            now_ms=len(steps) * 1000, origin=0, axis=BATCH_AXIS)
+    @classmethod
+    def over_batches(cls, job: Any, history: Sequence[Any]) -> EventTimeSnapshot:
+        """The picture of ``job`` (see ``of``) over its batches instead of processing time: what happened
+        during batch ``i`` is drawn at ``i + 1``, the end of that batch, so two runs of the same input
+        cut into the same batches draw the same picture, however long each batch took (``BatchClock``)."""
+        return cls.of(job, history, BatchClock(job.broker.commits(job.job_id, 0)))
 
     # -- data -----------------------------------------------------------------------------------
     @property
@@ -291,7 +308,15 @@ def _steps(points: list[tuple[float, float]], right: float) -> tuple[list[float]
     return xs, ys
 
 
-def _spans(job: Any, windowed: set[str]) -> list[Span]:
+def _stored(topic: str, queue: int, offset: int, store_ms: int) -> int:
+    return store_ms
+
+
+def _committed(q: Any) -> int:
+    return int(q.committed_ms)
+
+
+def _spans(job: Any, windowed: set[str], at: Any = _stored) -> list[Span]:
     """Every window span, read from the state topics: a window's state is put when it opens and deleted
     (a tombstone) when it fires, both stamped with the broker time of their batch's commit; a window
     that opened and fired in one batch leaves only its tombstone. A span is open while any key holds it.
@@ -313,10 +338,11 @@ def _spans(job: Any, windowed: set[str]) -> list[Span]:
             if window is None:
                 continue
             ident = (operator, window[0], window[1], key)
+            when = at(state_topic, m.queue_id, m.offset, m.store_timestamp)
             if m.body and DELETE_HEADER not in m.headers:
-                opened.setdefault(ident, m.store_timestamp)
+                opened.setdefault(ident, when)
             else:
-                fired[ident] = m.store_timestamp
+                fired[ident] = when
     spans: dict[tuple[str, int, int], list[tuple[int, int | None]]] = {}
     for ident in opened.keys() | fired.keys():
         at = opened.get(ident, fired.get(ident, 0))
@@ -337,17 +363,18 @@ def _window_of(key: Any) -> tuple[int, int] | None:
     return None
 
 
-def _late(job: Any) -> list[tuple[int, int, int, str]]:
+def _late(job: Any, at: Any = _stored) -> list[tuple[int, int, int, str]]:
     if not job.broker.has_topic(job.late_topic):
         return []
     out = []
     for m in job.broker.read(job.late_topic):
         row = json.loads(m.body)
-        out.append((m.store_timestamp, int(row["data_time"]), int(row["watermark"]), str(row["operator"])))
+        out.append((at(job.late_topic, m.queue_id, m.offset, m.store_timestamp), int(row["data_time"]),
+                    int(row["watermark"]), str(row["operator"])))
     return out
 
 
-def _events(job: Any, framed: set[str]) -> list[tuple[int, int]]:
+def _events(job: Any, framed: set[str], at: Any = _stored) -> list[tuple[int, int]]:
     """(broker time, data time) of the records on window and join shuffle topics: each data record,
     and each record a window count's partial holds (counted before the shuffle, its time kept)."""
     points = []
@@ -356,11 +383,12 @@ def _events(job: Any, framed: set[str]) -> list[tuple[int, int]]:
             continue
         role = topic_role(topic, job.topology)
         for m in job.broker.read(topic):
+            when = at(topic, m.queue_id, m.offset, m.store_timestamp)
             if not m.headers:
-                points.append((m.store_timestamp, m.born_timestamp))
+                points.append((when, m.born_timestamp))
                 continue
             decoded = decode_message(role, m.key, m.body, m.headers)
             if decoded.kind == "partial":
-                points += [(m.store_timestamp, t) for t in decoded.detail.get("times", ())]
+                points += [(when, t) for t in decoded.detail.get("times", ())]
     step = max(1, len(points) // MAX_EVENTS)
     return points[::step]

@@ -232,7 +232,9 @@ class WhatIf:
         nowrap = "padding:1px 6px;border-bottom:1px solid #e9ecef;white-space:nowrap;text-align:left;vertical-align:top"
         wrap = ("padding:1px 6px;border-bottom:1px solid #e9ecef;white-space:normal;overflow-wrap:anywhere;"
                 "text-align:left;vertical-align:top;min-width:6em")
-        sinks = len(set(diff["sink"])) > 1
+        style = {c: wrap if c in ("before", "after") else nowrap for c in ("sink", "key", "window", "change", "before",
+                                                                            "after")}
+        sinks = len(set(diff["sink"]) - {LATE}) > 1  # (a record that became late or on time says so itself)
         columns = [*(["sink"] if sinks else []), "key", "window", "change", "before", "after"]
         late = {f"{r.topic}/{r.queue}/{r.offset}": r for run in (self.before_run, self.after_run) for r in run.late}
         grouped: dict[tuple[Any, ...], list[Any]] = {}
@@ -251,8 +253,7 @@ class WhatIf:
                 else:
                     texts = [_cut(_shown(key, window, v), 120) for v in getattr(rows[0], side)]
                 cells[side] = "<br>".join(escape(t) for t in texts) or "&ndash;"
-            tds = "".join(f'<td style="{wrap if c in ("before", "after") else nowrap}">{cells[c]}</td>'
-                          for c in columns)
+            tds = "".join(f'<td style="{style[c]}">{cells[c]}</td>' for c in columns)
             body.append(f'<tr style="background:{CHANGE_COLOURS.get(change, "white")}">{tds}</tr>')
         more = (f'<div style="font-size:12px;color:#495057">… and {len(grouped) - max_rows} more rows '
                 "(<code>diff()</code> has every difference)</div>" if len(grouped) > max_rows else "")
@@ -420,5 +421,5 @@ def _run(label: str, topology: Topology, properties: JobProperties, queues: Mapp
                               str(row["cause"]), str(row["operator"])))
     core = JobCore(topology, settings, broker, folder / "job")
     history = ProgressLog(core).history()
-    picture = EventTimeSnapshot.of(core, history).on_batches(history)
+    picture = EventTimeSnapshot.over_batches(core, history)
     return WhatIfRun(label, topology, sinks, late, batches, picture)
