@@ -9,7 +9,6 @@ import importlib.util
 import json
 import re
 import struct
-import sys
 from pathlib import Path
 
 import pytest
@@ -81,13 +80,7 @@ def test_the_event_time_chart_is_legible_where_it_is_shown(notebook: str, name: 
     must stay legible once the PNG is scaled into the column."""
     from matplotlib.text import Text
 
-    # this repository's chart (an installed rstream.widgets may be another checkout's), in its package
-    spec = importlib.util.spec_from_file_location("rstream.widgets._chart_under_test", ROOT / "widgets" / "eventtime.py")
-    assert spec is not None and spec.loader is not None
-    chart = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = chart  # its dataclasses look their module up
-    spec.loader.exec_module(chart)
-    EventTimeSnapshot, Span = chart.EventTimeSnapshot, chart.Span
+    from rstream.runtime.eventtime import EventTimeSnapshot, Span
 
     png = (FIGURES / name).read_bytes()
     natural = struct.unpack(">I", png[16:20])[0]
