@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.support.exercises import runs_shown_before_a_prediction
+from tests.support.files import repository_files
 from tests.support.notebooks import problems
 from tools.browser import (
     NOTEBOOK_TIMEOUT,
@@ -48,8 +49,9 @@ if _REASON:
 
 from playwright.sync_api import sync_playwright  # noqa: E402  (only once we know it is there)
 
-# Top level only: the solutions in notebooks/solutions/ are run headless elsewhere.
-NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+# Top level only: the solutions in notebooks/solutions/ are run headless elsewhere. The repository's own
+# notebooks: not a copy a learner saved beside them.
+NAMES = [p.name for p in repository_files(NOTEBOOKS, "*.ipynb")]
 TEST_TIMEOUT = int(NOTEBOOK_TIMEOUT) + 600  # the run's own ceiling, plus opening, screenshots, shutdown
 #: Views whose tables must show whole (``run_notebook(fit_tables=...)``): the ``WatermarkMonitor``'s.
 FIT_TABLES = ".rstream-view-watermarks"

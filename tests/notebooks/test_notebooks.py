@@ -9,6 +9,11 @@ The kernel is this interpreter (``sys.executable -m ipykernel_launcher``), named
 into the test's temporary folder and found through a ``KernelSpecManager`` that looks only there. So the
 test needs no installed kernelspec and cannot pick up another Python's ``python3`` kernel from the user's
 or the system's Jupyter folders: it works in any venv where ``pip install -e .[dev]`` was done.
+
+Each run's kernel works in a new temporary folder, so a notebook's ``rstream-data/`` (its broker, its
+jobs, and the ledger of its graded exercises) starts empty: neither a learner's session in ``notebooks/``
+nor an earlier run of the tests can change what a run shows. The notebooks are the repository's own
+(``tests/support/files.py``): a copy JupyterLab or a learner left beside them is not one.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from tests.support.exercises import (
     shortcut_verdicts,
     with_shortcuts,
 )
+from tests.support.files import repository_files
 from tests.support.notebooks import CLEAN_ENV, problems
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -42,13 +48,14 @@ CELL_TIMEOUT = 300  # seconds for one cell; the first Spark cell starts a JVM
 
 
 def notebooks() -> list[Path]:
-    found = sorted(NOTEBOOKS.glob("*.ipynb"))
+    """The workshop's notebooks (the repository's: not a copy a learner saved beside them)."""
+    found = repository_files(NOTEBOOKS, "*.ipynb")
     assert found, f"no notebooks in {NOTEBOOKS}"
     return found
 
 
 def solutions() -> list[Path]:
-    return sorted(SOLUTIONS.glob("*.ipynb"))
+    return repository_files(SOLUTIONS, "*.ipynb")
 
 
 def kernel_manager(folder: Path) -> KernelManager:
@@ -70,9 +77,18 @@ CLICK_RELEASE = "from rstream.widgets import ReleaseButton\n\nprint(ReleaseButto
 
 
 def execute(path: Path, tmp_path: Path) -> Any:
-    """Run ``path`` top to bottom in its own folder, then click its release button (as ``CLICK_RELEASE``);
-    the first failing cell raises with its traceback."""
-    return execute_as(path, path.parent, tmp_path)
+    """Run ``path`` top to bottom in a new working folder (``tmp_path / "work"``: its ``rstream-data/``,
+    with the exercises' ledger, starts empty, whatever a learner's or an earlier run left beside the
+    notebook), then click its release button (as ``CLICK_RELEASE``); the first failing cell raises with
+    its traceback."""
+    return execute_as(path, working_folder(tmp_path), tmp_path)
+
+
+def working_folder(tmp_path: Path) -> Path:
+    """A new, empty working folder for a kernel: where a notebook's relative ``rstream-data`` goes."""
+    folder = tmp_path / "work"
+    folder.mkdir(parents=True)
+    return folder
 
 
 def execute_as(path: Path, folder: Path, tmp_path: Path) -> Any:
@@ -132,8 +148,7 @@ def test_solution_runs_and_every_check_says_right(path: Path, tmp_path: Path) ->
     if name in SHORTCUTS:
         spliced = tmp_path / path.name
         nbformat.write(with_shortcuts(nbformat.read(path, as_version=4), name), spliced)
-        # run in the solutions' folder (as the solution itself), from the copy
-        nb = execute_as(spliced, path.parent, tmp_path / "run")
+        nb = execute_as(spliced, working_folder(tmp_path), tmp_path / "run")
     else:
         nb = execute(path, tmp_path)
     assert problems(name, nb, solved=True) == []
@@ -150,7 +165,7 @@ def test_solutions_are_up_to_date() -> None:
     assert spec is not None and spec.loader is not None
     maker = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(maker)
-    want = maker.expected()
+    want = maker.expected(notebooks())
     assert sorted(want) == [p.name for p in solutions()], "a notebook's solution is missing or left over"
     stale = [name for name, text in want.items() if (SOLUTIONS / name).read_text() != text]
     assert not stale, f"run `python notebooks/make_solutions.py`: {stale} differ from their notebooks"
@@ -163,24 +178,25 @@ def test_a_notebook_that_lost_its_kernel_mid_job_runs_again_from_the_top(tmp_pat
     import psutil
 
     path = NOTEBOOKS / "06_scaling_and_failure.ipynb"
+    folder = working_folder(tmp_path)  # both runs in it, as a learner's two runs in the notebooks' folder
     nb = nbformat.read(path, as_version=4)
     streaming = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "for round_ in range(3):" in c.source)
     km = kernel_manager(tmp_path / "first")
     client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, startup_timeout=120,
-                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+                            resources={"metadata": {"path": str(folder)}})
     with client.setup_kernel(env=CLEAN_ENV):
         for index in range(streaming + 1):
             client.execute_cell(nb.cells[index], index)
         kernel = psutil.Process(km.provisioner.pid)  # type: ignore[union-attr]
-        orphans = [p for p in psutil.process_iter() if _cluster_process(p, NOTEBOOKS)]
+        orphans = [p for p in psutil.process_iter() if _cluster_process(p, folder)]
         assert orphans, "the cluster should be running before the kernel is lost"
         kernel.kill()
         kernel.wait(timeout=30)
     assert any(p.is_running() for p in orphans), "nothing outlived the kernel: the test would prove nothing"
 
-    again = execute(path, tmp_path / "second")
+    again = execute_as(path, folder, tmp_path / "second")
     assert problems(path.stem, again, solved=False) == []
-    left = [p for p in psutil.process_iter() if _cluster_process(p, NOTEBOOKS)]
+    left = [p for p in psutil.process_iter() if _cluster_process(p, folder)]
     assert not left, f"processes of the notebook's cluster are still running: {left}"
 
 
