@@ -33,6 +33,7 @@ from nbclient import NotebookClient
 
 from tests.support.exercises import (
     SHORTCUTS,
+    hints_shown,
     runs_shown_before_a_prediction,
     shortcut_verdicts,
     with_shortcuts,
@@ -133,6 +134,7 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
     nb = execute(path, tmp_path)
     assert problems(path.stem, nb, solved=False) == []
     assert runs_shown_before_a_prediction(nb) == []
+    assert hints_shown(nb, path.stem) == [], "a hint shows before any answer"
 
 
 @pytest.mark.parametrize("path", solutions(), ids=lambda p: p.name)

@@ -13,5 +13,7 @@ uses lives here, and no ``test_*`` module imports another (``tests/test_layout.p
 - ``four_operators``: union, ``.late()``, the interval join and the stream–table join in one job, its
   input, the script that runs it to be killed, and its references;
 - ``files``: the repository's own files (those git tracks), never a learner's leftovers beside them;
+- ``exercises`` and ``graded``: the shortcuts tried on the graded exercises, the hints a run may not show,
+  and a stand-in for a job.
 
 Nothing here imports pyspark at import time, so ``tests/processors`` and ``tests/time`` run without it."""
