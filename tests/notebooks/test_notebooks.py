@@ -7,6 +7,11 @@ Both read the facts each notebook's hidden ``verify`` cell prints (``tests/suppo
 
 How a notebook runs, and why the solutions run in the background while the browser suite runs, is in
 ``tests/support/notebook_runs.py``.
+
+Each run's kernel works in a new temporary folder, so a notebook's ``rstream-data/`` (its broker, its
+jobs, and the ledger of its graded exercises) starts empty: neither a learner's session in ``notebooks/``
+nor an earlier run of the tests can change what a run shows. The notebooks are the repository's own
+(``tests/support/files.py``): a copy JupyterLab or a learner left beside them is not one.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.support.exercises import SHORTCUTS, runs_shown_before_a_prediction, shortcut_verdicts
+from tests.support.exercises import SHORTCUTS, hints_shown, runs_shown_before_a_prediction, shortcut_verdicts
+from tests.support.files import repository_files
 from tests.support.notebook_runs import (
     CELL_TIMEOUT,
     EXECUTED,
@@ -29,18 +35,20 @@ from tests.support.notebook_runs import (
     execute,
     kernel_manager,
     solution_run,
+    working_folder,
 )
 from tests.support.notebooks import CLEAN_ENV, checks_of, problems
 
 
 def notebooks() -> list[Path]:
-    found = sorted(NOTEBOOKS.glob("*.ipynb"))
+    """The workshop's notebooks (the repository's: not a copy a learner saved beside them)."""
+    found = repository_files(NOTEBOOKS, "*.ipynb")
     assert found, f"no notebooks in {NOTEBOOKS}"
     return found
 
 
 def solutions() -> list[Path]:
-    return sorted(SOLUTIONS.glob("*.ipynb"))
+    return repository_files(SOLUTIONS, "*.ipynb")
 
 
 def _browser_runs_them() -> str | None:
@@ -62,6 +70,7 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
     nb = execute(path, tmp_path)
     assert problems(path.stem, nb, solved=False) == []
     assert runs_shown_before_a_prediction(nb) == []
+    assert hints_shown(nb, path.stem) == [], "a hint shows before any answer"
 
 
 @pytest.mark.parametrize("path", solutions(), ids=lambda p: p.name)
@@ -118,7 +127,7 @@ def test_solutions_are_up_to_date() -> None:
     assert spec is not None and spec.loader is not None
     maker = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(maker)
-    want = maker.expected()
+    want = maker.expected(notebooks())
     assert sorted(want) == [p.name for p in solutions()], "a notebook's solution is missing or left over"
     stale = [name for name, text in want.items() if (SOLUTIONS / name).read_text() != text]
     assert not stale, f"run `python notebooks/make_solutions.py`: {stale} differ from their notebooks"
@@ -131,16 +140,17 @@ def test_a_notebook_that_lost_its_kernel_mid_job_runs_again_from_the_top(tmp_pat
     import psutil
 
     path = NOTEBOOKS / "06_scaling_and_failure.ipynb"
+    folder = working_folder(tmp_path)  # both runs in it, as a learner's two runs in the notebooks' folder
     nb = nbformat.read(path, as_version=4)
     streaming = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "for round_ in range(3):" in c.source)
     km = kernel_manager(tmp_path / "first")
     client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, startup_timeout=120,
-                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+                            resources={"metadata": {"path": str(folder)}})
     with client.setup_kernel(env=CLEAN_ENV):
         for index in range(streaming + 1):
             client.execute_cell(nb.cells[index], index)
         kernel = psutil.Process(km.provisioner.pid)  # type: ignore[union-attr]
-        orphans = [p for p in psutil.process_iter() if _cluster_process(p, NOTEBOOKS)]
+        orphans = [p for p in psutil.process_iter() if _cluster_process(p, folder)]
         assert orphans, "the cluster should be running before the kernel is lost"
         kernel.kill()
         kernel.wait(timeout=30)
@@ -151,7 +161,7 @@ def test_a_notebook_that_lost_its_kernel_mid_job_runs_again_from_the_top(tmp_pat
     again = nb.cells[:streaming + 1] + [nbformat.v4.new_code_cell(RELEASE_JOB_AND_CLUSTER)]
     km = kernel_manager(tmp_path / "second")
     client = NotebookClient(nbformat.v4.new_notebook(cells=again), km=km, timeout=CELL_TIMEOUT,
-                            startup_timeout=120, resources={"metadata": {"path": str(NOTEBOOKS)}})
+                            startup_timeout=120, resources={"metadata": {"path": str(folder)}})
     with client.setup_kernel(env=CLEAN_ENV):
         for index, cell in enumerate(again):
             client.execute_cell(cell, index)  # raises on an error
@@ -159,7 +169,7 @@ def test_a_notebook_that_lost_its_kernel_mid_job_runs_again_from_the_top(tmp_pat
     assert not stderr, f"stderr reached a cell on the second run: {stderr}"
     released = "".join(o.get("text", "") for o in again[-1].get("outputs", []))
     assert "Spark stopped" in released, released
-    left = [p for p in psutil.process_iter() if _cluster_process(p, NOTEBOOKS)]
+    left = [p for p in psutil.process_iter() if _cluster_process(p, folder)]
     assert not left, f"processes of the notebook's cluster are still running: {left}"
 
 

@@ -56,9 +56,18 @@ def kernel_manager(folder: Path) -> KernelManager:
 
 
 def execute(path: Path, tmp_path: Path) -> Any:
-    """Run ``path`` top to bottom in its own folder, then click its release button (as ``CLICK_RELEASE``);
-    the first failing cell raises with its traceback."""
-    return execute_as(path, path.parent, tmp_path)
+    """Run ``path`` top to bottom in a new working folder (``tmp_path / "work"``: its ``rstream-data/``,
+    with the exercises' ledger, starts empty, whatever a learner's or an earlier run left beside the
+    notebook), then click its release button (as ``CLICK_RELEASE``); the first failing cell raises with
+    its traceback."""
+    return execute_as(path, working_folder(tmp_path), tmp_path)
+
+
+def working_folder(tmp_path: Path) -> Path:
+    """A new, empty working folder for a kernel: where a notebook's relative ``rstream-data`` goes."""
+    folder = tmp_path / "work"
+    folder.mkdir(parents=True)
+    return folder
 
 
 def execute_as(path: Path, folder: Path, tmp_path: Path) -> Any:
@@ -85,15 +94,15 @@ def execute_as(path: Path, folder: Path, tmp_path: Path) -> Any:
 
 
 def run_solution(path: Path, tmp_path: Path) -> Any:
-    """Run the solution ``path`` (in the solutions' folder, as a learner would open it); in a notebook with
-    graded exercises, with its shortcuts (``tests/support/exercises.py``) spliced in after each check."""
+    """Run the solution ``path`` in a new working folder; in a notebook with graded exercises, with its
+    shortcuts (``tests/support/exercises.py``) spliced in after each check."""
     name = path.stem
     if name not in SHORTCUTS:
         return execute(path, tmp_path)
     tmp_path.mkdir(parents=True, exist_ok=True)
     spliced = tmp_path / path.name
     nbformat.write(with_shortcuts(nbformat.read(path, as_version=4), name), spliced)
-    return execute_as(spliced, path.parent, tmp_path / "run")
+    return execute_as(spliced, working_folder(tmp_path), tmp_path / "run")
 
 
 _RUNS: dict[str, Future[Any]] = {}
