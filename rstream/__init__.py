@@ -45,6 +45,8 @@ __version__ = "0.1.0"
 #: Spark source (the planner process Spark starts for every streaming query) does not load them.
 _LAZY = {
     **RUNTIME_NAMES, "RecordTrace": "rstream.runtime.trace", "TraceError": "rstream.runtime.trace",
+    "Explanation": "rstream.runtime.explain", "ExplainError": "rstream.runtime.explain",
+    "WhatIf": "rstream.runtime.what_if", "WhatIfError": "rstream.runtime.what_if",
     **dict.fromkeys(["DslError", "GroupedStream", "JoinedStream", "JoinResultStream", "RStream", "RTable", "StreamBuilder",
                      "TableJoinedStream", "WindowResultStream", "WindowStream"], "rstream.dsl"),
     "Topology": "rstream.graph",
@@ -86,7 +88,9 @@ if TYPE_CHECKING:
         get_spark,
         stop_spark,
     )
+    from rstream.runtime.explain import ExplainError, Explanation
     from rstream.runtime.trace import RecordTrace, TraceError
+    from rstream.runtime.what_if import WhatIf, WhatIfError
     from rstream.state import StateError, StateStore
 
 
@@ -148,5 +152,9 @@ __all__ = [
     "stop_spark",
     "RecordTrace",
     "TraceError",
+    "Explanation",
+    "ExplainError",
+    "WhatIf",
+    "WhatIfError",
     "__version__",
 ]

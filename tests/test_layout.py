@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.support.files import repository_files
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 
@@ -31,7 +33,7 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
 
 def test_no_test_module_imports_another_test_module_or_a_conftest() -> None:
     wrong = []
-    for path in sorted(TESTS.rglob("*.py")):
+    for path in repository_files(TESTS, "*.py", recursive=True):
         for line, module in imported_modules(path):
             parts = module.split(".")
             if parts[0] == "tests" and parts[1:2] != ["support"]:
@@ -43,14 +45,14 @@ def test_every_test_module_has_a_name_of_its_own() -> None:
     """Test folders are not packages (``tests/rocketmq`` would shadow the official ``rocketmq``), so
     pytest imports each test module by its file name: two of one name stop the whole run at collection."""
     names: dict[str, list[str]] = {}
-    for path in sorted(TESTS.rglob("test_*.py")):
+    for path in repository_files(TESTS, "test_*.py", recursive=True):
         names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
 
 
 def test_the_support_package_imports_no_test_module() -> None:
     wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
-             for path in sorted((TESTS / "support").rglob("*.py"))
+             for path in repository_files(TESTS / "support", "*.py", recursive=True)
              for line, module in imported_modules(path)
              if module.split(".")[0] == "tests" and not module.startswith("tests.support")]
     assert wrong == []
@@ -58,7 +60,7 @@ def test_the_support_package_imports_no_test_module() -> None:
 
 def test_the_bench_and_the_tools_never_import_the_tests() -> None:
     wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
-             for folder in ("bench", "tools") for path in sorted((ROOT / folder).rglob("*.py"))
+             for folder in ("bench", "tools") for path in repository_files(ROOT / folder, "*.py", recursive=True)
              for line, module in imported_modules(path) if module.split(".")[0] == "tests"]
     assert wrong == [], "what the bench shares with the tests belongs in tools/"
 
@@ -97,7 +99,7 @@ def test_processors_and_time_pass_without_pyspark() -> None:
     subprocess where ``import pyspark`` fails, every module they import (anywhere in them, also inside a
     test) imports, and their tests pass, with three generated examples per hypothesis test (the main run
     tries them all), so that this check stays cheap."""
-    files = sorted((TESTS / "processors").glob("test_*.py")) + sorted((TESTS / "time").glob("test_*.py"))
+    files = repository_files(TESTS / "processors", "test_*.py") + repository_files(TESTS / "time", "test_*.py")
     modules = sorted({m for path in files for _, m in imported_modules(path) if m != "__future__"})
     run = [str(p.relative_to(ROOT)) for p in files]
     done = subprocess.run(

@@ -1,5 +1,7 @@
 """Every link in the README and the notebooks works in any clone: relative links point at files of the
-repository, and nothing points outside it (``../shared`` is not in a learner's clone or on Binder)."""
+repository, and nothing points outside it (``../shared`` is not in a learner's clone or on Binder). They
+read the repository's own notebooks only (``tests/support/files.py``), not the copies a learner's session
+leaves beside them (JupyterLab's checkpoints, ``rstream-data/``)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,15 @@ import json
 import re
 from pathlib import Path
 
+from tests.support.files import repository_files
+
 ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\]\(([^)\s]+)\)|<img [^>]*src=\"([^\"]+)\"")
 
 
 def documents() -> list[tuple[Path, str]]:
     found = [(ROOT / "README.md", (ROOT / "README.md").read_text())]
-    for path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
+    for path in repository_files(ROOT / "notebooks", "*.ipynb", recursive=True):
         cells = json.loads(path.read_text())["cells"]
         text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
         found.append((path, text))
@@ -57,7 +61,7 @@ def test_the_notebooks_figures_are_up_to_date() -> None:
 def test_every_notebook_cell_has_its_own_id() -> None:
     """nbformat 4.5 cells carry an id (JupyterLab keeps them; nbformat warns today and will refuse later)."""
     missing = []
-    for path in sorted((ROOT / "notebooks").rglob("*.ipynb")):
+    for path in repository_files(ROOT / "notebooks", "*.ipynb", recursive=True):
         ids = [c.get("id") for c in json.loads(path.read_text())["cells"]]
         if None in ids or len(set(ids)) != len(ids):
             missing.append(path.name)

@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.files import repository_files
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_subpackage_is_listed_in_pyproject() -> None:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "rstream").rglob("__init__.py")}
+    found = {".".join(p.parent.relative_to(ROOT).parts)
+             for p in repository_files(ROOT / "rstream", "__init__.py", recursive=True)}
     assert found | {"rstream.widgets"} == listed
 
 

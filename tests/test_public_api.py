@@ -12,6 +12,7 @@ PUBLIC = {
     "SessionWindow", "SlidingWindow", "Time", "TimeType", "TumblingWindow", "WindowError", "WindowKey",
     "WindowStream", "JoinedStream", "RTable", "TableJoinedStream", "stop_spark", "RecordTrace", "TraceError", "KeyedProcessFunction",
     "StateValueError", "LateRecord", "WindowResult", "WindowResultStream", "JoinResultStream",
+    "Explanation", "ExplainError", "WhatIf", "WhatIfError",
 }
 
 

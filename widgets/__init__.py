@@ -8,10 +8,12 @@
     StateInspector(job)                         # state at any batch, what a batch changed, replay
     TopicBrowser(broker, job)                   # every topic decoded; click a record to trace it
     ExplainView(job, "counts", 0, 7)           # why a sink record is what it is; trace its inputs
+    WhatIfView(job, allowed_lateness_ms=500)   # the same input with another setting, side by side
 
 Each widget is a view over a plain object with ``to_pandas()`` and ``_repr_html_`` (``ProgressSnapshot``,
 ``WatermarkSnapshot``, ``LateDataSnapshot``, ``ErrorSnapshot``, ``EventTimeSnapshot``, ``StateSnapshot``,
-``StateDiffSnapshot``, ``TopicPage``, ``TopicOffsets``, ``RateProducer``) that works without a front end.
+``StateDiffSnapshot``, ``TopicPage``, ``TopicOffsets``, ``RateProducer``; ``Explanation`` and ``WhatIf`` of
+``job.explain`` and ``job.what_if``) that works without a front end.
 Live views redraw from one renderer thread each (``start()`` / ``stop()``). The toolkit imports rstream;
 rstream never imports it.
 """
@@ -41,6 +43,7 @@ _LAZY = {
     **dict.fromkeys(["TopologyMonitor", "TopologySnapshot", "topology_svg", "topology_view"], f"{__name__}.topology"),
     **dict.fromkeys(["WatermarkMonitor"], f"{__name__}.watermark_monitor"),
     **dict.fromkeys(["WatermarkSnapshot"], f"{__name__}.watermarks"),
+    **dict.fromkeys(["WhatIfView"], f"{__name__}.what_if"),
 }
 __getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
@@ -60,6 +63,7 @@ if TYPE_CHECKING:
     from .topology import TopologyMonitor, TopologySnapshot, topology_svg, topology_view
     from .watermark_monitor import WatermarkMonitor
     from .watermarks import WatermarkSnapshot
+    from .what_if import WhatIfView
 
 
 def __dir__() -> list[str]:
@@ -93,6 +97,7 @@ __all__ = [
     "TopologySnapshot",
     "WatermarkMonitor",
     "WatermarkSnapshot",
+    "WhatIfView",
     "check",
     "release",
     "release_button",

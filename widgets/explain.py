@@ -27,6 +27,8 @@ class ExplainView(ipywidgets.VBox):
         self.trace_view = box()
         super().__init__([self.view, self.inputs, self.trace_button, self.trace_view],
                          layout=ipywidgets.Layout(max_width="100%"))
+        self.add_class("rstream-view")
+        self.add_class("rstream-view-explain")
         self.explanation: Any = None
         try:
             self.explanation = job.explain(topic, queue, offset)

@@ -17,10 +17,16 @@ notebook::
     exercises.reveal("Exercise 1", run)               # the run, once a prediction exists
     exercises.check("Exercise 1")                     # the prediction against the run
     exercises.check("Exercise 2", fixed_job)          # a job, judged by what it wrote
+    exercises.hint("Exercise 2")                      # one more hint level, after a first attempt
+    exercises.reset("Exercise 1")                     # start an exercise over (recorded as a reset)
+
+Every prediction, run shown, judged answer, hint and reset goes to the notebook's ledger on disk
+(``rstream-data/exercises/<notebook>.json``, ``rstream.widgets.ledger``), so a kernel restart keeps them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -33,12 +39,17 @@ from .exercises import (
     Hints,
     JobFacts,
     Note,
+    OpenHints,
     _difference,
+    ask_hint,
     check_job,
     check_prediction,
+    open_hints,
     predict,
+    reset,
     reveal,
 )
+from .ledger import Ledger
 
 # -- references: RIP-58's rule over the broker's records ----------------------------------------------
 
@@ -118,27 +129,50 @@ class Exercise:
 
 @dataclass
 class Exercises:
-    """The graded exercises of one notebook (``exercises_of("02")``)."""
+    """The graded exercises of one notebook (``exercises_of("02")``), with its ledger on disk: the
+    notebook's predictions, runs shown, judged answers, hints and resets, in
+    ``<data_dir>/exercises/<notebook>.json`` (``rstream.widgets.ledger``; ``data_dir`` None: the
+    notebooks' ``rstream-data``, from the kernel's working folder)."""
 
     notebook: str
     items: dict[str, Exercise] = field(default_factory=dict)
+    data_dir: str | None = None
 
-    def _key(self, exercise: str) -> str:
-        return f"{self.notebook}/{exercise}"
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger.of(self.notebook, self.data_dir)
 
     def predict(self, exercise: str, prediction: Any) -> Note:
-        return predict(exercise, prediction, ledger=self._key(exercise))
+        return predict(exercise, prediction, ledger=self.ledger)
 
     def reveal(self, exercise: str, run: Callable[[], Any]) -> Note:
-        return reveal(exercise, run, ledger=self._key(exercise))
+        return reveal(exercise, run, ledger=self.ledger)
 
     def check(self, exercise: str, answer: Any = None) -> Graded:
+        """Judge ``exercise`` (``answer``: the job handed over; none for a prediction), with the hint levels
+        earned so far: each answer the check judges (and, for a prediction, recording it) opens one more."""
+        spec = self.items[exercise]
+        return open_hints(self.ledger, exercise, spec.hints, self.judge(exercise, answer), answer,
+                          predicts=spec.kind == "predict")
+
+    def judge(self, exercise: str, answer: Any = None) -> Graded:
+        """The verdict on ``exercise`` alone, its hints closed (``check`` opens those earned)."""
         spec = self.items[exercise]
         if spec.kind == "predict":
-            return check_prediction(exercise, spec.hints, same=spec.same, explain=spec.explain,
-                                    ledger=self._key(exercise))
+            return check_prediction(exercise, spec.hints, same=spec.same, explain=spec.explain, ledger=self.ledger)
         assert spec.judge is not None
         return check_job(exercise, answer, spec.hints, reads=spec.reads, judge=spec.judge, refuse=spec.refuse)
+
+    def hint(self, exercise: str) -> OpenHints | Note:
+        """Open the next hint level of ``exercise`` without another attempt (after a first one), and show
+        every level opened. Recorded in the ledger."""
+        spec = self.items[exercise]
+        return ask_hint(self.ledger, exercise, spec.hints, predicts=spec.kind == "predict")
+
+    def reset(self, exercise: str) -> Note:
+        """Start ``exercise`` over (its prediction, run, attempts and hints), recorded in the ledger as a reset."""
+        self.items[exercise]  # an exercise of this notebook, or KeyError
+        return reset(self.ledger, exercise)
 
 
 def _ts(record: dict[str, Any]) -> int:
@@ -407,9 +441,11 @@ _EX03 = Exercises("03", items={
 _ALL = {"02": _EX02, "03": _EX03}
 
 
-def exercises_of(notebook: str) -> Exercises:
-    """The graded exercises of a notebook, by its number (``"00"`` to ``"07"``)."""
-    return _ALL[notebook]
+def exercises_of(notebook: str, data_dir: str | None = None) -> Exercises:
+    """The graded exercises of a notebook, by its number (``"00"`` to ``"07"``); their ledger lives in
+    ``data_dir`` (default: the notebooks' ``rstream-data``, beside the notebook)."""
+    found = _ALL[notebook]
+    return found if data_dir is None else dataclasses.replace(found, data_dir=str(data_dir))
 
 
 # notebook 01 ------------------------------------------------------------------------------------------
@@ -1152,11 +1188,11 @@ class _Exercises06(Exercises):
     lost executor: Spark's record and the job's batches, besides its results), the others as every
     notebook's."""
 
-    def check(self, exercise: str, answer: Any = None) -> Graded:
+    def judge(self, exercise: str, answer: Any = None) -> Graded:
         spec = self.items[exercise]
         if spec.kind == "survive":
             return _check_survived(exercise, answer, spec.hints, EX06_ORDERS, _revenue_exact, "orders")
-        return super().check(exercise, answer)
+        return super().judge(exercise, answer)
 
 
 _EX06 = _Exercises06("06", items={

@@ -148,6 +148,16 @@ def range_end(broker: Broker, topic: str, queue: int, start: int, end: int, max_
     return min(end, start + max_records)
 
 
+def records_between(broker: Broker, topic: str, queue: int, start: int, end: int) -> int:
+    """How many records a queue holds at offsets ``[start, end)``: the broker's own ``records_between``
+    if it has one (a packed topic's messages leave offsets unused, ``RocketMQBroker``), else
+    ``end - start``. What a progress bar and ``job.lag()`` count."""
+    own = getattr(broker, "records_between", None)
+    if own is not None:
+        return int(own(topic, queue, start, end))
+    return max(0, end - start)
+
+
 def blocks_of(records: Iterable[ReadRecord], size: int = 4096) -> Iterator[RecordBlock]:
     """``ReadRecord`` tuples in blocks of ``size``."""
     it = iter(records)

@@ -295,6 +295,8 @@ class _Topic:
     read_at: float = 0.0  # time.monotonic() when its route was last read
     packed: bool = False  # many records a message, offsets message << _PACK_BITS | index (``create_topic``)
     by_broker: dict[str, list[int]] = field(init=False, repr=False)  # broker name -> its queues (rstream's numbers)
+    #: a packed topic's records a message, by rstream's queue and message offset (``records_between``)
+    counts: dict[int, dict[int, int]] = field(default_factory=dict, repr=False)
 
     @property
     def shift(self) -> int:
@@ -1115,6 +1117,33 @@ class RocketMQBroker:
         if not found.packed:
             return min(end, start + max_records)
         return min(end, ((start >> _PACK_BITS) + max(1, max_records >> _PACK_BITS)) << _PACK_BITS)
+
+    def records_between(self, topic: str, queue: int, start: int, end: int) -> int:
+        """How many records offsets ``[start, end)`` of a queue hold (``rstream.broker.base.records_between``):
+        ``end - start``, but on a packed topic counted from its messages, each pulled once a process (a
+        message never changes) and its count read from the head of its body. Records of attempts that
+        lost count too, as their offsets do on a topic that is not packed."""
+        found = self._queue(topic, queue)
+        if not found.packed or end <= start:
+            return max(0, end - start)
+        broker, queue_id = found.queue_ids[queue]
+        counts = found.counts.setdefault(queue, {})
+        total, at, last = 0, start >> _PACK_BITS, -(-end >> _PACK_BITS)
+        while at < last:
+            if at not in counts:
+                messages, next_at, _end = self._pull(broker, found.info.name, queue_id, at, min(32, last - at),
+                                                     f"count the records of {topic}/{queue}")
+                counts.update((m.offset, _pack_count(m)) for m in messages)
+                if at not in counts:  # gone past the retention (read on from the first there), or not yet stored
+                    later = min((m.offset for m in messages), default=next_at)
+                    if later <= at:
+                        break
+                    at = later
+                    continue
+            base = at << _PACK_BITS
+            total += max(0, min(end - base, counts[at]) - max(start - base, 0))
+            at += 1
+        return total
 
     def end_offsets(self, topic: str) -> list[int]:
         found = self._get(topic)
@@ -2004,6 +2033,21 @@ def _packs(records: Iterable[RecordTuple]) -> Iterator[RecordTuple]:
             keys, bodies, borns, headers, tags, size = [], [], [], [], [], 0
     if keys:
         yield None, marshal.dumps((keys, bodies, borns, headers, tags)), borns[0], None, None
+
+
+def _pack_count(m: PulledMessage) -> int:
+    """How many records a packed message holds (``_packs``), read from the head of its body: a marshalled
+    tuple (a type byte, its size in 1 byte or 4) whose first item is the list of keys (a type byte, its
+    length in 4 bytes); the whole body unmarshalled where the head is not that."""
+    body = m.body
+    head = (body[0] & 0x7F) if body else 0
+    at = 2 if head == ord(")") else 5 if head == ord("(") else 0  # a small tuple's size takes 1 byte, else 4
+    if at and len(body) >= at + 5 and body[at] & 0x7F == ord("["):
+        return int.from_bytes(body[at + 1:at + 5], "little")
+    try:
+        return len(marshal.loads(body)[0])
+    except (ValueError, EOFError, TypeError, IndexError):
+        return 0
 
 
 def _unpacked(m: PulledMessage, start: int, end: int) -> Iterator[tuple[Any, ...]]:

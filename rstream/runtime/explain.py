@@ -11,9 +11,11 @@ re-executing committed ranges, exactly as their tasks ran them, writing nothing.
    window by their data times), and only the ranges that hold them are re-executed, each record
    watched: the state it changed at the operator (before and after), whether it was late or a dead
    letter. What the operator kind says then picks the contributing records: for an aggregation every
-   record of the key up to the result, for a window those of the window, for a join the records of
-   both sides that met, for a keyed process function those of its key taken up to the forward and
-   the timer that fired.
+   record of the key up to the result, for a window those of the window (a session: those of the
+   sessions merged into it), for a join or an interval join the records of both sides that met, for
+   a stream–table join the stream record and the table update whose value it met (the last one the
+   join took before it, found in the order the re-executed ranges took them), for a keyed process
+   function those of its key taken up to the forward and the timer that fired.
 3. Each contributing shuffle record is followed back to the source records it stands for: a framed
    record says its source offset; a partial of a combine node or a plain shuffle record is found by
    re-executing the source range that wrote it (a window count's partial: its source range run again,
@@ -29,7 +31,8 @@ import bisect
 import json
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -40,8 +43,10 @@ from rstream.errors import RStreamError
 from rstream.graph.topology import short_topic_name
 from rstream.processors.aggregate import AggregateProcessor
 from rstream.processors.base import DLQ_ERROR, DLQ_OFFSET, DLQ_QUEUE, DLQ_TOPIC, END_OF_BATCH
+from rstream.processors.interval_join import IntervalJoinProcessor, describe_interval
 from rstream.processors.join import LEFT, SIDE_NAMES, JoinProcessor
 from rstream.processors.process import ProcessProcessor
+from rstream.processors.table import TABLE_SIDE, TableJoinProcessor
 from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.processors.window import WindowAggregateProcessor
 from rstream.runtime.config import TaskConfig
@@ -64,6 +69,8 @@ class ExplainError(RStreamError, LookupError):
 #: Columns of ``Explanation.to_pandas()``.
 COLUMNS = ["kind", "topic", "queue", "offset", "data_time", "value", "via", "side", "batch_id", "before", "after",
            "note"]
+#: Columns of the HTML table whose text wraps: the rest are short.
+WRAPPED = frozenset({"value", "via", "before", "after", "note"})
 
 
 @dataclass(frozen=True)
@@ -183,8 +190,11 @@ class Explanation:
         return "\n".join(lines)
 
     def table_html(self) -> str:
-        """The contributions as an HTML table that scrolls sideways when wider than the notebook."""
-        cell = "padding:1px 6px;border-bottom:1px solid #e9ecef;white-space:nowrap;text-align:left"
+        """The contributions as an HTML table that fits the notebook's width: values, states and notes
+        wrap (what is still too wide scrolls sideways inside its box)."""
+        cell = "padding:1px 6px;border-bottom:1px solid #e9ecef;white-space:nowrap;text-align:left;vertical-align:top"
+        wrap = ("padding:1px 6px;border-bottom:1px solid #e9ecef;white-space:normal;overflow-wrap:anywhere;"
+                "text-align:left;vertical-align:top;min-width:5em")
         colours = {"input": "#ebfbee", "timer": "#e7f5ff", "late": "#ffe3e3", "dead letter": "#ffe3e3"}
         head = "".join(f'<th style="{cell}">{c}</th>' for c in COLUMNS)
         rows = []
@@ -192,7 +202,8 @@ class Explanation:
             values = [c.kind, short_topic_name(c.topic, self.job_id), c.queue, c.offset, c.data_time, c.value,
                       short_topic_name(c.via, self.job_id) if c.via else "", c.side, c.batch_id, c.before, c.after,
                       c.note]
-            tds = "".join(f'<td style="{cell}">{escape(_text(v))}</td>' for v in values)
+            tds = "".join(f'<td style="{wrap if name in WRAPPED else cell}">{escape(_text(v))}</td>'
+                          for name, v in zip(COLUMNS, values))
             rows.append(f'<tr style="background:{colours.get(c.kind, "white")}">{tds}</tr>')
         return ('<div style="max-width:100%;overflow-x:auto"><table style="border-collapse:collapse;'
                 f'font-family:monospace;font-size:12px"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
@@ -202,7 +213,8 @@ class Explanation:
         from rstream.graph.style import fitted_svg
 
         notes = "".join(f"<div>{escape(n)}</div>" for n in self.notes)
-        return (f'<div style="max-width:100%"><div style="font-family:monospace;margin:4px 0;overflow-wrap:anywhere">'
+        return (f'<div class="rstream-explain" style="max-width:100%"><div style="font-family:monospace;margin:4px 0;'
+                f'overflow-wrap:anywhere">'
                 f"<b>explain</b> {escape(self.summary)}</div>{notes}{self.table_html()}"
                 f"<div>{fitted_svg(self.graph())}</div></div>")
 
@@ -221,7 +233,16 @@ class _Watched(Replay):
 
     def __init__(self, job: Tracer, cfg: TaskConfig, tag: CommitTag, targets: Iterable[int], work: Path) -> None:
         self.at_emit: dict[int, dict[str, Any]] = {}
+        #: The offsets of the records an operator that holds its records took, in the order it took
+        #: them (``rstream.processors.ordered``: a stream–table join's updates and stream records).
+        self.takes: list[int] = []
         super().__init__(job, cfg, tag, targets, work)
+
+    @contextmanager
+    def resumed(self, offset: int) -> Iterator[None]:
+        self.takes.append(offset)
+        with super().resumed(offset):
+            yield
 
     def _emitting(self, name: str, forward: Any) -> Any:
         emit = super()._emitting(name, forward)
@@ -233,7 +254,7 @@ class _Watched(Replay):
 
     def _moment(self, name: str) -> dict[str, Any]:
         ctx = self.run.ctx
-        moment: dict[str, Any] = {"offset": ctx.at.offset}
+        moment: dict[str, Any] = {"offset": ctx.at.offset, "takes": len(self.takes)}
         proc = self.kinds.get(name)
         context = getattr(proc, "context", None)
         if context is not None:  # a keyed process function: the call that forwarded
@@ -476,6 +497,10 @@ def _explain(ex: _Explainer, topic: str, queue: int, offset: int) -> Explanation
         parts.operator = emit.operator
         if isinstance(proc, WindowAggregateProcessor):
             parts.window(result, emit, moment, proc)
+        elif isinstance(proc, IntervalJoinProcessor):
+            parts.interval_join(result, emit, at, moment, proc)
+        elif isinstance(proc, TableJoinProcessor):
+            parts.table_join(result, emit, moment)
         elif isinstance(proc, JoinProcessor):
             parts.join(result, emit, at, moment, proc)
         elif isinstance(proc, ProcessProcessor):
@@ -674,6 +699,92 @@ class _Parts:
         elif others or side == LEFT:
             self.notes.append("a left join's left record that found no right record")
         self._late_and_dead(candidates)
+
+    def interval_join(self, result: Replay, emit: Emit, at: int, moment: dict[str, Any],
+                      proc: IntervalJoinProcessor) -> None:
+        """An interval join's pair: the record it was processing and the one of the other side it met
+        (its waiting records of the key in ``[lower, upper]``, by data time then arrival, one pair
+        each); a left join's unmatched left record, emitted once the watermark passed its interval."""
+        self.kind = "interval join"
+        key, name = emit.key, emit.operator
+
+        def waited(c: _Candidate) -> bool:  # taken into the waiting records: neither late nor a dead letter
+            return self.ex.state_of(c, name, lambda k: k == (_side(c), key))[0]
+
+        def nth_like(same: Any) -> int:
+            return sum(1 for i, e in enumerate(result.emits[:at]) if e.operator == name and e.during == emit.during
+                       and e.key == key and same(i))
+
+        during = emit.during if emit.during is not None and emit.during not in result.control else None
+        if during is None:  # a left join's left record that met nobody, once the watermark passed it
+            ts = moment.get("ts", 0)
+            left_ts = ts - max(0, proc.upper)
+            candidates = self.ex.candidates(self.topic, self.queue, self.tag.end_offset, key)
+            rights = [c for c in candidates if _side(c) != LEFT and waited(c)]
+            lefts = [c for c in candidates if _side(c) == LEFT and c.born == left_ts and waited(c)
+                     and not any(proc.lower <= r.born - c.born <= proc.upper for r in rights)]
+            nth = nth_like(lambda i: cast(_Watched, result).at_emit.get(i, {}).get("ts") == ts)
+            if nth < len(lefts):
+                self._add(lefts[nth], side="left")
+            self.notes.append(f"a left join's left record that met no right record {describe_interval(proc.lower, proc.upper)}, emitted once "
+                              f"the watermark passed its data time + {proc.upper} ms")
+            self._late_and_dead(candidates)
+            if "producers" in moment:
+                self.decision = _decision(result, emit, moment, left_ts + proc.upper + 1)
+            return
+        candidates = self.ex.candidates(self.topic, self.queue, during + 1, key)
+        arriving = next(c for c in candidates if c.offset == during)
+        side = _side(arriving)
+        t = arriving.born
+        lo, hi = (t + proc.lower, t + proc.upper) if side == LEFT else (t - proc.upper, t - proc.lower)
+        others = sorted((c for c in candidates if c.offset < during and _side(c) == 1 - side and lo <= c.born <= hi
+                         and waited(c)), key=lambda c: (c.born, c.offset))
+        nth = nth_like(lambda _i: True)
+        self._add(arriving, side=SIDE_NAMES[side])
+        if nth < len(others):
+            self._add(others[nth], side=SIDE_NAMES[1 - side])
+        self._late_and_dead(candidates)
+
+    def table_join(self, result: Replay, emit: Emit, moment: dict[str, Any]) -> None:
+        """A stream–table join's result: the stream record, and the table update whose value it met:
+        of the key's updates, the last one the join took before it (``rstream.processors.ordered``: in
+        data-time order, whatever batch brought them), found in the order the re-executed ranges took
+        their records, from the result's range back."""
+        self.kind = "stream-table join"
+        key = emit.key
+        assert emit.during is not None  # (a held record taken: its own offset)
+        candidates = self.ex.candidates(self.topic, self.queue, self.tag.end_offset, key)
+        stream = next(c for c in candidates if c.offset == emit.during)
+        self._add(stream, side="stream")
+        updates = {c.offset: c for c in candidates if _side(c) == TABLE_SIDE}
+        update = self._last_taken(updates, cast(_Watched, result).takes[: moment.get("takes", 1) - 1])
+        if update is None:
+            self.notes.append(f"the table had no value for {key!r} when the join took the stream record")
+        else:
+            self._add(update, side="table")
+            deleted = getattr(update.record, "value", None) is None
+            self.inputs[-1].note = ("the update that deleted the key: the table had no value then" if deleted else
+                                    "the table's value of the key then: its last update the join took before")
+        self._late_and_dead(candidates)
+
+    def _last_taken(self, updates: dict[int, _Candidate], taken_before: list[int]) -> _Candidate | None:
+        """Of ``updates`` (by offset), the last one taken: in ``taken_before`` (what the result's range
+        took before it), else in the ranges before, each re-executed, latest first."""
+        for offset in reversed(taken_before):
+            if offset in updates:
+                return updates[offset]
+        if not updates:
+            return None
+        first = min(updates)
+        for tag in reversed([t for t in self.ex.job.queue_tags(self.topic, self.queue)
+                             if t.start_offset < self.tag.start_offset]):
+            if tag.end_offset <= first:  # no update was read yet, so none was taken
+                return None
+            replay = self.ex.replay(tag)
+            for offset in reversed(cast(_Watched, replay).takes):
+                if offset in updates:
+                    return updates[offset]
+        return None
 
     def process(self, result: Replay, emit: Emit, moment: dict[str, Any]) -> None:
         """A keyed process function's forward: the records of its key it had taken by then (in data-time

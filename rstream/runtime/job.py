@@ -185,11 +185,12 @@ class RocketMQStream:
         ``time_type=...``, ...) and/or another ``topology`` (a ``StreamBuilder`` or ``Topology`` built
         from the same source topics: another window, another function), in scratch storage, writing
         nothing to the broker; and the job as it is, the same way. Returns a ``WhatIf``: ``before``,
-        ``after`` (sinks and late records per key) and ``diff()`` (``rstream.runtime.what_if``)."""
+        ``after`` (sinks and late records per key), ``diff()`` (per key and window: values only in one
+        run or different, records that became late or on time) and, in a notebook, the two runs'
+        event-time pictures over the diff table (``rstream.runtime.what_if``)."""
         from rstream.runtime.what_if import what_if
 
-        changed = topology.build() if hasattr(topology, "build") and not isinstance(topology, Topology) else topology
-        return what_if(self._core.topology, self._core.broker, self._core.properties, properties, changed,
+        return what_if(self._core.topology, self._core.broker, self._core.properties, properties, topology,
                        work=self._core.job_dir)
 
     def query(self, operator: str, key: Any) -> Any:

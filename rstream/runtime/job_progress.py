@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from rstream.broker.base import CommitTag
+from rstream.broker.base import CommitTag, records_between
 from rstream.processors.base import dead_letter_row
 from rstream.runtime.job_core import JobCore
 from rstream.runtime.progress import BatchProgress, QueueProgress
@@ -170,13 +170,21 @@ class ProgressLog:
 
     def lag(self) -> Any:
         """Per input queue (sources, then shuffle topics): its end offset, the offset up to which this
-        job has committed, and the records left to read (``lag``), as a DataFrame. On a packed shuffle
-        topic (``pack_shuffle`` on RocketMQ) ``lag`` counts offsets, not records: 0 when none is left."""
+        job has committed, and the records left to read (``lag``), as a DataFrame. ``lag`` counts records,
+        also on a packed shuffle topic (``pack_shuffle`` on RocketMQ), whose offsets skip. On a broker that
+        names its queues (RocketMQ: ``broker-b:1``, broker name and queue id), that name too (``broker_queue``)."""
         import pandas as pd
 
-        rows = [{"topic": t, "queue": q, "end_offset": end, "committed_offset": done, "lag": end - done}
+        named = getattr(self.core.broker, "queue_label", None)  # RocketMQ's name of a queue: ``broker-b:1``
+        columns = ["topic", "queue", *(["broker_queue"] if named else []), "end_offset", "committed_offset", "lag"]
+        rows = [{"topic": t, "queue": q, **({"broker_queue": named(t, q)} if named else {}), "end_offset": end,
+                 "committed_offset": done, "lag": self.records((t, q), done, end)}
                 for (t, q), (end, done) in self.backlog().items()]
-        return pd.DataFrame(rows, columns=["topic", "queue", "end_offset", "committed_offset", "lag"])
+        return pd.DataFrame(rows, columns=columns)
+
+    def records(self, queue: tuple[str, int], start: int, end: int) -> int:
+        """The records an input queue holds at offsets ``[start, end)`` (``records_between``)."""
+        return records_between(self.core.broker, queue[0], queue[1], start, end)
 
     def backlog(self) -> dict[tuple[str, int], tuple[int, int]]:
         """Per input queue: (broker end offset, committed offset)."""

@@ -538,8 +538,9 @@ class _BacklogBar:
             return
         self.shown = time.monotonic()
         backlog = self.progress_log.backlog()
-        done = sum(committed - self.start.get(k, 0) for k, (_end, committed) in backlog.items())
-        left = {k: end - committed for k, (end, committed) in backlog.items() if end > committed}
+        records = self.progress_log.records  # not offsets: a packed shuffle topic's skip
+        done = sum(records(k, self.start.get(k, 0), committed) for k, (_end, committed) in backlog.items())
+        left = {k: records(k, committed, end) for k, (end, committed) in backlog.items() if end > committed}
         set_total(self.bar, done + sum(left.values()))
         self.bar.n = done
         top = sorted(left.items(), key=lambda kv: -kv[1])[:3]

@@ -64,7 +64,7 @@ class QueueRun:
         self.now_ms = ctx.now_ms()
         if topic in cfg.producers and store is not None:
             ctx.time.watermarks = OperatorWatermark(cfg.producers[topic], cfg.settings.idle_timeout_ms, store,
-                                               ctx.now_ms(), framed_topics=cfg.producers)
+                                               self.now_ms, framed_topics=cfg.producers)
             current = ctx.time.watermarks.current(ctx.idle_clock())
             ctx.time.emit_watermark = current if current < FIRE_ALL else NO_WATERMARK
         self.roots = cfg.topology.build_processors(topic, cfg.sink_queues, cfg.settings)

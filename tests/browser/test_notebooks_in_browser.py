@@ -6,7 +6,8 @@ checked cell by cell: every code cell ran, no error output or traceback, no stde
 no blank output, no output wider than the notebook, every ``.rstream-live`` widget changed while
 cells ran, and every table of a ``WatermarkMonitor`` shows whole (none of it cut off at the output area's
 right edge, nor scrolled out of sight) in the 1280 px window, and whole or in a box that scrolls in a
-900 px one. Nothing may leave loopback, and the kernel's whole process tree must exit on shutdown.
+900 px one. No check shows a hint (no answer was given: a hint opens only once one is judged). Nothing may
+leave loopback, and the kernel's whole process tree must exit on shutdown.
 
 Screenshots per cell (``<stem>/cell-NN.png``, NN = the cell's index in the notebook; a
 ``WatermarkMonitor`` also in the narrow window, ``cell-NN-narrow.png``) and
@@ -22,12 +23,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from html import escape
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.exercises import runs_shown_before_a_prediction
+from tests.support.exercises import hints_shown, runs_shown_before_a_prediction
+from tests.support.files import repository_files
+from tests.support.notebook_runs import start_solutions
 from tests.support.notebooks import problems
 from tools.browser import (
     NOTEBOOK_TIMEOUT,
@@ -48,8 +52,9 @@ if _REASON:
 
 from playwright.sync_api import sync_playwright  # noqa: E402  (only once we know it is there)
 
-# Top level only: the solutions in notebooks/solutions/ are run headless elsewhere.
-NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+# Top level only: the solutions in notebooks/solutions/ are run headless elsewhere. The repository's own
+# notebooks: not a copy a learner saved beside them.
+NAMES = [p.name for p in repository_files(NOTEBOOKS, "*.ipynb")]
 TEST_TIMEOUT = int(NOTEBOOK_TIMEOUT) + 600  # the run's own ceiling, plus opening, screenshots, shutdown
 #: Views whose tables must show whole (``run_notebook(fit_tables=...)``): the ``WatermarkMonitor``'s.
 FIT_TABLES = ".rstream-view-watermarks"
@@ -61,7 +66,10 @@ def artifacts() -> Path:
 
 
 @pytest.fixture(scope="module")
-def lab() -> Iterator[JupyterLab]:
+def lab(request: pytest.FixtureRequest) -> Iterator[JupyterLab]:
+    solved = [item.callspec.id for item in request.session.items
+              if getattr(item, "originalname", "") == "test_solution_runs_and_every_check_says_right"]
+    start_solutions(solved)  # while the learner notebooks run here (``tests/support/notebook_runs.py``)
     server = JupyterLab().start()
     yield server
     killed = server.stop()
@@ -209,6 +217,41 @@ def test_harness_reports_a_progress_bar_drawn_as_a_stub(lab: JupyterLab, page: A
     assert by_cell[1] == [] and by_cell[2] == [], report
 
 
+@pytest.mark.timeout(300)
+def test_a_check_shows_the_hints_earned_and_no_other(lab: JupyterLab, page: Any, artifacts: Path) -> None:
+    """A graded check as a learner sees it (``harness-hints/hints/cell-NN.png``): unanswered, no hint; after
+    a first attempt, the nudge, open; after ``exercises.hint``, the nudge collapsed and the concept open.
+    The page never holds the text of a level still locked."""
+    import nbformat
+
+    from rstream.widgets.graded import exercises_of
+
+    name, spec = next((n, s) for n, s in exercises_of("00").items.items() if s.kind != "predict")
+    cells = [f'from rstream.widgets.graded import exercises_of\n\nexercises = exercises_of("00")\n'
+             f'exercises.check("{name}")',
+             f'exercises.check("{name}", {{"mug": 3}})  # a count typed in: judged, not right',
+             f'exercises.hint("{name}")']
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
+    folder = lab.root / "harness-hints"
+    folder.mkdir(exist_ok=True)
+    nbformat.write(nb, folder / "hints.ipynb")
+    run = run_notebook(page, "harness-hints/hints.ipynb", lab, artifacts=artifacts / "harness-hints",
+                       shutdown_kernel=False)
+    try:
+        assert run.passed, run.report()
+        levels = [page.locator(f'[data-rstream-cell="{i}"] details[data-rstream-hint]') for i in range(3)]
+        assert [lv.count() for lv in levels] == [0, 1, 2], run.report()
+        assert levels[1].first.get_attribute("open") is not None  # the newest level shows open
+        assert levels[2].nth(0).get_attribute("open") is None and levels[2].nth(1).get_attribute("open") is not None
+        html = page.content()
+        assert spec.hints.concept in html or escape(spec.hints.concept) in html  # the page as read holds levels
+        assert spec.hints.call not in html and escape(spec.hints.call) not in html, "a locked level is in the page"
+    finally:
+        lab.shutdown_kernel("harness-hints/hints.ipynb")
+
+
 # --------------------------------------------------------------------------------------------
 # the notebooks
 
@@ -227,6 +270,9 @@ def test_notebook_runs_clean_in_jupyterlab(name: str, lab: JupyterLab, page: Any
     assert problems(Path(name).stem, run.notebook, solved=False) == [], run.report()
     # untouched, no prediction was made: no "predict, then run" exercise may show its run
     assert runs_shown_before_a_prediction(run.notebook) == []
+    # nor was any answer judged: no check may show a hint, not even collapsed (the server's copy of notebooks/
+    # leaves rstream-data/ out, so the exercises' ledger starts empty)
+    assert hints_shown(run.notebook, Path(name).stem) == [], run.report()
     # Run All left the kernel up (its release button is only drawn); the harness then clicked the button, as
     # a learner does when done, and release() ended the kernel through the server: nothing of it keeps memory
     assert run.released and "shuts down now" in run.released, f"{name}: release button said {run.released!r}"

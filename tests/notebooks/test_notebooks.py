@@ -5,97 +5,50 @@ headless only where it is not (so no notebook runs twice). The solutions (``note
 notebook with its exercises filled in) always run here, and every exercise check in them must say "right".
 Both read the facts each notebook's hidden ``verify`` cell prints (``tests/support/notebooks.py``).
 
-The kernel is this interpreter (``sys.executable -m ipykernel_launcher``), named by a kernelspec written
-into the test's temporary folder and found through a ``KernelSpecManager`` that looks only there. So the
-test needs no installed kernelspec and cannot pick up another Python's ``python3`` kernel from the user's
-or the system's Jupyter folders: it works in any venv where ``pip install -e .[dev]`` was done.
+How a notebook runs, and why the solutions run in the background while the browser suite runs, is in
+``tests/support/notebook_runs.py``.
+
+Each run's kernel works in a new temporary folder, so a notebook's ``rstream-data/`` (its broker, its
+jobs, and the ledger of its graded exercises) starts empty: neither a learner's session in ``notebooks/``
+nor an earlier run of the tests can change what a run shows. The notebooks are the repository's own
+(``tests/support/files.py``): a copy JupyterLab or a learner left beside them is not one.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
-from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
-from tests.support.exercises import (
-    SHORTCUTS,
-    runs_shown_before_a_prediction,
-    shortcut_verdicts,
-    with_shortcuts,
+from tests.support.exercises import SHORTCUTS, hints_shown, runs_shown_before_a_prediction, shortcut_verdicts
+from tests.support.files import repository_files
+from tests.support.notebook_runs import (
+    CELL_TIMEOUT,
+    EXECUTED,
+    NOTEBOOKS,
+    SOLUTIONS,
+    execute,
+    kernel_manager,
+    solution_run,
+    working_folder,
 )
-from tests.support.notebooks import CLEAN_ENV, problems
-
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-SOLUTIONS = NOTEBOOKS / "solutions"
-KERNEL = "rstream-test-python"
-CELL_TIMEOUT = 300  # seconds for one cell; the first Spark cell starts a JVM
-
+from tests.support.notebooks import CLEAN_ENV, checks_of, problems
 
 
 def notebooks() -> list[Path]:
-    found = sorted(NOTEBOOKS.glob("*.ipynb"))
+    """The workshop's notebooks (the repository's: not a copy a learner saved beside them)."""
+    found = repository_files(NOTEBOOKS, "*.ipynb")
     assert found, f"no notebooks in {NOTEBOOKS}"
     return found
 
 
 def solutions() -> list[Path]:
-    return sorted(SOLUTIONS.glob("*.ipynb"))
-
-
-def kernel_manager(folder: Path) -> KernelManager:
-    """A kernel manager that starts this interpreter's ipykernel."""
-    spec = folder / "kernels" / KERNEL
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": f"rstream tests ({sys.executable})",
-        "language": "python",
-    }))
-    return KernelManager(kernel_name=KERNEL, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec.parent)]))
-
-
-#: What a learner does last, by hand, once the exercises are done: click the release button that the
-#: notebook's last cell only draws (``rstream.widgets.release_button``). Here no one can click, so one more
-#: cell does what the click does (it stops what the button names: a job, a cluster, RocketMQ; then Spark).
-CLICK_RELEASE = "from rstream.widgets import ReleaseButton\n\nprint(ReleaseButton.shown.click())"
-
-
-def execute(path: Path, tmp_path: Path) -> Any:
-    """Run ``path`` top to bottom in its own folder, then click its release button (as ``CLICK_RELEASE``);
-    the first failing cell raises with its traceback."""
-    return execute_as(path, path.parent, tmp_path)
-
-
-def execute_as(path: Path, folder: Path, tmp_path: Path) -> Any:
-    """``execute``, with ``folder`` as the kernel's working folder."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    nb = nbformat.read(path, as_version=4)
-    if any("release" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
-        nb.cells.append(nbformat.v4.new_code_cell(CLICK_RELEASE, metadata={"tags": ["harness"]}))
-    client = NotebookClient(nb, km=kernel_manager(tmp_path), timeout=CELL_TIMEOUT, startup_timeout=120,
-                            allow_errors=False, resources={"metadata": {"path": str(folder)}})
-    try:
-        client.execute(env=CLEAN_ENV)
-    finally:
-        nbformat.write(nb, tmp_path / path.name)  # the executed notebook, to look at when it failed
-    ran = [c for c in nb.cells if c.cell_type == "code"]
-    assert ran and all(c.get("execution_count") for c in ran), "some code cells did not run"
-    stderr = [(i, o["text"]) for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
-              if o.get("output_type") == "stream" and o.get("name") == "stderr"]
-    assert not stderr, f"stderr reached a cell (a red box for a learner): {stderr}"
-    if nb.cells[-1].get("metadata", {}).get("tags") == ["harness"]:
-        released = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []))
-        assert "Spark stopped" in released, f"the release button did not release: {released!r}"
-    return nb
+    return repository_files(SOLUTIONS, "*.ipynb")
 
 
 def _browser_runs_them() -> str | None:
@@ -117,6 +70,7 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
     nb = execute(path, tmp_path)
     assert problems(path.stem, nb, solved=False) == []
     assert runs_shown_before_a_prediction(nb) == []
+    assert hints_shown(nb, path.stem) == [], "a hint shows before any answer"
 
 
 @pytest.mark.parametrize("path", solutions(), ids=lambda p: p.name)
@@ -129,13 +83,7 @@ def test_solution_runs_and_every_check_says_right(path: Path, tmp_path: Path) ->
     runs in the browser suite, where every check must say "not yet" and no run may show before a
     prediction.)"""
     name = path.stem
-    if name in SHORTCUTS:
-        spliced = tmp_path / path.name
-        nbformat.write(with_shortcuts(nbformat.read(path, as_version=4), name), spliced)
-        # run in the solutions' folder (as the solution itself), from the copy
-        nb = execute_as(spliced, path.parent, tmp_path / "run")
-    else:
-        nb = execute(path, tmp_path)
+    nb = solution_run(path, tmp_path)  # run in the background while the browser suite ran, if it did
     assert problems(name, nb, solved=True) == []
     if name in SHORTCUTS:
         verdicts = shortcut_verdicts(nb)
@@ -144,13 +92,42 @@ def test_solution_runs_and_every_check_says_right(path: Path, tmp_path: Path) ->
         assert not passed, f"shortcuts that were not refused: {passed}"
 
 
+def test_the_solutions_site_shows_every_solution_that_ran_with_its_outputs() -> None:
+    """The static site of the solutions (``tools/solutions_site.py``), built into ``build/site`` from the
+    solutions this session ran: a page per solution showing its outputs (every check "right", the
+    pictures inline), without the hidden cells or the shortcuts the tests spliced in, and an index."""
+    import re
+
+    from tools.solutions_site import SITE, write_site
+
+    ran = {name: nb for name, nb in EXECUTED.items() if problems(Path(name).stem, nb, solved=True) == []}
+    if not ran:
+        pytest.skip("no solution ran clean in this session: the site is built from those that did")
+    pages = write_site(ran, SITE)
+    index = pages[-1].read_text()
+    for name, nb in ran.items():
+        page = SITE / f"{Path(name).stem}.html"
+        assert f'href="{page.name}"' in index
+        text = page.read_text().split("<body", 1)[1]  # the page's content, not its style sheet
+        verdicts = checks_of(nb)
+        assert verdicts and all(f"{exercise}: right" in text for exercise in verdicts), (name, verdicts)
+        assert "Traceback" not in text and 'data-mime-type="application/vnd.jupyter.stderr"' not in text
+        assert "shortcut" not in text and "ReleaseButton.shown.click" not in text
+        sources = re.findall(r'<img[^>]*src="([^"]+)"', text)
+        assert all(src.startswith("data:") for src in sources), [src[:60] for src in sources]
+        outputs = text.count('class="jp-OutputArea-child')
+        shown = sum(len(c.get("outputs", [])) for c in nb.cells if c.cell_type == "code"
+                    and not {"verify", "harness", "shortcut", "shortcut-try"} & set(c.metadata.get("tags", [])))
+        assert outputs == shown, (name, outputs, shown)  # every output the reader would have seen
+
+
 def test_solutions_are_up_to_date() -> None:
     """``notebooks/solutions`` is what ``notebooks/make_solutions.py`` writes from the notebooks."""
     spec = importlib.util.spec_from_file_location("make_solutions", NOTEBOOKS / "make_solutions.py")
     assert spec is not None and spec.loader is not None
     maker = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(maker)
-    want = maker.expected()
+    want = maker.expected(notebooks())
     assert sorted(want) == [p.name for p in solutions()], "a notebook's solution is missing or left over"
     stale = [name for name, text in want.items() if (SOLUTIONS / name).read_text() != text]
     assert not stale, f"run `python notebooks/make_solutions.py`: {stale} differ from their notebooks"
@@ -163,25 +140,40 @@ def test_a_notebook_that_lost_its_kernel_mid_job_runs_again_from_the_top(tmp_pat
     import psutil
 
     path = NOTEBOOKS / "06_scaling_and_failure.ipynb"
+    folder = working_folder(tmp_path)  # both runs in it, as a learner's two runs in the notebooks' folder
     nb = nbformat.read(path, as_version=4)
     streaming = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "for round_ in range(3):" in c.source)
     km = kernel_manager(tmp_path / "first")
     client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, startup_timeout=120,
-                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+                            resources={"metadata": {"path": str(folder)}})
     with client.setup_kernel(env=CLEAN_ENV):
         for index in range(streaming + 1):
             client.execute_cell(nb.cells[index], index)
         kernel = psutil.Process(km.provisioner.pid)  # type: ignore[union-attr]
-        orphans = [p for p in psutil.process_iter() if _cluster_process(p, NOTEBOOKS)]
+        orphans = [p for p in psutil.process_iter() if _cluster_process(p, folder)]
         assert orphans, "the cluster should be running before the kernel is lost"
         kernel.kill()
         kernel.wait(timeout=30)
     assert any(p.is_running() for p in orphans), "nothing outlived the kernel: the test would prove nothing"
 
-    again = execute(path, tmp_path / "second")
-    assert problems(path.stem, again, solved=False) == []
-    left = [p for p in psutil.process_iter() if _cluster_process(p, NOTEBOOKS)]
+    # from the top again, to the same streaming cell, then what its release button does to the job and the
+    # cluster (the rest of the notebook runs in the browser suite)
+    again = nb.cells[:streaming + 1] + [nbformat.v4.new_code_cell(RELEASE_JOB_AND_CLUSTER)]
+    km = kernel_manager(tmp_path / "second")
+    client = NotebookClient(nbformat.v4.new_notebook(cells=again), km=km, timeout=CELL_TIMEOUT,
+                            startup_timeout=120, resources={"metadata": {"path": str(folder)}})
+    with client.setup_kernel(env=CLEAN_ENV):
+        for index, cell in enumerate(again):
+            client.execute_cell(cell, index)  # raises on an error
+    stderr = [o["text"] for c in again for o in c.get("outputs", []) if o.get("name") == "stderr"]
+    assert not stderr, f"stderr reached a cell on the second run: {stderr}"
+    released = "".join(o.get("text", "") for o in again[-1].get("outputs", []))
+    assert "Spark stopped" in released, released
+    left = [p for p in psutil.process_iter() if _cluster_process(p, folder)]
     assert not left, f"processes of the notebook's cluster are still running: {left}"
+
+
+RELEASE_JOB_AND_CLUSTER = "print(release_button(job, cluster).click())"
 
 
 def _cluster_process(proc: Any, folder: Path) -> bool:

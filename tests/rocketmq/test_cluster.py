@@ -27,9 +27,17 @@ from rstream.rocketmq.official import produce
 from rstream.runtime.inprocess import InProcessJob
 from tests.support.inprocess import emitted as emitted_per_key
 from tests.support.inprocess import results
-from tests.support.jobs import job_id, sink_values, wordcount
+from tests.support.jobs import (
+    WORDCOUNT_TO_KILL,
+    assert_exact_counts,
+    broker_arg,
+    job_id,
+    sink_values,
+    wordcount,
+)
 from tests.support.joins import emitted, events, join_job, windowed_pairs
 from tests.support.process import Unpaid, orders, process_job
+from tests.support.processes import kill_when
 from tests.support.reference import keyed_process, split_late, window_frame
 from tests.support.rocketmq import listening, topics
 from tests.support.windows import EXACT, LATENESS, clicks, windowed
@@ -376,3 +384,50 @@ def test_jobs_on_both_brokers_stay_exact_while_each_broker_is_killed_and_started
         if topic.name in {"clicks", "left", "right", "results", "joined"}:
             broker.delete_topic(topic.name)
     broker.close()
+
+
+def test_a_job_killed_again_and_again_while_a_broker_is_away_counts_once(healthy_cluster: LocalRocketMQ,
+                                                                         spark: Any, tmp_path: Path) -> None:
+    """A word count over a topic spread on both brokers, the whole job (driver, JVM, Python workers)
+    SIGKILLed mid-batch; broker-b (data, not the decision log) SIGKILLed while no job runs; the job started
+    again while broker-b is away (it waits, and goes on once the broker is back) and SIGKILLed mid-batch
+    again; a last run finishes. Every word's running counts exactly once and in order."""
+    from rstream import RocketMQStream
+
+    mq = healthy_cluster
+    broker = mq.broker()
+    source, sink = unique("sentences"), unique("counts")
+    broker.create_topic(source, queues=4)
+    text = [f"w{(i * 7) % 11} w{i % 5} w{i % 3}" for i in range(360)]
+    broker.send_batch(source, text)
+    on_b = next(q for q, (name, _id) in enumerate(broker.queue_ids(source)) if name == "broker-b")
+    name, data_dir = job_id("ckill"), tmp_path / "data"
+    progress = [0]
+
+    def mid_run() -> bool:  # a commit on broker-b's queue since the last kill
+        tag = broker.last_commit(name, source, on_b)
+        return tag is not None and tag.end_offset >= progress[0] + 15
+
+    args = ["-c", WORDCOUNT_TO_KILL, broker_arg(broker), str(data_dir), "", name, source, sink]
+    for round_ in range(2):
+        args[4] = str(tmp_path / f"tmp{round_}")
+        back = None
+        if round_ == 1:  # broker-b away when the job starts; back a few seconds later
+            mq.kill_broker(1)
+            back = threading.Timer(3.0, mq.start_broker, args=(1,))
+            back.start()
+        kill_when(args, mid_run, timeout=240)
+        if back is not None:
+            back.join()
+        tag = broker.last_commit(name, source, on_b)
+        assert tag is not None
+        progress[0] = tag.end_offset
+    assert progress[0] < len(text) // 4  # killed before it was done
+    job = RocketMQStream(wordcount(name, source, sink).build(), {"data_dir": str(data_dir),
+                                                                 "max_records_per_queue": 1000},
+                         broker=broker, spark=spark)
+    try:
+        job.run_until_idle(timeout=300)
+    finally:
+        job.stop()
+    assert_exact_counts(broker, sink, text)

@@ -97,15 +97,16 @@ def test_a_windowed_join_is_exact(rocket_broker: Any, make_rocket_job: Any) -> N
 
 def test_the_whole_job_killed_again_and_again_then_finished(rocket_broker: Any, make_rocket_job: Any,
                                                             tmp_path: Path) -> None:
-    """SIGKILL of the driver, its JVM and its Python workers, mid-batch, three times over; each
-    run resumes where the last commit left off; the last one finishes: every count exactly once."""
+    """SIGKILL of the driver, its JVM and its Python workers, mid-batch, twice over; each run resumes
+    where the last commit left off; the last one finishes: every count exactly once. (On two brokers, one
+    of them away meanwhile: ``test_cluster.py``.)"""
     text = _sentences(450, seed=3)
     rocket_broker.create_topic("sentences", queues=2)
     rocket_broker.send_batch("sentences", text)
     name = job_id("rcrash")
     data_dir = tmp_path / "data"
     reached = 0
-    for round_ in range(3):
+    for round_ in range(2):
         def mid_run(before: int = reached) -> bool:
             tag = rocket_broker.last_commit(name, "sentences", 0)
             return tag is not None and tag.end_offset >= before + 30

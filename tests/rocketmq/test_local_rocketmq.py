@@ -265,7 +265,7 @@ def test_a_killed_broker_starts_again_on_its_store_and_stop_leaves_nothing(tmp_p
         create_topic(again.broker_addr, "before-the-crash")
         assert max_offset(again.broker_addr, "before-the-crash", 1) == 0
     finally:
-        again.stop()
+        again.stop(grace=3.0)
 
 
 # A notebook kernel in a subprocess: starts RocketMQ in a home (from a helper thread with "thread":

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from rstream.broker.base import BrokerError, CommitTag, range_end
+from rstream import progressbar
+from rstream.broker.base import BrokerError, CommitTag, range_end, records_between
 from rstream.runtime.inprocess import InProcessJob
 from tests.support.jobs import assert_exact_counts, job_id, sink_values, wordcount
 
@@ -48,6 +49,16 @@ def test_a_packed_queue_reads_back_every_record_with_an_offset_of_its_own(rocket
     # the same tag again counts once
     assert not rocket_broker.append({("packed-a", 0): _records(9)}, CommitTag("pk", "src", 0, 0, 10))
     assert rocket_broker.end_offsets("packed-a")[0] == ends[0]
+    # records are counted where offsets skip: by another client too, whose counts start empty
+    other = type(rocket_broker)(rocket_broker.namesrv)
+    for client in (rocket_broker, other):
+        assert records_between(client, "packed-a", 0, 0, ends[0]) == 5002
+        assert records_between(client, "packed-a", 0, 4094, 4098) == 4
+        assert records_between(client, "packed-a", 0, 1 << 12, ends[0]) == 906
+        assert records_between(client, "packed-a", 0, 4095, (2 << 12) + 1) == 1 + 904 + 1
+        assert records_between(client, "packed-a", 1, 0, ends[1]) == 3
+        assert records_between(client, "packed-a", 1, ends[1], ends[1]) == 0
+    other.close()
 
 
 def test_a_packed_topic_is_never_compact_and_keeps_how_it_was_made(rocket_broker: Any) -> None:
@@ -86,3 +97,30 @@ def test_a_word_count_is_the_same_with_and_without_packing(rocket_broker: Any, t
     assert shuffled[True][1] < shuffled[False][1] / 3  # in far fewer messages (one per range and queue)
     if emit == "record":  # every update, in the same order per key (once per batch: as the batches fell)
         assert shuffled[True][2] == shuffled[False][2]
+
+
+def test_a_run_on_a_packed_shuffle_counts_records_in_its_bar_and_its_lag(make_rocket_job: Any, rocket_broker: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: Any) -> None:
+    """A packed shuffle topic's offsets skip 4096 a message: the bar and ``job.lag()`` still count records."""
+    monkeypatch.setattr(progressbar, "DELAY_S", 0)
+    text = [f"w{i % 11} w{i % 5} w{i % 3}" for i in range(300)]
+    rocket_broker.create_topic("sentences", queues=2)
+    rocket_broker.send_batch("sentences", text, progress=False)
+    name = job_id("pkbar")
+    job = make_rocket_job(wordcount(name, sink=f"{name}-counts"), pack_shuffle=True, max_records_per_queue=100)
+    assert job.lag()["lag"].sum() == 300  # before its first batch: every sentence, and no shuffle record yet
+    capsys.readouterr()
+    job.run_until_idle()
+    shuffle = next(iter(job.topology.shuffle_topics))
+    ends = rocket_broker.end_offsets(shuffle)
+    shuffled = sum(len(list(rocket_broker.read_records(shuffle, q, 0, end))) for q, end in enumerate(ends))
+    assert shuffled and max(ends) >= 1 << 12  # packed: its offsets are messages' offsets << 12
+    last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert f"{300 + shuffled}/{300 + shuffled}" in last and "left: none" in last, last
+    lag = job.lag()
+    assert lag["lag"].sum() == 0 and (lag["committed_offset"] == lag["end_offset"]).all()
+    assert list(lag["broker_queue"]) == [rocket_broker.queue_label(t, q) for t, q in zip(lag["topic"], lag["queue"])]
+    assert lag["broker_queue"].str.fullmatch(r"[\w-]+:\d+").all()  # RocketMQ's own name: broker, queue id
+    assert {w: int(vs[-1]) for w, vs in sink_values(rocket_broker, f"{name}-counts").items()} == Counter(
+        w for s in text for w in s.split())

@@ -1,6 +1,7 @@
-"""``explain``: the input records behind a sink record, per operator kind, against a plain Python
-reference over the generated input (in this process, without Spark; one test on Spark after a crash
-and a restart)."""
+"""``explain``: the input records behind a sink record, per operator kind (aggregation, window, session
+window, join, interval join, stream–table join, process function, stateless), against a plain Python
+reference over the generated input (in this process, without Spark); on Spark after a crash and a
+restart, and after a SIGKILL of the whole job process mid-run and a restart."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import random
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,40 +21,29 @@ from rstream import (
     JsonDeserializer,
     JsonSerializer,
     KeyedProcessFunction,
+    SessionWindow,
     StreamBuilder,
     Time,
     TumblingWindow,
 )
 from rstream.runtime.explain import ExplainError
 from rstream.runtime.inprocess import InProcessJob
-from tests.support.jobs import job_id
-from tests.support.reference import fixed_windows, split_late
-
-T0 = 1_700_000_000_000
-SIZE = 10_000
-Where = tuple[str, int, int]
+from tests.support.explain import (
+    EXPLAIN_TO_KILL,
+    SIZE,
+    T0,
+    Where,
+    bits,
+    by_queue,
+    generate,
+    table_updates,
+    window_and_table_join,
+)
+from tests.support.jobs import broker_arg, job_id
+from tests.support.processes import TIMEOUT, kill_when
+from tests.support.reference import fixed_windows, in_time_order, sessions, split_late
 
 EXAMPLES = settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
-
-
-def generate(broker: EmbeddedBroker, n: int, seed: int, keys: int = 3, topic: str = "in", queues: int = 2,
-             disorder: int = 3000, side: str = "") -> dict[int, Where]:
-    """``n`` records ``{"id", "k", "ts", "side"}`` round robin over the queues; where each id landed."""
-    rng = random.Random(seed)
-    broker.create_topic(topic, queues=queues)
-    base = {"": 0, "L": 10_000, "R": 20_000}[side]  # ids of both sides of a join apart
-    records = [{"id": base + i, "k": f"k{rng.randrange(keys)}", "ts": T0 + i * 700 - (rng.randrange(disorder) if disorder else 0),
-                "side": side} for i in range(n)]
-    broker.send_batch(topic, [json.dumps(r) for r in records])
-    return {json.loads(m.body)["id"]: (topic, m.queue_id, m.offset) for m in broker.read(topic)}
-
-
-def by_queue(broker: EmbeddedBroker, topic: str = "in") -> dict[int, list[dict[str, Any]]]:
-    return {q: [json.loads(m.body) for m in broker.read(topic, q)] for q in range(broker.topic(topic).queues)}
-
-
-def bits(n: int) -> set[int]:
-    return {i for i in range(n.bit_length()) if n >> i & 1}
 
 
 def run(builder: StreamBuilder, broker: EmbeddedBroker, tmp: Path, combine: bool = True, **props: Any) -> InProcessJob:
@@ -155,6 +146,39 @@ def test_a_window_fired_by_the_watermark_names_the_queue_that_held_the_minimum(t
     assert "fired in batch" in repr(e) and "<table" in e._repr_html_()
 
 
+@pytest.mark.unit
+@EXAMPLES
+@given(seed=st.integers(0, 10_000), batch=st.integers(4, 30), gap=st.sampled_from([800, 1500, 2500]))
+def test_a_sessions_result_is_explained_by_the_on_time_records_of_every_session_merged_into_it(
+        tmp_path_factory: Any, seed: int, batch: int, gap: int) -> None:
+    tmp = tmp_path_factory.mktemp("explain-session")
+    broker = EmbeddedBroker(tmp / "broker")
+    where = generate(broker, 60, seed, disorder=2500)
+    lateness = 1200
+    b = StreamBuilder(job_id("explain-session"), shuffle_queues=2)
+    (b.source("in", JsonDeserializer()).select_timestamp(lambda r: r["ts"]).key_by(lambda r: r["k"])
+     .window(SessionWindow(Time.milliseconds(gap))).sum(lambda r: 1 << r["id"]).to_rstream()
+     .sink("out", JsonSerializer(with_key=True)))
+    job = run(b, broker, tmp, max_records_per_queue=batch, allowed_lateness_ms=lateness, idle_timeout_ms=600_000)
+    on_time, late = split_late(by_queue(broker), lambda r: r["ts"], lateness)
+    reference = sessions(on_time, lambda r: r["k"], lambda r: r["ts"], gap)
+    outs = sink_records(broker, "out")
+    assert {tuple(doc["key"]): len(bits(doc["value"])) for _q, _o, doc in outs} == reference
+
+    def of(records: list[dict[str, Any]], key: str, start: int, end: int) -> set[Where]:
+        return {where[r["id"]] for r in records if r["k"] == key and start <= r["ts"] < end}
+
+    for queue, offset, doc in random.Random(seed).sample(outs, min(8, len(outs))):
+        key, start, end = doc["key"]
+        e = job.explain("out", queue, offset)
+        assert e.kind == "window" and e.exact
+        assert e.records == of(on_time, key, start, end) == {where[i] for i in bits(doc["value"])}
+        assert {c.where for c in e.late} == of([r for r, _wm in late], key, start, end)
+        assert e.watermark is not None and e.watermark.window_end == end
+        last = max(e.inputs, key=lambda c: (c.batch_id, int(c.via.rsplit("/", 1)[-1])))
+        assert bits(last.after) <= bits(doc["value"])  # (the session that record made or grew, as it then was)
+
+
 # -- joins -------------------------------------------------------------------------------------------
 def join_builder(name: str, how: str, window: bool) -> StreamBuilder:
     b = StreamBuilder(name, shuffle_queues=2)
@@ -187,6 +211,96 @@ def test_a_joins_result_is_explained_by_the_two_records_that_met(
         assert e.records == {where[i] for i in doc["value"] if i is not None}, (doc, e)
         sides = {c.where: c.side for c in e.inputs}
         assert sides[where[doc["value"][0]]] == "left"
+
+
+def interval_builder(name: str, how: str, lower: int, upper: int) -> StreamBuilder:
+    b = StreamBuilder(name, shuffle_queues=2)
+    left = b.source("left", JsonDeserializer()).select_timestamp(lambda r: r["ts"])
+    right = b.source("right", JsonDeserializer()).select_timestamp(lambda r: r["ts"])
+    joined = left.join(right) if how == "inner" else left.left_join(right)
+    (joined.where(lambda r: r["k"]).equal_to(lambda r: r["k"]).between(lower, upper)
+     .apply(lambda x, y: [x["id"], None if y is None else y["id"]]).sink("out", JsonSerializer(with_key=True)))
+    return b
+
+
+@pytest.mark.unit
+@EXAMPLES
+@given(seed=st.integers(0, 10_000), batch=st.integers(3, 20), how=st.sampled_from(["inner", "left"]),
+       bounds=st.sampled_from([(-1000, 1000), (0, 3000), (-2500, 500)]))
+def test_an_interval_joins_result_is_explained_by_the_two_records_that_met(
+        tmp_path_factory: Any, seed: int, batch: int, how: str, bounds: tuple[int, int]) -> None:
+    tmp = tmp_path_factory.mktemp("explain-interval")
+    broker = EmbeddedBroker(tmp / "broker")
+    where = generate(broker, 30, seed, topic="left", side="L", disorder=2500)
+    where |= generate(broker, 30, seed + 1, topic="right", side="R", queues=1, disorder=2500)
+    lower, upper = bounds
+    lateness = 1500
+    job = run(interval_builder(job_id("explain-interval"), how, lower, upper), broker, tmp,
+              max_records_per_queue=batch, allowed_lateness_ms=lateness, idle_timeout_ms=600_000)
+    lefts, late_lefts = split_late(by_queue(broker, "left"), lambda r: r["ts"], lateness)
+    rights, late_rights = split_late(by_queue(broker, "right"), lambda r: r["ts"], lateness)
+    # the reference: each pair of on-time records of a key within the bounds; a left join's unmatched lefts
+    expected = []
+    for x in lefts:
+        mates = [y["id"] for y in rights if y["k"] == x["k"] and lower <= y["ts"] - x["ts"] <= upper]
+        expected += [[x["id"], m] for m in mates] + ([[x["id"], None]] if how == "left" and not mates else [])
+    outs = sink_records(broker, "out")
+    assert sorted((doc["value"] for _q, _o, doc in outs), key=json.dumps) == sorted(expected, key=json.dumps)
+    times = {r["id"]: r["ts"] for q in (by_queue(broker, "left"), by_queue(broker, "right")) for rs in q.values()
+             for r in rs}
+    late = [r for r, _wm in late_lefts + late_rights]
+    for queue, offset, doc in random.Random(seed).sample(outs, min(8, len(outs))):
+        left_id, right_id = doc["value"]
+        e = job.explain("out", queue, offset)
+        assert e.kind == "interval join" and e.exact
+        assert e.records == {where[left_id]} | ({where[right_id]} if right_id is not None else set()), (doc, e)
+        assert {c.where: c.side for c in e.inputs}[where[left_id]] == "left"
+        if right_id is None:  # a left record that met nobody: out once the watermark passed its interval
+            assert e.watermark is not None and e.watermark.window_end == times[left_id] + upper + 1
+        assert {c.where for c in e.late} <= {where[r["id"]] for r in late if r["k"] == doc["key"]}
+
+
+@pytest.mark.unit
+@EXAMPLES
+@given(seed=st.integers(0, 10_000), batch=st.integers(3, 25), how=st.sampled_from(["inner", "left"]),
+       lateness=st.sampled_from([1000, 5000]))
+def test_a_stream_table_joins_result_is_explained_by_its_record_and_the_update_whose_value_it_met(
+        tmp_path_factory: Any, seed: int, batch: int, how: str, lateness: int) -> None:
+    tmp = tmp_path_factory.mktemp("explain-table")
+    broker = EmbeddedBroker(tmp / "broker")
+    where = generate(broker, 40, seed, disorder=2500)
+    taken = {r["ts"] for rs in by_queue(broker).values() for r in rs}
+    where |= table_updates(broker, 25, seed + 1, taken)
+    job = run(window_and_table_join(job_id("explain-table"), how), broker, tmp, max_records_per_queue=batch,
+              allowed_lateness_ms=lateness, idle_timeout_ms=600_000)
+    met = the_updates_met(broker, lateness)
+    expected = [[r_id, None if u is None or u["delete"] else u["id"]] for r_id, u in met.items()
+                if how == "left" or u is not None and not u["delete"]]
+    outs = sink_records(broker, "enriched")
+    assert sorted((doc["value"] for _q, _o, doc in outs), key=json.dumps) == sorted(expected, key=json.dumps)
+    for queue, offset, doc in random.Random(seed).sample(outs, min(8, len(outs))):
+        record_id, _value = doc["value"]
+        update = met[record_id]
+        e = job.explain("enriched", queue, offset)
+        assert e.kind == "stream-table join" and e.exact
+        assert e.records == {where[record_id]} | ({where[update["id"]]} if update is not None else set()), (doc, e)
+        sides = {c.where: c.side for c in e.inputs}
+        assert sides[where[record_id]] == "stream" and (update is None or sides[where[update["id"]]] == "table")
+
+
+def the_updates_met(broker: EmbeddedBroker, lateness: int) -> dict[int, dict[str, Any] | None]:
+    """Per stream record of ``in`` (by id), the update of ``tbl`` whose value it met (None: its key had
+    none yet): the join's records in the order it takes them (``in_time_order``: each at its data time
+    or the watermark it was read with, table updates first at equal times, then by source queue)."""
+    queues = {f"{topic}/{q}": records for topic in ("in", "tbl") for q, records in by_queue(broker, topic).items()}
+    table: dict[str, dict[str, Any]] = {}
+    met: dict[int, dict[str, Any] | None] = {}
+    for _at, r, _t in in_time_order(queues, lambda r: r["ts"], lateness, rank_of=lambda r: 0 if "delete" in r else 1):
+        if "delete" in r:
+            table[r["k"]] = r
+        else:
+            met[r["id"]] = table.get(r["k"])
+    return met
 
 
 # -- keyed process functions ---------------------------------------------------------------------------
@@ -266,6 +380,27 @@ def test_an_explanation_whose_state_was_compacted_away_says_so(tmp_path: Path) -
         job.explain("out", queue, offset)
 
 
+@pytest.mark.unit
+def test_re_execution_is_exact_when_the_clock_moves_while_a_task_starts(tmp_path: Path) -> None:
+    """A task reads its processing time once (``now_ms`` in its progress) and a re-execution is given
+    that time: a second read of a moving clock (the operator watermark's start, kept in the state
+    topic) would make the state it writes differ from the committed one by a millisecond."""
+    broker = EmbeddedBroker(tmp_path / "broker")
+    generate(broker, 30, 3)
+    b = StreamBuilder(job_id("explain-clock"), shuffle_queues=1)
+    (b.source("in", JsonDeserializer()).select_timestamp(lambda r: r["ts"]).key_by(lambda r: r["k"])
+     .window(TumblingWindow(Time.milliseconds(SIZE))).count().to_rstream().sink("out", JsonSerializer(with_key=True)))
+    ticks = iter(range(10**6))
+
+    def moving_clock() -> int:  # a millisecond more at every read
+        return (T0 + next(ticks)) * 1_000_000
+
+    with mock.patch("rstream.processors.base.time.time_ns", moving_clock):
+        job = run(b, broker, tmp_path, max_records_per_queue=5, allowed_lateness_ms=2000, idle_timeout_ms=600_000)
+    for queue, offset, _doc in sink_records(broker, "out"):
+        assert job.explain("out", queue, offset).exact
+
+
 # -- on Spark, after a crash and a restart ------------------------------------------------------------
 def test_a_windows_result_is_explained_after_a_crash_and_a_restart_on_spark(broker: EmbeddedBroker,
                                                                             make_job: Any) -> None:
@@ -293,3 +428,48 @@ def test_a_windows_result_is_explained_after_a_crash_and_a_restart_on_spark(brok
         e = again.explain("out", queue, offset)
         expected = {where[r["id"]] for r in on_time if r["k"] == key and start <= r["ts"] < start + SIZE}
         assert e.records == expected == {where[i] for i in bits(doc["value"])} and e.exact
+
+
+def test_explain_answers_exactly_after_a_kill_9_mid_run_and_a_restart_on_spark(
+        broker: EmbeddedBroker, make_job: Any, tmp_path: Path) -> None:
+    """The whole job process (driver, JVM, Python workers) SIGKILLed while it works through its input
+    (windows open, table updates and stream records held by the join); a job resumed from the
+    checkpoint finishes it. Every sink record is then explained exactly: a window's by its on-time
+    records, an enriched record by itself and the table update whose value it met."""
+    where = generate(broker, 80, 21, disorder=2500)
+    taken = {r["ts"] for rs in by_queue(broker).values() for r in rs}
+    where |= table_updates(broker, 30, 22, taken)
+    lateness, chunk = 1500, 5
+    name = job_id("explain-killed")
+
+    def mid_run() -> bool:  # a few batches in, the join's shuffle queues written to
+        tag = broker.last_commit(name, "in", 0)
+        return tag is not None and tag.end_offset >= 3 * chunk and any(
+            broker.last_commit(name, t, q) is not None for t in shuffles for q in (0, 1) if broker.has_topic(t))
+
+    shuffles = list(window_and_table_join(name).build().shuffle_topics)
+    kill_when(["-c", EXPLAIN_TO_KILL, broker_arg(broker), str(tmp_path / "data"), str(tmp_path / "tmp"), name,
+               str(chunk), str(lateness)], mid_run, timeout=TIMEOUT)
+    assert broker.last_commit(name, "in", 0).end_offset < 40, "not killed mid-run"
+    resumed = make_job(window_and_table_join(name), max_records_per_queue=chunk, allowed_lateness_ms=lateness,
+                       idle_timeout_ms=3_600_000)
+    resumed.run_until_idle(progress=False)
+    assert resumed.progress[0].batch_id > 0, "resumed from the checkpoint, not from the start"
+
+    on_time, _late = split_late(by_queue(broker), lambda r: r["ts"], lateness)
+    windows = sink_records(broker, "out")
+    assert windows
+    for queue, offset, doc in windows:
+        key, start, _end = doc["key"]
+        e = resumed.explain("out", queue, offset)
+        expected = {where[r["id"]] for r in on_time if r["k"] == key and start <= r["ts"] < start + SIZE}
+        assert e.records == expected == {where[i] for i in bits(doc["value"])} and e.exact
+    met = the_updates_met(broker, lateness)
+    enriched = sink_records(broker, "enriched")
+    assert len(enriched) == len(met)  # a left join: one result per stream record, each once
+    for queue, offset, doc in enriched:
+        record_id, value = doc["value"]
+        update = met[record_id]
+        assert value == (None if update is None or update["delete"] else update["id"])
+        e = resumed.explain("enriched", queue, offset)
+        assert e.records == {where[record_id]} | ({where[update["id"]]} if update else set()) and e.exact, (doc, e)

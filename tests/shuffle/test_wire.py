@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from rstream.serde.codec import encode
 from rstream.shuffle import wire
+from tests.support.files import repository_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,7 +84,8 @@ def test_no_module_outside_the_shuffle_package_names_a_shuffle_header() -> None:
     names = {n for n in dir(wire) if n.endswith(("_HEADER", "_HEADERS"))} | {"FOLD", "RECORDS", "WINDOWS"}
     values = {getattr(wire, n) for n in dir(wire) if n.endswith("_HEADER")}
     offenders = []
-    for path in [*(ROOT / "rstream").rglob("*.py"), *(ROOT / "widgets").rglob("*.py")]:
+    for path in [*repository_files(ROOT / "rstream", "*.py", recursive=True),
+                 *repository_files(ROOT / "widgets", "*.py", recursive=True)]:
         if path.parent.name == "shuffle":
             continue
         tree = ast.parse(path.read_text())

@@ -11,6 +11,9 @@ uses lives here, and no ``test_*`` module imports another (``tests/test_layout.p
 - ``processes``: subprocesses in their own group (the cluster tests' drivers), and what they left running;
 - ``cluster``: the input the cluster test's driver sends, shared by the test and that driver;
 - ``four_operators``: union, ``.late()``, the interval join and the stream–table join in one job, its
-  input, the script that runs it to be killed, and its references.
+  input, the script that runs it to be killed, and its references;
+- ``files``: the repository's own files (those git tracks), never a learner's leftovers beside them;
+- ``exercises`` and ``graded``: the shortcuts tried on the graded exercises, the hints a run may not show,
+  and a stand-in for a job.
 
 Nothing here imports pyspark at import time, so ``tests/processors`` and ``tests/time`` run without it."""

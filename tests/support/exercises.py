@@ -516,3 +516,25 @@ def runs_shown_before_a_prediction(notebook: Any) -> list[str]:
     cells = [c for c in notebook["cells"]
              if c["cell_type"] == "code" and "".join(c["source"]).rstrip().endswith(REVEAL_MARK)]
     return [outputs_text(c) for c in cells if "the run shows" in outputs_text(c)]
+
+
+def hints_shown(notebook: Any, name: str) -> list[str]:
+    """In a learner's notebook run untouched (no answer given): the outputs that show any hint of its graded
+    exercises, as ``cell N: <output>`` (none may: a hint opens only once a prediction is recorded or an
+    answer judged). A hint shows either as a level's element (``data-rstream-hint``) or as a level's text,
+    in the text or the HTML of an output."""
+    from html import escape
+
+    from rstream.widgets.graded import exercises_of
+    from tests.support.notebooks import outputs_text
+
+    hints = [spec.hints for spec in exercises_of(name[:2]).items.values()]
+    texts = [t for h in hints for level in (h.nudge, h.concept, h.call) for t in (level, escape(level))]
+    found = []
+    for index, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        output = outputs_text(cell)
+        if "data-rstream-hint=" in output or any(text in output for text in texts):
+            found.append(f"cell {index}: {output[:300]}")
+    return found

@@ -79,14 +79,16 @@ def repeated_counts(broker: Any, sink: str, sentences: list[str]) -> int:
 
 
 #: A word count started in a process of its own, to be killed with SIGKILL mid-batch: ``python -c
-#: WORDCOUNT_TO_KILL <broker> <data_dir> <spark tmp dir> <job id>``, the broker as ``broker_arg`` gives it.
+#: WORDCOUNT_TO_KILL <broker> <data_dir> <spark tmp dir> <job id> [<source> <sink>]``, the broker as
+#: ``broker_arg`` gives it (``wordcount``'s topics unless named).
 WORDCOUNT_TO_KILL = textwrap.dedent("""
     import pickle, sys, time
     from rstream import RocketMQStream, get_spark
     from tests.support.jobs import wordcount
     broker = pickle.loads(bytes.fromhex(sys.argv[1]))
     spark = get_spark("local[2]", tmp_dir=sys.argv[3])
-    job = RocketMQStream(wordcount(sys.argv[4]).build(), {"data_dir": sys.argv[2], "max_records_per_queue": 15,
+    builder = wordcount(sys.argv[4], *sys.argv[5:7])
+    job = RocketMQStream(builder.build(), {"data_dir": sys.argv[2], "max_records_per_queue": 15,
                          "trigger_interval_ms": 20}, broker=broker, spark=spark)
     job.start()
     print("started", flush=True)

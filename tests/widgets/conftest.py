@@ -1,6 +1,7 @@
 """Fixtures for the notebook toolkit: a word count that has really run (with one bad record), an
 event-time window job held back by a slow source queue (with one late record), and a comm that
-records which thread sent each widget message. ``spark`` comes from ``tests/conftest.py``."""
+records which thread sent each widget message. ``spark`` comes from ``tests/conftest.py``. Every test's
+exercise ledgers live in a folder of its own (``exercise_ledgers``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,17 @@ from tests.support.widgets import (
     send_clicks,
     wordcount,
 )
+
+
+@pytest.fixture(autouse=True)
+def exercise_ledgers(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The graded exercises' ledgers (on disk) of each test in a data folder of its own, never in the
+    working folder's ``rstream-data``: every test starts with no prediction, attempt or hint recorded."""
+    from rstream.widgets import ledger
+
+    folder = tmp_path_factory.mktemp("rstream-data")
+    monkeypatch.setattr(ledger, "DATA_DIR", str(folder))
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,189 @@
+"""How long the workshop takes a learner: per notebook, its core path and its optional sections.
+
+    python tools/workshop_time.py               # reading and exercises only (no run): a lower bound
+    python tools/workshop_time.py --executed D  # with the run times of the executed notebooks in folder D
+
+The estimate, stated so a teacher can check it:
+
+* **reading**: the words of the markdown cells at ``WORDS_PER_MINUTE`` (technical prose read with care,
+  the code it talks about in view), plus ``SECONDS_PER_CODE_CELL`` for each code cell (read it, run it,
+  look at what it shows);
+* **running**: each code cell's own run time, from an executed notebook (nbclient's timing metadata, as
+  the test suite's runs of the solutions record it), the time a learner waits;
+* **exercises**: ``EXERCISE_MINUTES`` per exercise by kind (predict, debug, build), the time to think,
+  try and check, once the notebook before it was read.
+
+A section whose heading says *(optional)* is optional to its next heading of the same or a higher level;
+the cells the learner never sees (the hidden ``verify`` cell) count for nothing. The core path is every
+notebook's core: ``tests/notebooks/test_notebooks.py`` keeps it within ``CORE_BUDGET_MINUTES`` and the
+notebooks' table in ``notebooks/README.md`` and ``00_start_here`` true to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+WORDS_PER_MINUTE = 180
+SECONDS_PER_CODE_CELL = 20
+EXERCISE_MINUTES = {"predict": 5, "debug": 10, "build": 10}
+CORE_BUDGET_MINUTES = 120
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.+)$", re.M)
+_EXERCISE = re.compile(r"\*\*Exercise (\d+) \(([^)]*)\)")
+
+
+@dataclass
+class Part:
+    """Minutes of one part of a notebook (its core, or its optional sections)."""
+
+    reading: float = 0.0
+    running: float = 0.0
+    exercises: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.reading + self.running + self.exercises
+
+
+@dataclass
+class NotebookTime:
+    name: str
+    core: Part
+    optional: Part
+    timed: bool  # run times known (an executed notebook was given)
+
+    @property
+    def core_minutes(self) -> int:
+        """The core, rounded up to 5 minutes (what the notebooks' table says)."""
+        return 5 * math.ceil(self.core.total / 5)
+
+
+def _hidden(cell: Any) -> bool:
+    meta = cell.get("metadata", {})
+    return "verify" in meta.get("tags", []) or bool(meta.get("jupyter", {}).get("source_hidden"))
+
+
+def optional_notebook(notebook: Any) -> bool:
+    """Whether the notebook says, in its opening cell, that it is optional as a whole (07 does)."""
+    first = next((c for c in notebook["cells"] if c["cell_type"] == "markdown"), None)
+    text = "" if first is None else first["source"] if isinstance(first["source"], str) else "".join(first["source"])
+    return "an optional notebook" in text.lower()
+
+
+def cells_by_part(notebook: Any) -> Iterator[tuple[Any, bool]]:
+    """Each cell a learner sees, with whether it is in an optional section (every cell of an optional
+    notebook is)."""
+    optional_level: int | None = 0 if optional_notebook(notebook) else None
+    for cell in notebook["cells"]:
+        if _hidden(cell):
+            continue
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            for found in _HEADING.finditer(source):
+                level = len(found.group(1))
+                if optional_level and level <= optional_level:  # 0: the whole notebook is optional
+                    optional_level = None
+                if optional_level is None and "(optional)" in found.group(2):
+                    optional_level = level
+        yield cell, optional_level is not None
+
+
+def exercise_kind(text: str) -> str:
+    """``predict``, ``debug`` or ``build`` from an exercise's title, e.g. "(debug this)"; ``build`` for a
+    title that names none (an exercise of its own kind: as long as a build)."""
+    return next((kind for kind in EXERCISE_MINUTES if kind in text.lower()), "build")
+
+
+def run_seconds(cell: Any) -> float:
+    """A code cell's run time from nbclient's timing metadata (0 if it has none)."""
+    timing = cell.get("metadata", {}).get("execution", {})
+    began, ended = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+    if not began or not ended:
+        return 0.0
+    return max(0.0, (_when(ended) - _when(began)).total_seconds())
+
+
+def _when(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def time_of(name: str, notebook: Any, executed: Any | None = None) -> NotebookTime:
+    """The time ``notebook`` takes, run times from ``executed`` (the same notebook or its solution, run)."""
+    core, optional = Part(), Part()
+    runs: dict[str, float] = {}
+    if executed is not None:  # by source, so a solution's filled-in exercise cells count for their blanks
+        for cell in executed["cells"]:
+            if cell["cell_type"] == "code":
+                runs.setdefault(_key(cell), run_seconds(cell))
+    exercise_runs = [run_seconds(c) for c in (executed or {"cells": []})["cells"]
+                     if c["cell_type"] == "code" and "exercise" in c.get("metadata", {}).get("tags", [])]
+    exercise_cells = 0
+    for cell, is_optional in cells_by_part(notebook):
+        part = optional if is_optional else core
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            part.reading += len(re.findall(r"\w+", source)) / WORDS_PER_MINUTE
+            for found in _EXERCISE.finditer(source):
+                part.exercises += EXERCISE_MINUTES[exercise_kind(found.group(2))]
+        elif cell["cell_type"] == "code":
+            part.reading += SECONDS_PER_CODE_CELL / 60
+            if "exercise" in cell.get("metadata", {}).get("tags", []):
+                seconds = exercise_runs[exercise_cells] if exercise_cells < len(exercise_runs) else 0.0
+                exercise_cells += 1
+            else:
+                seconds = runs.get(_key(cell), 0.0)
+            part.running += seconds / 60
+    return NotebookTime(name, core, optional, executed is not None)
+
+
+def _key(cell: Any) -> str:
+    return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+
+
+def workshop(executed: Mapping[str, Any] | None = None) -> list[NotebookTime]:
+    """Every notebook's time, with run times from ``executed`` (by file name; the solutions run) where given."""
+    import nbformat
+
+    out = []
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        out.append(time_of(path.stem, notebook, (executed or {}).get(path.name)))
+    return out
+
+
+def table(times: list[NotebookTime]) -> str:
+    rows = ["| notebook | core: reading | running | exercises | **core** | optional |", "|---|---|---|---|---|---|"]
+    for t in times:
+        rows.append(f"| {t.name} | {t.core.reading:.0f} | {t.core.running:.1f} | {t.core.exercises:.0f} | "
+                    f"**{t.core_minutes}** | {t.optional.total:.0f} |")
+    core = sum(t.core_minutes for t in times)
+    rows.append(f"| all | | | | **{core}** | {sum(t.optional.total for t in times):.0f} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--executed", type=Path, help="a folder of executed notebooks (their run times)")
+    args = parser.parse_args(argv)
+    import nbformat
+
+    executed = None
+    if args.executed:
+        executed = {p.name.replace("solution-", ""): nbformat.read(p, as_version=4)
+                    for p in sorted(args.executed.glob("*.ipynb"))}
+    print(table(workshop(executed)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
