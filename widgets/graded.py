@@ -963,7 +963,7 @@ _EX04 = Exercises("04", items={
         refuse=_refusing(_not_the_given(EX04_BROKEN), _read_something)),
     "Exercise 3": Exercise("build", Hints(
         nudge="It is the store credit job of the top of the notebook, with one step added and another sink.",
-        concept="sum emits the new balance after every record (RocketMQ Streams does the same). "
+        concept="sum emits the new balance after every record. "
                 "After to_rstream(), filter(fn) gets that balance as its value and keeps what fn accepts.",
         call='key_by(lambda m: m["user"]).sum(lambda m: m["amount"]).to_rstream()'
              '.filter(lambda balance: balance < 0).sink("overdrawn", JsonSerializer(with_key=True)); '
