@@ -4,6 +4,7 @@
     python tools/workshop_time.py --executed D  # with the run times of the executed notebooks in folder D
     python tools/workshop_time.py --executed D --record  # ... and keep those run times in RECORDED
     python tools/workshop_time.py --recorded    # with the run times kept in RECORDED (what the tables show)
+    python tools/workshop_time.py --recorded --write  # ... written into the README and notebook 00
 
 The estimate, stated so a teacher can check it:
 
@@ -41,6 +42,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 RECORDED = ROOT / "tools" / "workshop_runs.json"
+#: Where the README and notebook 00 show the table (between these two lines, written by ``--write``).
+SHOWN_IN = (ROOT / "README.md", NOTEBOOKS / "00_start_here.ipynb")
+TABLE_START = "<!-- workshop-time: tools/workshop_time.py --recorded -->"
+TABLE_END = "<!-- /workshop-time -->"
+_SHOWN = re.compile(re.escape(TABLE_START) + r"\n(.*?)\n" + re.escape(TABLE_END), re.S)
 WORDS_PER_MINUTE = 180
 SECONDS_PER_CODE_CELL = 20
 EXERCISE_MINUTES = {"predict": 5, "debug": 10, "build": 10}
@@ -215,11 +221,40 @@ def table(times: list[NotebookTime]) -> str:
     return "\n".join(rows)
 
 
+def shown_tables(text: str) -> list[str]:
+    """The time tables a text shows between ``TABLE_START`` and ``TABLE_END``."""
+    return _SHOWN.findall(text)
+
+
+def _fill(text: str, shown: str) -> str:
+    return _SHOWN.sub(lambda _m: f"{TABLE_START}\n{shown}\n{TABLE_END}", text)
+
+
+def write_tables() -> str:
+    """Write the table of the recorded run times into the README and notebook 00 (again until it no longer
+    changes: notebook 00's own reading time counts the table's words) and return it."""
+    import nbformat
+
+    for _ in range(5):
+        shown = table(workshop(runs=recorded()))
+        readme = SHOWN_IN[0]
+        readme.write_text(_fill(readme.read_text(), shown))
+        notebook = nbformat.read(SHOWN_IN[1], as_version=4)
+        for cell in notebook.cells:
+            if cell.cell_type == "markdown" and TABLE_START in cell.source:
+                cell.source = _fill(cell.source, shown)
+        nbformat.write(notebook, SHOWN_IN[1])
+        if table(workshop(runs=recorded())) == shown:
+            return shown
+    raise RuntimeError("the time table did not settle: notebook 00's time changes with the table it shows")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--executed", type=Path, help="a folder of executed notebooks (their run times)")
     parser.add_argument("--record", action="store_true", help=f"keep the executed run times in {RECORDED.name}")
     parser.add_argument("--recorded", action="store_true", help=f"use the run times kept in {RECORDED.name}")
+    parser.add_argument("--write", action="store_true", help="write the recorded table into the README and 00")
     parser.add_argument("--how", default="", help="with --record: the command and commit that ran them")
     args = parser.parse_args(argv)
     import nbformat
@@ -230,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
                     for p in sorted(args.executed.glob("*.ipynb"))}
         if args.record:
             record(executed, how=args.how)
+    if args.write:
+        print(write_tables())
+        return 0
     print(table(workshop(executed, recorded() if args.recorded else None)))
     return 0
 
