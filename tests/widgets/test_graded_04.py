@@ -73,3 +73,17 @@ def test_the_debug_exercise_says_a_job_that_ran_read_nothing(broker: EmbeddedBro
     (started.job_dir / "initial-offsets.json").write_text("{}")  # type: ignore[attr-defined]
     found = EX.check("Exercise 2", started)
     assert found.verdict == WRONG and "read none of the 5 moves" in found.message
+
+
+def test_the_prediction_names_state_messages_and_replayed_keys_and_is_judged_by_the_run() -> None:
+    ex = exercises_of("04")
+    shown = {"messages": 5, "replayed_keys": 3}
+    ex.predict("Exercise 1", {"messages": 8, "replayed_keys": 4})  # one message per move: the usual mistake
+    ex.reveal("Exercise 1", lambda: shown)
+    found = ex.check("Exercise 1")
+    assert found.verdict == WRONG
+    same = ex.items["Exercise 1"].same
+    assert same is not None
+    assert same({"messages": 5, "replayed_keys": 3}, shown) and same((5, 3), shown)
+    assert not same({"messages": 5, "replayed_keys": 4}, shown)  # dan is new: nothing of his to replay
+    assert not same(5, shown) and not same({"messages": 5}, shown)

@@ -346,3 +346,15 @@ def test_notebook_01_prediction_names_batches_and_lag() -> None:
     shown = {"batches": 3, "lag_after_first": 6}
     assert same({"batches": 3, "lag_after_first": 6}, shown) and same((3, 6), shown)
     assert not same({"batches": 1, "lag_after_first": 0}, shown) and not same(3, shown)
+
+
+def test_notebook_03_prediction_is_the_late_views_in_any_order() -> None:
+    ex = exercises_of("03")
+    same = ex.items["Exercise 1"].same
+    assert same is not None
+    assert same([1_200, 3_900], [1_200, 3_900]) and same([3_900, 1_200], [1_200, 3_900])
+    assert not same([1_200, 1_800, 3_900], [1_200, 3_900])  # 1 800 came after 2 500: watermark 1 500, on time
+    assert not same([1_200], [1_200, 3_900])
+    ex.predict("Exercise 1", 2)  # a number, not the views: judged wrong, not an error
+    ex.reveal("Exercise 1", lambda: [1_200, 3_900])
+    assert ex.check("Exercise 1").verdict == WRONG
