@@ -2,6 +2,9 @@
 try them in a real kernel: each shortcut is spliced into the solution right after its exercise's check cell
 (which said "right"), followed by the check again, and the verdict that second check shows must not be "right".
 
+A prediction shortcut first changes the prediction after the run was shown (a prediction run again unchanged
+records nothing new, so copying the run's value onto a right prediction made before it would change nothing).
+
 A shortcut is what passed the look-up exercises without the skill: a value typed in, a plain Python or
 pandas computation instead of a job, the broken job handed back unchanged, a job never run, a job of the
 notebook that answers another question, a prediction written after the run revealed the answer.
@@ -346,8 +349,9 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "06_scaling_and_failure": {
         "Exercise 1": [
             ("the prediction copied from the run, after it was shown",
+             'exercises.predict("Exercise 1", 2)  # a first guess after the run: one per core\n'
              'shown = run_one_queue()  # the run, again\n'
-             'exercises.predict("Exercise 1", shown["most executors counting in one batch"])'),
+             'exercises.predict("Exercise 1", shown["most executors counting in one batch"])  # then "predicted"'),
             ("the right number typed in after the run was shown", 'exercises.predict("Exercise 1", 1)'),
         ],
         "Exercise 2": [
@@ -414,6 +418,7 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "07_rocketmq": {
         "Exercise 1": [
             ("the prediction copied from the run, after it was shown",
+             'exercises.predict("Exercise 1", {"commits": 1, "commits_with_sink": 1})  # a guess after the run\n'
              'exercises.predict("Exercise 1", run_decided())  # the run again, then "predicted" from it'),
             ("the right numbers typed in after the run was shown",
              'exercises.predict("Exercise 1", {"commits": 3, "commits_with_sink": 1})'),
