@@ -14,8 +14,11 @@ the history of the tests before it, whose deleted topics a crash recovery brings
 proxy in cluster mode), also started once on first use, for the tests of topics across brokers
 (tests/rocketmq/test_cluster.py, the ``rocketmq-2`` kind of tests/broker/test_conformance.py). Its timer
 wheel is off (a fifth of a core per broker; only the official client's consumer needs it, and these
-tests only produce with it). A test that kills one of its brokers asks for ``healthy_cluster`` too,
-which starts every broker that is down after it.
+tests only produce with it; Java's push consumer, ``push_consume``, pulls). A test that kills one of its
+brokers asks for ``healthy_cluster`` too, which starts every broker that is down after it.
+
+``push_consume``: Java's push consumer (RocketMQ's own ``DefaultMQPushConsumer``, ``java/PushConsume.java``
+compiled once a session) reading a topic whole, for what a consumer outside rstream sees.
 """
 
 from __future__ import annotations
