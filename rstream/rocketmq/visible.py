@@ -189,7 +189,7 @@ class CheckAnswerer:
         (the queue's end before the attempt sent it), named by the attempt and ``HALF_SEQ``; what a queue
         holds of an attempt is read once and then on from where it was read to. A message without these
         properties (an older rstream's) is taken as not committed."""
-        from rstream.rocketmq.broker import _TXN, HALF_AT, HALF_SEQ
+        from rstream.rocketmq.broker import _PULL, _TXN, HALF_AT, HALF_SEQ
 
         try:
             queue_id, low, seq = int(props["REAL_QID"]), int(props[HALF_AT]), props[HALF_SEQ]
@@ -199,7 +199,7 @@ class CheckAnswerer:
         with self._lock:
             seen, at = self._copies.get(where, (set(), low))
             while True:
-                messages, after, end = self._reader._pull(broker, topic, queue_id, at, 32,
+                messages, after, end = self._reader._pull(broker, topic, queue_id, at, _PULL,
                                                            f"look for the committed records of {topic} in queue {queue_id}")
                 for message in messages:
                     found = parse_properties(message.properties_text)
