@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One command for a fresh machine: system packages (Java 17, graphviz, Maven and a C compiler) where
+# One command for a fresh machine: system packages (Java 17's JDK, graphviz, Maven and a C compiler) where
 # missing, the virtual environment .venv with rstream and its dev tools, a Jupyter kernel, Apache
 # RocketMQ's jars for LocalRocketMQ (fetched once by rocketmq/pom.xml into ~/.cache/rstream), then the
 # main job (word count on the embedded broker, executed on Spark).   Usage: bash setup.sh [--no-demo]
@@ -30,7 +30,8 @@ apt_install() {
 }
 
 pkgs=()
-if need_java; then pkgs+=(openjdk-17-jre-headless); fi
+# the JDK, not only the runtime: the tests compile a small Java program (tests/support/java, Java's push consumer)
+if need_java || ! command -v javac >/dev/null 2>&1; then pkgs+=(openjdk-17-jdk-headless); fi
 if ! command -v dot >/dev/null 2>&1; then pkgs+=(graphviz); fi
 # LocalRocketMQ (rstream/rocketmq/local.py): Maven fetches RocketMQ's jars unless they are cached already
 # (the same folder local.py's default_lib() names); a C compiler builds its small bind shim.

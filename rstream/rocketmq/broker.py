@@ -192,7 +192,10 @@ LOG = logging.getLogger("rstream.rocketmq")
 QueueId = tuple[str, int]
 
 _TXN, _BORN, _KEY, _SNAP, _PACK = "RSTREAM_TXN", "RSTREAM_BORN", "RSTREAM_KEY", "RSTREAM_SNAP", "RSTREAM_PACK"
-_OWN = frozenset({_TXN, _BORN, _KEY, _SNAP, _PACK})
+#: A half message's place in its attempt's records of its queue, and that queue's end before the first was
+#: sent: where its committed copy can be looked for (``visible.CheckAnswerer``).
+HALF_SEQ, HALF_AT = "RSTREAM_SEQ", "RSTREAM_AT"
+_OWN = frozenset({_TXN, _BORN, _KEY, _SNAP, _PACK, HALF_SEQ, HALF_AT})
 _HIDDEN = SYSTEM_PROPERTIES | _OWN
 _MAX_BATCH_BYTES = 3 << 20  # under RocketMQ's default 4 MB per request
 # RocketMQ 5.3.3 advances a queue's next offset by a batch's message count cast to a short
@@ -1432,16 +1435,19 @@ class RocketMQBroker:
                    sent: list[HalfMessage]) -> None:
         """Send ``records`` to one queue as half messages of ``attempt`` (``Client.send_half``), appending
         each as sent to ``sent``. A message's born time is now (the broker times its check-back from it,
-        and skips one born before its retention); the record's own born time travels in ``RSTREAM_BORN``."""
+        and skips one born before its retention); the record's own born time travels in ``RSTREAM_BORN``, its
+        place among the records (``HALF_SEQ``) and the queue's end before them (``HALF_AT``) with it, so that
+        a check-back can tell a message already committed (``visible.CheckAnswerer``)."""
         from rstream.rocketmq.visible import TXN_GROUP
 
         where, queue_id = topic.queue_ids[queue]
         name = topic.info.name
-        own = f"{_TXN}\x01{attempt}\x02"
+        # its copies, once committed, lie after the queue's end now: a check-back looks there before it commits
+        own = f"{_TXN}\x01{attempt}\x02{HALF_AT}\x01{self._raw_ends(topic, [queue])[0]}\x02"
         texts: dict[Any, str] = {}  # (key, headers' id, tags) -> properties text without the born time
         batch: list[tuple[bytes, str, int]] = []
         self._half_sent_ms.setdefault(attempt, now_ms())
-        for k, body, born, hdrs, tags in records:
+        for seq, (k, body, born, hdrs, tags) in enumerate(records):
             if type(body) is not bytes and not isinstance(body, bytes):
                 raise BrokerError(f"message body must be bytes, got {type(body).__name__}")
             at = (k, id(hdrs), tags)
@@ -1454,7 +1460,7 @@ class RocketMQBroker:
                 if tags is not None:
                     text += f"TAGS\x01{tags}\x02"
                 texts[at] = text
-            batch.append((body, f"{text}{_BORN}\x01{born}\x02", now_ms()))
+            batch.append((body, f"{text}{_BORN}\x01{born}\x02{HALF_SEQ}\x01{seq}\x02", now_ms()))
             if len(batch) >= _HALF_PIPELINE:
                 sent += self._at(where, self._client.send_half, name, queue_id, batch, TXN_GROUP, self.check_after_s,
                                  what=f"write to {name}/{queue}")

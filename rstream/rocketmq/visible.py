@@ -13,8 +13,9 @@ A writer that dies between its half messages and their end leaves them to Rocket
 to a channel registered by ``HEART_BEAT``) about each half message older than ``transactionTimeOut``.
 Any rstream process may answer, since the answer is in the log every process reads: ``CheckAnswerer``
 (one per process and cluster) is a producer of ``TXN_GROUP`` on every master and answers from the log
-(``verdict``): a committed attempt's message is committed, a lost one's rolled back, an undecided one's
-left for the next round, unless it is overdue (``txn_timeout_ms``, as a reader gives up on it) or the
+(``verdict``): a committed attempt's message is committed (unless its queue holds it already: a broker
+that died before it marked a commit asks again, ``CheckAnswerer._stored``), a lost one's rolled back, an
+undecided one's left for the next round, unless it is overdue (``txn_timeout_ms``, as a reader gives up on it) or the
 broker is about to give up on the message (``transactionCheckMax`` checks: it would then discard it, a
 committed record lost for every consumer): then it aborts the attempt in the log first. The processes
 that answer: each that wrote half messages (from its first such append on), and the driver of a job
@@ -85,6 +86,8 @@ class CheckAnswerer:
         self._stop = threading.Event()
         self._check_max: dict[str, int] = {}
         self._known: dict[tuple[str, str | None], bool] = {}  # (attempt, topic) -> its verdict, once decided
+        # (broker, topic, queue id, attempt) -> the HALF_SEQ of its committed copies found, and where the look ended
+        self._copies: dict[tuple[str, str, int, str], tuple[set[str], int]] = {}
         #: The answers given, newest last: (attempt, True / False / None), the last 100 000.
         self.answers: collections.deque[tuple[str | None, bool | None]] = collections.deque(maxlen=100_000)
         self._looked = 0.0
@@ -152,8 +155,15 @@ class CheckAnswerer:
         topic = props.get("REAL_TOPIC")
         known = self._known.get((attempt, topic)) if attempt is not None else None
         if known is not None:  # decided once, decided for ever: no read of the log for a burst of checks
-            self.answers.append((attempt, known))
-            return known
+            answer: bool | None = known
+        else:
+            answer = self._from_log(broker, attempt, topic, checked)
+        if answer and attempt is not None and topic is not None and self._stored(broker, topic, attempt, props):
+            answer = False  # its copy is in the queue already: end the half message without a second one
+        self.answers.append((attempt, answer))
+        return answer
+
+    def _from_log(self, broker: str, attempt: str | None, topic: str | None, checked: int) -> bool | None:
         with self._lock:
             reader = self._reader
             log = reader._refresh()
@@ -169,8 +179,40 @@ class CheckAnswerer:
             if len(self._known) > 100_000:
                 self._known.clear()
             self._known[(attempt, topic)] = answer
-        self.answers.append((attempt, answer))
         return answer
+
+    def _stored(self, broker: str, topic: str, attempt: str, props: dict[str, str]) -> bool:
+        """Whether the queue of a half message of ``attempt`` already holds its committed copy. A broker asks
+        about a message it committed again when it died before it marked it ended (RocketMQ writes those marks
+        a moment later, ``transactionOpBatchInterval``, and a writer's commit whose answer a crash cut off is
+        such a message too): committed again, it would be in the queue twice. Its copies lie after ``HALF_AT``
+        (the queue's end before the attempt sent it), named by the attempt and ``HALF_SEQ``; what a queue
+        holds of an attempt is read once and then on from where it was read to. A message without these
+        properties (an older rstream's) is taken as not committed."""
+        from rstream.rocketmq.broker import _PULL, _TXN, HALF_AT, HALF_SEQ
+
+        try:
+            queue_id, low, seq = int(props["REAL_QID"]), int(props[HALF_AT]), props[HALF_SEQ]
+        except (KeyError, ValueError):
+            return False
+        where = (broker, topic, queue_id, attempt)
+        with self._lock:
+            seen, at = self._copies.get(where, (set(), low))
+            while True:
+                messages, after, end = self._reader._pull(broker, topic, queue_id, at, _PULL,
+                                                           f"look for the committed records of {topic} in queue {queue_id}")
+                for message in messages:
+                    found = parse_properties(message.properties_text)
+                    if found.get(_TXN) == attempt and HALF_SEQ in found:
+                        seen.add(found[HALF_SEQ])
+                done = not messages or after <= at or 0 <= end <= after
+                at = max(at, after)
+                if done:
+                    break
+            if len(self._copies) > 10_000:
+                self._copies.clear()
+            self._copies[where] = (seen, at)
+        return seq in seen
 
     def _max_checks(self, broker: str) -> int:
         if broker not in self._check_max:

@@ -82,7 +82,7 @@ def test_notebook_00_runs_in_a_fresh_environment_made_from_binder_requirements(t
     client = NotebookClient(nb, km=km, timeout=300, startup_timeout=120, allow_errors=False,
                             resources={"metadata": {"path": str(work)}})
     try:
-        client.execute(env=clean)
+        client.execute(env=clean, cleanup_kc=True)  # shut the kernel (and its JVM) down: a km passed in is kept
     finally:
         nbformat.write(nb, tmp_path / notebook.name)
     assert problems(notebook.stem, nb, solved=False) == []

@@ -146,7 +146,7 @@ def test_a_notebook_that_lost_its_kernel_mid_job_runs_again_from_the_top(tmp_pat
     km = kernel_manager(tmp_path / "first")
     client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, startup_timeout=120,
                             resources={"metadata": {"path": str(folder)}})
-    with client.setup_kernel(env=CLEAN_ENV):
+    with client.setup_kernel(env=CLEAN_ENV, cleanup_kc=True):
         for index in range(streaming + 1):
             client.execute_cell(nb.cells[index], index)
         kernel = psutil.Process(km.provisioner.pid)  # type: ignore[union-attr]
@@ -162,7 +162,7 @@ def test_a_notebook_that_lost_its_kernel_mid_job_runs_again_from_the_top(tmp_pat
     km = kernel_manager(tmp_path / "second")
     client = NotebookClient(nbformat.v4.new_notebook(cells=again), km=km, timeout=CELL_TIMEOUT,
                             startup_timeout=120, resources={"metadata": {"path": str(folder)}})
-    with client.setup_kernel(env=CLEAN_ENV):
+    with client.setup_kernel(env=CLEAN_ENV, cleanup_kc=True):
         for index, cell in enumerate(again):
             client.execute_cell(cell, index)  # raises on an error
     stderr = [o["text"] for c in again for o in c.get("outputs", []) if o.get("name") == "stderr"]
@@ -182,3 +182,19 @@ def _cluster_process(proc: Any, folder: Path) -> bool:
         return proc.environ().get("RSTREAM_CLUSTER_DIR", "").startswith(str(folder)) and proc.status() != "zombie"
     except Exception:  # gone, or not ours to read
         return False
+
+
+def test_a_notebook_run_leaves_no_kernel_behind(tmp_path: Path) -> None:
+    """``execute`` shuts its kernel down (nbclient keeps a kernel it did not start alive until the test
+    session ends: with a notebook's Spark JVM in it, a leaked kernel costs every later test)."""
+    import psutil
+
+    path = tmp_path / "pid.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import os\nprint(os.getpid())")]), path)
+    pid = int(execute(path, tmp_path / "run").cells[0].outputs[0]["text"])
+    try:
+        psutil.Process(pid).wait(timeout=10)
+    except psutil.NoSuchProcess:
+        pass  # gone already
+    except psutil.TimeoutExpired:
+        pytest.fail(f"the kernel {pid} still runs 10 s after its notebook ran")

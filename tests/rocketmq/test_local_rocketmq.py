@@ -258,22 +258,16 @@ def test_a_killed_broker_starts_again_on_its_store_and_stop_leaves_nothing(tmp_p
         _ = mq.namesrv
     mq.stop()  # twice: nothing to do
 
-    # a notebook run again from the top: the same home, an empty store (the commit log included)
-    again = LocalRocketMQ(home, host="127.0.0.2").start(fresh_store=True)
-    try:
-        assert "before-the-crash" not in topics(again.broker_addr)
-        create_topic(again.broker_addr, "before-the-crash")
-        assert max_offset(again.broker_addr, "before-the-crash", 1) == 0
-    finally:
-        again.stop(grace=3.0)
-
 
 # A notebook kernel in a subprocess: starts RocketMQ in a home (from a helper thread with "thread":
-# then its JVMs are not tied to the kernel's life, rstream.owned), prints what it started, then either
-# hangs (to be SIGKILLed: a kernel that died) or exits without stop() (atexit must stop the JVMs).
+# then its JVMs are not tied to the kernel's life, rstream.owned; on an empty store with "exit", as a
+# notebook run again from the top does), makes a topic with 3 messages in queue 1 if the store has none,
+# prints what it started and found, then either hangs (to be SIGKILLed: a kernel that died) or exits
+# without stop() (atexit must stop the JVMs).
 _KERNEL = textwrap.dedent("""
     import json, sys, threading, time
     from rstream.rocketmq import LocalRocketMQ
+    from rstream.rocketmq.remoting import Client
 
     mq = LocalRocketMQ(sys.argv[1])
     if sys.argv[2] == "thread":
@@ -281,8 +275,16 @@ _KERNEL = textwrap.dedent("""
         helper.start()
         helper.join()
     else:
-        mq.start()
-    print(json.dumps({"pids": mq.pids, "stopped": mq.leftovers_stopped}), flush=True)
+        mq.start(fresh_store=sys.argv[2] == "exit")
+    client = Client(mq.namesrv)
+    found = "before-the-crash" in client.topic_configs(mq.broker_addr)
+    if not found:
+        client.create_topic(mq.broker_addr, "before-the-crash", 4)
+        for i in range(3):
+            client.send(mq.broker_addr, "before-the-crash", 1, b"m", {}, int(time.time() * 1000))
+    ends = client.max_offset(mq.broker_addr, "before-the-crash", 1)
+    client.close()
+    print(json.dumps({"pids": mq.pids, "stopped": mq.leftovers_stopped, "found": found, "ends": ends}), flush=True)
     if sys.argv[2] in ("hang", "thread"):
         time.sleep(3600)
 """)
@@ -323,8 +325,10 @@ def test_a_dead_kernel_s_jvms_are_stopped_by_the_next_start_and_exit_stops_them_
         dead.wait(timeout=30)
         assert all(psutil.pid_exists(pid) for pid in first["pids"].values())
 
-        exiting, second = _kernel(home, "exit")
+        exiting, second = _kernel(home, "exit")  # start(fresh_store=True): a notebook run again from the top
         assert sorted(second["stopped"]) == sorted(first["pids"].values())
+        assert not first["found"] and first["ends"] == 3
+        assert not second["found"] and second["ends"] == 3  # an empty store, the commit log included
         assert exiting.wait(timeout=120) == 0, exiting.stderr.read() if exiting.stderr else ""
         assert leftovers(home) == []  # atexit stopped what the second kernel started
     finally:

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from rstream.broker.batch import OnCommitRecords
 from rstream.rocketmq import LocalRocketMQ
-from rstream.rocketmq.broker import READER_GROUP, RocketMQBroker
+from rstream.rocketmq.broker import READER_GROUP, RocketMQBroker, progress_group
 from rstream.rocketmq.local_security import RSTREAM_NEEDS
 from rstream.rocketmq.official import OfficialClientError, consume, produce
 from rstream.rocketmq.remoting import (
@@ -81,7 +82,29 @@ def test_rstream_does_all_it_does_with_only_the_permissions_the_readme_lists(acl
     assert broker.find_commit("acl-job", "acl-orders", 0, 0) is not None
     assert sorted(m.body for m in broker.read("acl-orders")) == [b"a", b"b", b"c", b"d"]
     assert sum(broker.end_offsets("acl-orders")) == 4
+    assert broker._client.consume_stats(acl_mq.broker_addr, progress_group("acl-job"))[("acl-orders", 0)][1] == 2
     assert broker.search_offset("acl-orders", 0, 0) == 0
+    # a sink visible on commit: half messages, committed from the decision log; the job's progress mirrored
+    before = [m.body for m in broker.read("acl-orders", 0)]
+    visible = OnCommitRecords()
+    visible.append(("k4", b"e", 2, None, None))
+    assert broker.append({("acl-orders", 0): visible}, CommitTag("acl-job", "acl-orders", 0, 2, 3))
+    assert [m.body for m in broker.read("acl-orders", 0)] == [*before, b"e"]
+    assert broker._client.consume_stats(acl_mq.broker_addr, progress_group("acl-job"))[("acl-orders", 0)][1] == 3
+    # and one whose writer never ends its half messages (as if it died just after its commit): RocketMQ's
+    # check-back, answered by this process (a producer of rstream-txn, signing as user rstream), commits it
+    user = acl_mq.credentials
+    assert user is not None
+    silent = RocketMQBroker(acl_mq.namesrv, access_key=user.access_key, secret_key=user.secret_key, check_after_s=2)
+    silent._end_halves = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    late = OnCommitRecords()
+    late.append(("k5", b"f", 3, None, None))
+    assert silent.append({("acl-orders", 0): late}, CommitTag("acl-job", "acl-orders", 0, 3, 4))
+    deadline = time.monotonic() + 30
+    while [m.body for m in broker.read("acl-orders", 0)] != [*before, b"e", b"f"]:
+        assert time.monotonic() < deadline, "the check-back committed the half message within 30 s"
+        time.sleep(0.2)
+    silent.close()
     broker.commit_offset("acl-group", "acl-orders", 0, 1)
     assert broker.committed_offset("acl-group", "acl-orders", 0) == 1
     assert "acl-orders" in {t.name for t in broker.topics()}

@@ -276,6 +276,14 @@ class FakeReader:
 
     def __init__(self, log: _Log, overdue: bool = False) -> None:
         self.log, self.overdue, self.appended = log, overdue, []  # type: ignore[var-annotated]
+        self.queues: dict[tuple[str, str, int], list[PulledMessage]] = {}  # (broker, topic, queue id) -> messages
+        self.pulls: list[int] = []  # the offsets pulled from
+
+    def _pull(self, broker: str, topic: str, queue_id: int, offset: int, n: int, what: str) -> Any:
+        self.pulls.append(offset)
+        held = self.queues.get((broker, topic, queue_id), [])
+        got = held[offset:offset + n]
+        return got, offset + len(got), len(held)
 
     def _refresh(self) -> _Log:
         return self.log
@@ -296,10 +304,12 @@ class FakeReader:
         return type("C", (), {"broker_config": None})()
 
 
-def check_of(attempt: str, topic: str = "sink", checked: int = 1) -> Any:
+def check_of(attempt: str, topic: str = "sink", checked: int = 1, at: int | None = None, seq: int | None = None) -> Any:
     from rstream.rocketmq.remoting import TransactionCheck
 
     text = f"RSTREAM_TXN\x01{attempt}\x02REAL_TOPIC\x01{topic}\x02TRANSACTION_CHECK_TIMES\x01{checked}\x02"
+    if at is not None:
+        text += f"REAL_QID\x010\x02RSTREAM_AT\x01{at}\x02RSTREAM_SEQ\x01{seq}\x02"
     return TransactionCheck("RMQ_SYS_TRANS_HALF_TOPIC", HalfMessage(1, 1, "U"), TXN_GROUP, text)
 
 
@@ -307,9 +317,36 @@ def answerer_over(reader: FakeReader) -> Any:
     from rstream.rocketmq.visible import CheckAnswerer
 
     made = CheckAnswerer.__new__(CheckAnswerer)
-    made._reader, made._lock, made._check_max, made._known = reader, threading.Lock(), {}, {}
+    made._reader, made._lock, made._check_max, made._known, made._copies = reader, threading.Lock(), {}, {}, {}
     made.answers = __import__("collections").deque()
     return made
+
+
+def test_a_message_whose_committed_copy_its_queue_holds_is_rolled_back_not_committed_twice() -> None:
+    """A broker that died after it committed a half message, before it marked it ended, asks about it again
+    (seen on the two-broker cluster: 18 of 360 counts twice): the answerer finds the message's copy in its
+    queue, after the queue's end its attempt noted (``RSTREAM_AT``), by attempt and place (``RSTREAM_SEQ``),
+    and rolls the half message back; one not there yet is committed; a queue is read on from where the last
+    look ended."""
+    log = read(_Log(), {"t": "topic", "topic": "sink", "compact": False, "queues": [["broker-a", 0]]},
+               {"t": "open", "a": "won", "range": ["j", "in", 0, 0], "at": {}, "half": ["sink/0"]},
+               {"t": "commit", "a": "won", "range": ["j", "in", 0, 0], "out": {}, "tag": tag("j", 0)})
+    reader = FakeReader(log)
+
+    def copy(offset: int, attempt: str, seq: int) -> PulledMessage:
+        return PulledMessage(0, offset, 0, 0, b"w:1", f"RSTREAM_TXN\x01{attempt}\x02RSTREAM_SEQ\x01{seq}\x02TRAN_MSG\x01true\x02")
+
+    queue = reader.queues[("broker-a", "sink", 0)] = [copy(0, "won", 1), *(copy(i, "older", i) for i in range(1, 40))]
+    queue += [copy(40, "won", 0), copy(41, "other", 1)]
+    answerer = answerer_over(reader)
+    assert answerer.decide("broker-a", check_of("won", at=40, seq=0)) is False  # committed already
+    assert answerer.decide("broker-a", check_of("won", at=40, seq=1)) is True  # another attempt's 1; its own below 40
+    assert reader.pulls == [40, 42]  # from RSTREAM_AT to the end once; the second check read on from there
+    queue.append(copy(42, "won", 1))  # the broker committed it as answered
+    assert answerer.decide("broker-a", check_of("won", at=40, seq=1)) is False  # asked again: there now
+    assert answerer.decide("broker-a", check_of("won")) is True  # an older rstream's message: as before
+    assert answerer.decide("broker-b", check_of("won", at=0, seq=0)) is True  # another broker's queue: empty
+    assert list(answerer.answers) == [("won", False), ("won", True), ("won", False), ("won", True), ("won", True)]
 
 
 def test_the_answerer_gives_up_on_an_attempt_before_the_broker_would_discard_its_messages() -> None:

@@ -79,7 +79,7 @@ def execute_as(path: Path, folder: Path, tmp_path: Path) -> Any:
     client = NotebookClient(nb, km=kernel_manager(tmp_path), timeout=CELL_TIMEOUT, startup_timeout=120,
                             allow_errors=False, resources={"metadata": {"path": str(folder)}})
     try:
-        client.execute(env=CLEAN_ENV)
+        client.execute(env=CLEAN_ENV, cleanup_kc=True)  # a kernel manager passed in is kept alive otherwise
     finally:
         nbformat.write(nb, tmp_path / path.name)  # the executed notebook, to look at when it failed
     ran = [c for c in nb.cells if c.cell_type == "code"]

@@ -14,18 +14,25 @@ the history of the tests before it, whose deleted topics a crash recovery brings
 proxy in cluster mode), also started once on first use, for the tests of topics across brokers
 (tests/rocketmq/test_cluster.py, the ``rocketmq-2`` kind of tests/broker/test_conformance.py). Its timer
 wheel is off (a fifth of a core per broker; only the official client's consumer needs it, and these
-tests only produce with it). A test that kills one of its brokers asks for ``healthy_cluster`` too,
-which starts every broker that is down after it.
+tests only produce with it; Java's push consumer, ``push_consume``, pulls). A test that kills one of its
+brokers asks for ``healthy_cluster`` too, which starts every broker that is down after it.
+
+``push_consume``: Java's push consumer (RocketMQ's own ``DefaultMQPushConsumer``, ``java/PushConsume.java``
+compiled once a session) reading a topic whole, for what a consumer outside rstream sees.
 """
 
 from __future__ import annotations
 
+import base64
+import functools
 import os
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 import pytest
@@ -177,6 +184,58 @@ def max_offset(broker_addr: str, topic: str, queue_id: int) -> int:
 def min_offset(broker_addr: str, topic: str, queue_id: int) -> int:
     """The first offset a queue still has: 0 until RocketMQ deleted its oldest messages (retention)."""
     return Client("unused:0").min_offset(broker_addr, topic, queue_id)
+
+
+#: Java's push consumer, a program run from its source (``java PushConsume.java``, no build step) on RocketMQ's jars.
+PUSH_CONSUME = Path(__file__).with_name("java") / "PushConsume.java"
+
+
+class Delivered(NamedTuple):
+    """A message as Java's push consumer got it: where it was stored, its ``KEYS``, body, and whether RocketMQ
+    stored it as a committed transactional message (property ``TRAN_MSG``)."""
+
+    broker: str
+    queue_id: int
+    offset: int
+    keys: str | None
+    body: bytes
+    transactional: bool
+
+
+def push_consume(namesrv: str, topic: str, n: int, logs: Path, *, group: str | None = None, timeout: float = 60.0,
+                 linger: float = 1.0) -> list[Delivered]:
+    """Every delivery of ``topic`` to Java's ``DefaultMQPushConsumer`` (RocketMQ's own client, from the jars
+    LocalRocketMQ runs), a new consumer group reading from the first offset, until ``n`` distinct messages came
+    and ``linger`` seconds more (repeats included, so a test sees them). Its logs go to ``logs``. About 3 s of
+    JVM start, and 2 to 3 s of compiling the first time."""
+    from rstream.rocketmq.local import default_lib, find_java
+
+    lib = default_lib()
+    if not (lib / "rocketmq-client-5.3.3.jar").exists():
+        pytest.skip(f"RocketMQ's Java client is not in {lib}: run bash setup.sh")
+    group = group or f"java-push-{os.getpid()}-{time.monotonic_ns()}"
+    done = subprocess.run(
+        [find_java(), "-Xmx128m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", f"-Drocketmq.client.logRoot={logs}",
+         "-cp", f"{_compiled(lib)}:{lib}/*", "PushConsume", namesrv, topic, group, str(n), str(int(timeout * 1000)),
+         str(int(linger * 1000))], capture_output=True, text=True, timeout=timeout + linger + 60)
+    got = [Delivered(b, int(q), int(o), None if k == "null" else k, base64.b64decode(body), t == "true")
+           for _msg, b, q, o, k, body, t in (line.split("\t") for line in done.stdout.splitlines()
+                                              if line.startswith("MSG\t"))]
+    assert done.returncode == 0, (f"Java's push consumer got {len({(d.broker, d.queue_id, d.offset) for d in got})} "
+                                  f"of {n} messages of {topic} within {timeout:g} s: {done.stderr[-3000:]}")
+    return got
+
+
+@functools.cache
+def _compiled(lib: Path) -> Path:
+    """``PUSH_CONSUME`` compiled once a test session (2 to 3 s), into a folder of its own."""
+    from rstream.rocketmq.local import find_java
+
+    out = Path(tempfile.mkdtemp(prefix="rstream-java-"))
+    javac = Path(find_java()).resolve().with_name("javac")
+    assert javac.is_file(), f"no javac beside {find_java()}: install a JDK 17 (bash setup.sh installs openjdk-17-jdk-headless)"
+    subprocess.run([str(javac), "-cp", f"{lib}/*", "-d", str(out), str(PUSH_CONSUME)], check=True, timeout=120)
+    return out
 
 
 def route(namesrv: str, topic: str) -> dict[str, Any] | None:
