@@ -37,14 +37,7 @@ ONE_RELEASE = {
 }
 #: Exercise instructions (owned by the exercises' authors, not edited with the rest) whose claims are not
 #: pinned yet, each with what is wrong. The test fails when one is fixed or gone: then drop its entry.
-PENDING = {
-    ("05_joins.ipynb", "c3bf8537"): "names Flink's interval join without a version or a link to the table",
-    ("06_scaling_and_failure.ipynb", "cell-24-325c3f3a"):
-        "credits RocketMQ Streams (unversioned) with NewSplit, which only 1.0.1-preview has; 1.1 calls StateStore.recover",
-    ("06_scaling_and_failure.ipynb", "cell-27-078214bb"): "names RocketMQ Streams without a version or a link",
-    ("07_rocketmq.ipynb", "ex07-intro"): "names RocketMQ Streams' sink (SelectMessageQueueByHash, 1.1.0 to develop) "
-                                         "without a version or a link",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def notebooks() -> list[Path]:

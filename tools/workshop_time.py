@@ -2,6 +2,9 @@
 
     python tools/workshop_time.py               # reading and exercises only (no run): a lower bound
     python tools/workshop_time.py --executed D  # with the run times of the executed notebooks in folder D
+    python tools/workshop_time.py --executed D --record  # ... and keep those run times in RECORDED
+    python tools/workshop_time.py --recorded    # with the run times kept in RECORDED (what the tables show)
+    python tools/workshop_time.py --recorded --write  # ... written into the README and notebook 00
 
 The estimate, stated so a teacher can check it:
 
@@ -9,20 +12,25 @@ The estimate, stated so a teacher can check it:
   the code it talks about in view), plus ``SECONDS_PER_CODE_CELL`` for each code cell (read it, run it,
   look at what it shows);
 * **running**: each code cell's own run time, from an executed notebook (nbclient's timing metadata, as
-  the test suite's runs of the solutions record it), the time a learner waits;
+  the test suite's runs of the solutions record it), the time a learner waits; ``--record`` keeps them in
+  ``RECORDED`` (per notebook, by a hash of each cell's source), so the tables can be checked without a run;
 * **exercises**: ``EXERCISE_MINUTES`` per exercise by kind (predict, debug, build), the time to think,
   try and check, once the notebook before it was read.
 
 A section whose heading says *(optional)* is optional to its next heading of the same or a higher level;
 the cells the learner never sees (the hidden ``verify`` cell) count for nothing. The core path is every
-notebook's core: ``tests/notebooks/test_notebooks.py`` keeps it within ``CORE_BUDGET_MINUTES`` and the
-notebooks' table in ``notebooks/README.md`` and ``00_start_here`` true to it.
+notebook's core: ``tests/test_workshop_time.py`` keeps it within ``CORE_BUDGET_MINUTES`` and the
+time table in the README and in ``00_start_here`` equal to ``table(workshop(recorded()))``;
+``tests/test_core_path.py`` keeps every core cell free of names only an optional cell defines.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
+import hashlib
+import json
 import math
 import re
 import sys
@@ -33,6 +41,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
+RECORDED = ROOT / "tools" / "workshop_runs.json"
+#: Where the README and notebook 00 show the table (between these two lines, written by ``--write``).
+SHOWN_IN = (ROOT / "README.md", NOTEBOOKS / "00_start_here.ipynb")
+TABLE_START = "<!-- workshop-time: tools/workshop_time.py --recorded -->"
+TABLE_END = "<!-- /workshop-time -->"
+_SHOWN = re.compile(re.escape(TABLE_START) + r"\n(.*?)\n" + re.escape(TABLE_END), re.S)
 WORDS_PER_MINUTE = 180
 SECONDS_PER_CODE_CELL = 20
 EXERCISE_MINUTES = {"predict": 5, "debug": 10, "build": 10}
@@ -117,16 +131,34 @@ def _when(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def time_of(name: str, notebook: Any, executed: Any | None = None) -> NotebookTime:
-    """The time ``notebook`` takes, run times from ``executed`` (the same notebook or its solution, run)."""
-    core, optional = Part(), Part()
-    runs: dict[str, float] = {}
-    if executed is not None:  # by source, so a solution's filled-in exercise cells count for their blanks
+@dataclass
+class RunTimes:
+    """A notebook's run times: each code cell's seconds by the hash of its source (``_key``), and the
+    exercise cells' seconds in their order (a solution fills them in, so their source differs)."""
+
+    cells: dict[str, float]
+    exercises: list[float]
+
+    @classmethod
+    def of(cls, executed: Any) -> RunTimes:
+        cells: dict[str, float] = {}
+        exercises = []
         for cell in executed["cells"]:
-            if cell["cell_type"] == "code":
-                runs.setdefault(_key(cell), run_seconds(cell))
-    exercise_runs = [run_seconds(c) for c in (executed or {"cells": []})["cells"]
-                     if c["cell_type"] == "code" and "exercise" in c.get("metadata", {}).get("tags", [])]
+            if cell["cell_type"] != "code":
+                continue
+            if "exercise" in cell.get("metadata", {}).get("tags", []):
+                exercises.append(round(run_seconds(cell), 1))
+            else:
+                cells.setdefault(_key(cell), round(run_seconds(cell), 1))
+        return cls(cells, exercises)
+
+
+def time_of(name: str, notebook: Any, executed: Any | None = None, runs: RunTimes | None = None) -> NotebookTime:
+    """The time ``notebook`` takes, run times from ``executed`` (the same notebook or its solution, run) or
+    from ``runs`` (recorded)."""
+    core, optional = Part(), Part()
+    if executed is not None:
+        runs = RunTimes.of(executed)
     exercise_cells = 0
     for cell, is_optional in cells_by_part(notebook):
         part = optional if is_optional else core
@@ -137,27 +169,45 @@ def time_of(name: str, notebook: Any, executed: Any | None = None) -> NotebookTi
                 part.exercises += EXERCISE_MINUTES[exercise_kind(found.group(2))]
         elif cell["cell_type"] == "code":
             part.reading += SECONDS_PER_CODE_CELL / 60
-            if "exercise" in cell.get("metadata", {}).get("tags", []):
-                seconds = exercise_runs[exercise_cells] if exercise_cells < len(exercise_runs) else 0.0
+            seconds = 0.0
+            if runs is not None and "exercise" in cell.get("metadata", {}).get("tags", []):
+                seconds = runs.exercises[exercise_cells] if exercise_cells < len(runs.exercises) else 0.0
                 exercise_cells += 1
-            else:
-                seconds = runs.get(_key(cell), 0.0)
+            elif runs is not None:
+                seconds = runs.cells.get(_key(cell), 0.0)
             part.running += seconds / 60
-    return NotebookTime(name, core, optional, executed is not None)
+    return NotebookTime(name, core, optional, runs is not None)
 
 
 def _key(cell: Any) -> str:
-    return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+    """A code cell's source, hashed (so a recorded file stays small and a changed cell has no time)."""
+    source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+    return hashlib.sha1(source.encode()).hexdigest()[:12]
 
 
-def workshop(executed: Mapping[str, Any] | None = None) -> list[NotebookTime]:
-    """Every notebook's time, with run times from ``executed`` (by file name; the solutions run) where given."""
+def recorded(path: Path = RECORDED) -> dict[str, RunTimes]:
+    """The run times ``--record`` kept, by notebook file name (empty if none were kept)."""
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {name: RunTimes(runs["cells"], runs["exercises"]) for name, runs in data["notebooks"].items()}
+
+
+def record(executed: Mapping[str, Any], path: Path = RECORDED, how: str = "") -> None:
+    """Keep the run times of ``executed`` (by notebook file name) in ``path``, with how they were made."""
+    data = {"how": how, "notebooks": {name: dataclasses.asdict(RunTimes.of(nb)) for name, nb in sorted(executed.items())}}
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def workshop(executed: Mapping[str, Any] | None = None, runs: Mapping[str, RunTimes] | None = None) -> list[NotebookTime]:
+    """Every notebook's time, with run times from ``executed`` (by file name; the solutions run) or ``runs``
+    (``recorded()``) where given."""
     import nbformat
 
     out = []
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
         notebook = nbformat.read(path, as_version=4)
-        out.append(time_of(path.stem, notebook, (executed or {}).get(path.name)))
+        out.append(time_of(path.stem, notebook, (executed or {}).get(path.name), (runs or {}).get(path.name)))
     return out
 
 
@@ -171,9 +221,41 @@ def table(times: list[NotebookTime]) -> str:
     return "\n".join(rows)
 
 
+def shown_tables(text: str) -> list[str]:
+    """The time tables a text shows between ``TABLE_START`` and ``TABLE_END``."""
+    return _SHOWN.findall(text)
+
+
+def _fill(text: str, shown: str) -> str:
+    return _SHOWN.sub(lambda _m: f"{TABLE_START}\n{shown}\n{TABLE_END}", text)
+
+
+def write_tables() -> str:
+    """Write the table of the recorded run times into the README and notebook 00 (again until it no longer
+    changes: notebook 00's own reading time counts the table's words) and return it."""
+    import nbformat
+
+    for _ in range(5):
+        shown = table(workshop(runs=recorded()))
+        readme = SHOWN_IN[0]
+        readme.write_text(_fill(readme.read_text(), shown))
+        notebook = nbformat.read(SHOWN_IN[1], as_version=4)
+        for cell in notebook.cells:
+            if cell.cell_type == "markdown" and TABLE_START in cell.source:
+                cell.source = _fill(cell.source, shown)
+        nbformat.write(notebook, SHOWN_IN[1])
+        if table(workshop(runs=recorded())) == shown:
+            return shown
+    raise RuntimeError("the time table did not settle: notebook 00's time changes with the table it shows")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--executed", type=Path, help="a folder of executed notebooks (their run times)")
+    parser.add_argument("--record", action="store_true", help=f"keep the executed run times in {RECORDED.name}")
+    parser.add_argument("--recorded", action="store_true", help=f"use the run times kept in {RECORDED.name}")
+    parser.add_argument("--write", action="store_true", help="write the recorded table into the README and 00")
+    parser.add_argument("--how", default="", help="with --record: the command and commit that ran them")
     args = parser.parse_args(argv)
     import nbformat
 
@@ -181,7 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.executed:
         executed = {p.name.replace("solution-", ""): nbformat.read(p, as_version=4)
                     for p in sorted(args.executed.glob("*.ipynb"))}
-    print(table(workshop(executed)))
+        if args.record:
+            record(executed, how=args.how)
+    if args.write:
+        print(write_tables())
+        return 0
+    print(table(workshop(executed, recorded() if args.recorded else None)))
     return 0
 
 

@@ -3,8 +3,9 @@ computes, in plain sight) what the answer is. Each exercise is one of three kind
 
 * **predict, then run**: the learner records a prediction, a cell runs a job and shows what happened,
   the check compares the two and refuses a prediction recorded after the run was shown;
-* **debug this**: a broken job is given; the learner hands over the fixed job, which the check judges by
-  what it wrote to the broker;
+* **debug this**: a broken job with two causes planted is given; the learner hands over the fixed job, which
+  the check judges by what it wrote to the broker, saying how many causes are fixed and what the others
+  still do to the output (``Cause``), never how to fix them;
 * **build**: the learner builds and runs a job; judged the same way.
 
 References are computed here from the broker's records (the topic the job read), by RIP-58's rule. In a
@@ -26,7 +27,9 @@ Every prediction, run shown, judged answer, hint and reset goes to the notebook'
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,10 +181,37 @@ def _ts(record: dict[str, Any]) -> int:
 
 # notebook 02 ------------------------------------------------------------------------------------------
 
-def _fixed_page_counts(facts: JobFacts) -> str | None:
+#: Exercise 2's planted causes: windows of 10 ms (an int is milliseconds), and a sink without the key.
+EX02_CAUSES = ["window", "key"]
+
+
+def _page_windows(facts: JobFacts, causes: frozenset[str]) -> Any:
+    """What Exercise 2's job writes with ``causes`` left in: its windows (``{(page, start, end): views}``),
+    or, with the key left out, only their counts (sorted)."""
     on_time, _ = _on_time_of(facts, "views", 2_000)
-    return _same_windows(facts, tumbling(on_time, _ts, lambda r: r["page"], 10_000),
-                         "Each window should hold the on-time views of its page whose ts is in it.")
+    windows = tumbling(on_time, _ts, lambda r: r["page"], 10 if "window" in causes else 10_000)
+    return sorted(windows.values()) if "key" in causes else windows
+
+
+def _page_output(facts: JobFacts) -> Any:
+    """What Exercise 2's job wrote: its windows, or (a sink without the key) its counts, sorted."""
+    docs = [doc for records in facts.sinks.values() for doc in records]
+    if docs and all(isinstance(d, dict) and isinstance(d.get("key"), list) for d in docs):
+        return window_results(facts)
+    if docs and all(isinstance(d, int) and not isinstance(d, bool) for d in docs):
+        return sorted(docs)
+    return None
+
+
+def _fixed_page_counts(facts: JobFacts) -> str | None:
+    def shows(name: str) -> Callable[[JobFacts], bool]:
+        return _showing(_page_windows, _page_output, EX02_CAUSES, name)
+
+    return _causes_left(facts, [
+        Cause("its windows hold a view or two each, never ten seconds of a page's views;", shows("window")),
+        Cause("each of its messages holds a count, but not which page and which window it counts.", shows("key")),
+    ], lambda f: _same_windows(f, _page_windows(f, frozenset()),
+                               "Each window should hold the on-time views of its page whose ts is in it."))
 
 
 def _user_windows(facts: JobFacts) -> str | None:
@@ -221,6 +251,57 @@ def _not_the_given(broken: str) -> Callable[[Any], str | None]:
     return refuse
 
 
+# debug exercises: a job with several causes planted, each found by what it does to the output -----------
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One of the causes planted in a debug exercise's broken job. ``shows(facts)``: whether what the job
+    wrote still shows it; ``symptom``: what it does to that output, as a learner sees it (never the fix)."""
+
+    symptom: str
+    shows: Callable[[JobFacts], bool]
+
+
+def _causes_left(facts: JobFacts, causes: list[Cause], compare: Callable[[JobFacts], str | None]) -> str | None:
+    """A debug exercise's verdict: None when ``compare`` (the job's output against the reference) finds
+    nothing off; else which of the planted causes still show, by their symptoms (how many are fixed, never
+    how to fix the others), or, when none shows, what ``compare`` found."""
+    showing = [c for c in causes if c.shows(facts)]
+    if not showing:
+        return compare(facts)
+    fixed = len(causes) - len(showing)
+    found = "none of them is fixed yet" if not fixed else f"{fixed} fixed, {len(showing)} to go"
+    listed = "; ".join(f"({i}) {c.symptom.rstrip(';.')}" for i, c in enumerate(showing, 1))
+    return f"The broken job has {len(causes)} causes; {found}. What the job wrote still shows: {listed}."
+
+
+def _combination(expected: Callable[[frozenset[str]], Any], got: Any, names: list[str]) -> frozenset[str] | None:
+    """Which planted causes (by name) the output ``got`` still has: the smallest combination whose
+    ``expected(combination)`` equals it (the right output is the empty one); None when none does."""
+    for size in range(len(names) + 1):
+        for combo in itertools.combinations(names, size):
+            try:
+                if expected(frozenset(combo)) == got:
+                    return frozenset(combo)
+            except _Off:
+                continue
+    return None
+
+
+def _showing(expected: Callable[[JobFacts, frozenset[str]], Any], got: Callable[[JobFacts], Any],
+             names: list[str], name: str) -> Callable[[JobFacts], bool]:
+    """A ``Cause.shows`` for cause ``name``: the job's output (``got(facts)``) is that of a combination of
+    the planted causes (``expected``, given the facts) that holds ``name``."""
+    def shows(facts: JobFacts) -> bool:
+        try:
+            found = _combination(lambda combo: expected(facts, combo), got(facts), names)
+        except _Off:
+            return False
+        return found is not None and name in found
+    return shows
+
+
 EX02_BROKEN = "page-views-broken"
 
 _EX02 = Exercises("02", items={
@@ -235,11 +316,13 @@ _EX02 = Exercises("02", items={
         same=lambda predicted, shown: (isinstance(predicted, dict) and predicted.get("watermark") == shown["watermark"]
                                        and sorted(tuple(w) for w in predicted.get("fired", ())) == shown["fired"])),
     "Exercise 2": Exercise("debug", Hints(
-        nudge="Look at the window starts of the broken job's result: what clock are they on?",
-        concept="Without select_timestamp a record's data time is when the broker stored it, so the "
-                "windows cut wall-clock time, not the time in the view. The event time is the view's 'ts'.",
-        call='.select_timestamp(lambda e: e["ts"]) right after .source(...), before key_by; give the job a '
-             "new id (and sink topic), run_until_idle()."),
+        nudge="Two causes. Read one message of the broken job's sink as the next application would: what "
+              "does it tell? And how much event time does one of its windows span?",
+        concept="A window's result is keyed by [page, start, end], and a sink writes that key only when its "
+                "serializer is asked to (with_key=True). Window sizes are milliseconds: a bare number is ms, "
+                "Time.seconds(10) is 10 000.",
+        call=".window(TumblingWindow(Time.seconds(10))) and .sink(..., JsonSerializer(with_key=True)); a new "
+             'job id ("page-views-fixed"), run_until_idle().'),
         reads="views", judge=_judging(_fixed_page_counts),
         refuse=_not_the_given(EX02_BROKEN)),
     "Exercise 3": Exercise("build", Hints(
@@ -260,18 +343,45 @@ EX03_CHOICES, EX03_MOST_LATE = (0, 500, 1_500, 2_000, 4_000, 8_000, 16_000), 5
 EX03_BROKEN = "slowest-broken"
 
 
+def _slowest_by(facts: JobFacts, field: str, lateness: int) -> tuple[dict[tuple[Any, ...], Any], int]:
+    """Exercise 2's job with its data time read from ``field`` and ``lateness`` allowed: its windows (the
+    longest delay, arrival - ts, per server and 5 s) and how many views it finds late."""
+    def time(record: dict[str, Any]) -> int:
+        return int(record[field])
+
+    on_time, late = split_by_rule(facts.broker, "views", time, lateness)
+    return tumbling(on_time, time, lambda r: f"server-{r['server']}", 5_000, value=lambda r: r["arrival"] - r["ts"],
+                    fold=max), len(late)
+
+
 def _slowest(facts: JobFacts) -> str | None:
-    on_time, late = _on_time_of(facts, "views", 1_000)
-    wrong = _same_windows(facts, tumbling(on_time, _ts, lambda r: f"server-{r['server']}", 5_000,
-                                          value=lambda r: r["arrival"] - r["ts"], fold=max),
-                          "Each window should hold the longest delay (arrival - ts) of the on-time views of its "
-                          "server whose ts is in it.")
-    if wrong:
-        return wrong
-    if len(facts.late) != len(late):
-        return (f"The job found {len(facts.late)} late views; judged by their event time, {len(late)} "
-                "are late.")
-    return None
+    """Exercise 2: two causes, the data time read from the view's arrival and a lateness that is not 1 s. The
+    first leaves no view late whatever the lateness, so the second shows by the job's setting then."""
+    lateness = facts.settings.get("allowed_lateness_ms")
+    other_lateness = isinstance(lateness, int) and lateness != 1_000
+    output = (window_results(facts), len(facts.late))
+    by_arrival = any(output == _slowest_by(facts, "arrival", ms) for ms in {1_000, lateness} if isinstance(ms, int))
+    rule_late = _slowest_by(facts, "ts", 1_000)[1]
+    if by_arrival:
+        lateness_shows = "the lateness it allows is not the 1 s the exercise asks for."
+    else:
+        lateness_shows = (f"it found {len(facts.late)} views late, where the rule with 1 s of allowed lateness "
+                          f"finds {rule_late}.")
+
+    def compare(f: JobFacts) -> str | None:
+        windows, late = _slowest_by(f, "ts", 1_000)
+        wrong = _same_windows(f, windows, "Each window should hold the longest delay (arrival - ts) of the on-time "
+                                          "views of its server whose ts is in it.")
+        if wrong:
+            return wrong
+        if len(f.late) != late:
+            return f"The job found {len(f.late)} late views; judged by their event time, {late} are late."
+        return None
+
+    return _causes_left(facts, [
+        Cause("not one view is late, although the network held some back by seconds;", lambda _f: by_arrival),
+        Cause(lateness_shows, lambda _f: other_lateness),
+    ], compare)
 
 
 def _chosen_lateness(facts: JobFacts) -> str | None:
@@ -309,12 +419,13 @@ _EX03 = Exercises("03", items={
         explain="Late is judged per view, against the watermark its queue had when it arrived.",
         same=lambda predicted, shown: sorted(predicted) == sorted(shown)),
     "Exercise 2": Exercise("debug", Hints(
-        nudge="The broken job finds no late view at all, with only 1 s of lateness. Why could nothing be "
-              "out of order?",
-        concept="Lateness is measured in event time, the 'ts' of each view. Stamped with its arrival time, "
-                "the views are in order by construction, so nothing is ever late, and each window "
-                "holds the views that arrived in it, not those that happened in it.",
-        call='.select_timestamp(lambda v: v["ts"]) instead of v["arrival"]; a new job id, run_until_idle().'),
+        nudge="Two causes. The broken job finds no late view at all: why could nothing be out of order? And "
+              "read its properties as the job reads them: in which unit is each number?",
+        concept="Lateness is judged in event time, the 'ts' of each view. Stamped with its arrival, each "
+                "server's views are in order by construction, so none is ever late, and a window holds the "
+                "views that arrived in it. allowed_lateness_ms is in milliseconds: 1 is one millisecond.",
+        call='.select_timestamp(lambda v: v["ts"]) instead of v["arrival"], and "allowed_lateness_ms": 1_000; a '
+             'new job id ("slowest-fixed"), run_until_idle().'),
         reads="views", judge=_judging(_slowest),
         refuse=_not_the_given(EX03_BROKEN)),
     "Exercise 3": Exercise("build", Hints(
@@ -383,9 +494,57 @@ def _same_counts(facts: JobFacts, expected: dict[str, int], what: str) -> str | 
     return None if got == expected else f"{_difference(got, expected)} {what}"
 
 
+#: Exercise 2's planted causes: a deserializer that reads every body (as Latin-1), and words not in lower case.
+EX01_CAUSES = ["latin-1", "case"]
+
+
+def _dead_letters(facts: JobFacts) -> int:
+    """How many records the job's dead-letter topic (``<job>-dlq``) holds."""
+    topic = f"{facts.job_id}-dlq"
+    return len(facts.broker.read(topic)) if facts.broker.has_topic(topic) else 0
+
+
+def _new_words_with(facts: JobFacts, causes: frozenset[str]) -> tuple[dict[str, int], int]:
+    """What Exercise 2's job writes with ``causes`` left in: per word, its count, and how many records
+    its dead-letter topic holds (those its deserializer cannot read)."""
+    encoding = "latin-1" if "latin-1" in causes else "utf-8"
+    counts: dict[str, int] = {}
+    unreadable = 0
+    for message in facts.broker.read(EX01_NEW_REVIEWS):
+        try:
+            text = message.body.decode(encoding)
+        except UnicodeDecodeError:
+            unreadable += 1
+            continue
+        for word in (text if "case" in causes else text.lower()).split():
+            counts[word] = counts.get(word, 0) + 1
+    return counts, unreadable
+
+
+def _new_words_written(facts: JobFacts) -> tuple[dict[Any, int], int]:
+    return _counts_written(facts), _dead_letters(facts)
+
+
 def _new_review_words(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _words(facts.broker, EX01_NEW_REVIEWS),
-                        "The sink should hold, per word of the new reviews, how often it occurs.")
+    def shows(name: str) -> Callable[[JobFacts], bool]:
+        return _showing(_new_words_with, _new_words_written, EX01_CAUSES, name)
+
+    def compare(f: JobFacts) -> str | None:
+        counts, unreadable = _new_words_with(f, frozenset())
+        wrong = _same_counts(f, counts, "The sink should hold, per word of the new reviews in lower case, how "
+                                        "often it occurs.")
+        if wrong:
+            return wrong
+        if _dead_letters(f) != unreadable:
+            return (f"The job's dead-letter topic holds {_dead_letters(f)} records; {unreadable} of the new "
+                    "reviews are not UTF-8 text.")
+        return None
+
+    return _causes_left(facts, [
+        Cause("its dead-letter topic is empty, yet a record that is not UTF-8 text was counted as a review;",
+              shows("latin-1")),
+        Cause("one word is counted under more than one key.", shows("case")),
+    ], compare)
 
 
 def _long_words(facts: JobFacts) -> str | None:
@@ -424,20 +583,22 @@ def _refusing(*refusals: Callable[[Any], str | None]) -> Callable[[Any], str | N
 
 _EX01 = Exercises("01", items={
     "Exercise 1": Exercise("predict", Hints(
-        nudge="Follow the review through the three steps of the job: split, shuffle, count.",
-        concept="build() puts COMBINE before the shuffle sink (rstream's rewrite): it sends one record per "
-                "distinct word of a batch and source queue, saying how many times the word came. The count "
-                "still emits one update per word it stands for, as with RIP-58's plain shuffle.",
-        call="Count the words of the review, and its distinct words: one of them is the shuffle, the other "
-             "the sink. my_prediction = {\"shuffle\": ..., \"sink\": ...}"),
-        explain="COMBINE merges the repeats of a word before the shuffle; the count emits an update per word.",
-        same=_same_named("shuffle", "sink")),
+        nudge="Go batch by batch: how much does each batch take from each queue?",
+        concept="max_records_per_queue caps what one batch reads from each queue; a queue with less waiting "
+                "gives what it has. The lag after a batch is what is left to read in every queue together.",
+        call="Queues of 7, 2 and 5 reviews with a cap of 3: the first batch reads 3 + 2 + 3. Go on until "
+             "nothing is left. my_prediction = {\"batches\": ..., \"lag_after_first\": ...}"),
+        explain="Each batch reads at most the cap from every queue; the longest queue sets the number of batches.",
+        same=_same_named("batches", "lag_after_first")),
     "Exercise 2": Exercise("debug", Hints(
-        nudge="Look at the keys in the broken job's sink: what does it count?",
-        concept="flat_map(fn) emits every item of fn(value). A str is itself iterable, one character at a "
-                "time; str.split returns the words.",
-        call="A copy of new_review_words with .flat_map(str.split) instead of .flat_map(lambda text: text); "
-             'build the job with a new id ("new-words-fixed"), then run_until_idle(progress=False).'),
+        nudge="Two causes. Compare the broken job's dead-letter topic (broken_job.errors()) with the records "
+              "sent, and look for one word under several keys.",
+        concept="A deserializer decides which bodies are records: one that reads every byte string (Latin-1 "
+                "does) sends nothing to the dead-letter topic, but reads garbage as text. The key decides "
+                "which count a word meets: 'Great' and 'great' are two keys, two counts.",
+        call="TextDeserializer() (UTF-8) instead of TextDeserializer(\"latin-1\"), and key_by(lambda word: "
+             'word.lower()) (or .map(str.lower) first); a new job id ("new-words-fixed"), '
+             "run_until_idle(progress=False)."),
         reads=EX01_NEW_REVIEWS, judge=_judging(_new_review_words),
         refuse=_refusing(_not_the_given(EX01_BROKEN), _json_sink)),
     "Exercise 3": Exercise("build", Hints(
@@ -454,8 +615,9 @@ _ALL["01"] = _EX01
 # notebook 05 ------------------------------------------------------------------------------------------
 # (its own section: the exercises of 05_joins, registered in _ALL at its end)
 
-#: The broken job of Exercise 2 (by its id), and the bound of Exercise 3's interval join, in ms.
-EX05_BROKEN, EX05_WITHIN = "paid-in-window-broken", 3_000
+#: The broken job of Exercise 2 (by its id), its topics (the shop's next orders, and the profiles the
+#: notebook's table reads), and the bound of Exercise 3's interval join, in ms.
+EX05_BROKEN, EX05_NEXT, EX05_PROFILES, EX05_WITHIN = "order-tiers-broken", "next-orders", "profiles", 3_000
 
 
 def _topic_records(broker: Any, topic: str) -> list[dict[str, Any]]:
@@ -473,27 +635,53 @@ def _no_result(facts: JobFacts) -> str:
             "JsonSerializer(with_key=True).")
 
 
-def _paid_in_window(facts: JobFacts) -> str | None:
-    """Exercise 2: every order of ``shop-events`` once, ``paid`` when a payment of it is in its 10 s window."""
-    events = _topic_records(facts.broker, "shop-events")
-    payments = [e for e in events if e.get("type") == "payment"]
-    expected = {o["order"]: any(p["order"] == o["order"] and p["ts"] // 10_000 == o["ts"] // 10_000
-                                for p in payments)
-                for o in events if o.get("type") == "order"}
+def _tier_changes(broker: Any) -> tuple[list[tuple[str, Any]], dict[str, set[Any]]]:
+    """Each order of ``next-orders`` with its customer's tier as it was when the order came: the latest
+    profile born before it (at the same time, the profile first: the stream–table join's order), None
+    for a customer with no profile yet; sorted. And per order, the tiers its customer got only after it."""
+    profiles = sorted(((m.born_timestamp, json.loads(m.body)) for m in broker.read(EX05_PROFILES)),
+                      key=lambda bp: bp[0])
+    when_ordered, later = [], {}
+    for message in broker.read(EX05_NEXT):
+        order = json.loads(message.body)
+        mine = [(born, p.get("tier")) for born, p in profiles if p["user"] == order["user"]]
+        before = [tier for born, tier in mine if born <= message.born_timestamp]
+        when_ordered.append((order["order"], before[-1] if before else None))
+        later[order["order"]] = {tier for born, tier in mine if born > message.born_timestamp}
+    return sorted(when_ordered, key=repr), later
+
+
+def _order_tiers(facts: JobFacts) -> str | None:
+    """Exercise 2: every order of ``next-orders`` once, with its customer's tier when it came. Two causes:
+    a join without a window against the profiles stream (a profile that comes later sends an order out
+    again, or, taken before it, gives it a tier of later), and an inner join (an order whose customer has no
+    profile never comes out)."""
+    expected, later = _tier_changes(facts.broker)
+    want = dict(expected)
     got = _joined(facts)
     if not got:
         return _no_result(facts)
-    twice = sorted({k for k, _v in got if [key for key, _ in got].count(k) > 1}, key=str)
-    if twice:
-        return (f"Orders {twice} come out more than once: a left join in tumbling windows emits each order "
-                "once, with its payment or without.")
-    if not all(isinstance(v, dict) and "paid" in v for _k, v in got):
-        return "Each result's value should be a dict with 'paid', as the broken job's apply makes it."
-    answer = {k: bool(v["paid"]) for k, v in got}
-    if answer == expected:
-        return None
-    return (f"{_difference(answer, expected)} An order is paid when a payment of it is in the same 10 s "
-            "window; look at which records the join's two sides hold.")
+    if not all(isinstance(v, dict) and "order" in v and "tier" in v for _k, v in got):
+        return "Each result's value should be a dict with 'order' and 'tier', as the broken job's apply makes it."
+    orders = [v["order"] for _k, v in got]
+    twice = {o for o in orders if orders.count(o) > 1}
+    of_later = {v["order"] for _k, v in got if v["tier"] != want.get(v["order"]) and v["tier"] in later.get(v["order"], ())}
+    changed = sorted(twice | of_later, key=str)
+    missing = sorted({o for o, tier in expected if tier is None} - set(orders), key=str)
+
+    def compare(_f: JobFacts) -> str | None:
+        answer = sorted(((v["order"], v["tier"]) for _k, v in got), key=repr)
+        if answer == expected:
+            return None
+        return (f"{_difference(answer, expected)} Each order should come out once, with its customer's tier as "
+                "the table held it when the order came.")
+
+    return _causes_left(facts, [
+        Cause(f"a profile that came after an order changed what was written for it, {len(changed)} order(s) "
+              f"({', '.join(map(str, changed[:3]))}): written again, or with a tier of later;", lambda _f: bool(changed)),
+        Cause(f"orders of customers with no profile never come out ({', '.join(map(str, missing[:3]))}).",
+              lambda _f: bool(missing)),
+    ], compare)
 
 
 def _paid_within(facts: JobFacts) -> str | None:
@@ -540,12 +728,16 @@ _EX05 = Exercises("05", items={
         explain="A sliding window join emits a pair once per window the two records share.",
         same=_same_times_out),
     "Exercise 2": Exercise("debug", Hints(
-        nudge="Every order comes out paid, even o3, which was never paid. What does the payment side hold?",
-        concept="Both sides come from one topic through a filter each. If both filters keep the same records, "
-                "every order meets itself in its own window, so every order looks paid.",
-        call='payment_side = events.filter(lambda e: e["type"] == "payment"); a new job id, '
-             "run_until_idle(progress=False)."),
-        reads="shop-events", judge=_judging(_paid_in_window),
+        nudge="Two causes. Which orders come out twice, or with a tier their customer got only later? Which "
+              "orders never come out, and whose are they?",
+        concept="Joined with a stream and no window, a record on either side emits: a profile that changes "
+                "later sends the customer's last order out again. Joined with a table (to_table()), only the "
+                "orders emit, each once. An inner join (join) drops an order that finds no profile; a left "
+                "join (left_join) keeps it, with None.",
+        call='tiers = profiles.key_by(lambda p: p["user"]).map(lambda p: p["tier"]).to_table(); '
+             'next_orders.left_join(tiers).where(lambda o: o["user"]).apply(lambda o, tier: {"order": o["order"], '
+             '"tier": tier}); a new job id ("order-tiers-fixed"), run_until_idle(progress=False).'),
+        reads=EX05_NEXT, judge=_judging(_order_tiers),
         refuse=_not_the_given(EX05_BROKEN)),
     "Exercise 3": Exercise("build", Hints(
         nudge="It is the interval join of the notebook with two things changed.",
@@ -575,9 +767,31 @@ def _first_words(broker: Any, topic: str) -> dict[str, int]:
     return counts
 
 
+#: Exercise 2's planted causes: whole reviews counted (no split), and a filter left in (reviews that say
+#: ``EX00_KEPT`` only).
+EX00_CAUSES, EX00_KEPT = ["whole", "filter"], "great"
+
+
+def _review_words_with(facts: JobFacts, causes: frozenset[str]) -> dict[str, int]:
+    """What Exercise 2's job counts with ``causes`` left in."""
+    counts: dict[str, int] = {}
+    for text in _texts(facts.broker, EX00_REVIEWS):
+        if "filter" in causes and EX00_KEPT not in text:
+            continue
+        for item in [text] if "whole" in causes else text.split():
+            counts[item] = counts.get(item, 0) + 1
+    return counts
+
+
 def _review_words(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _words(facts.broker, EX00_REVIEWS),
-                        "The sink should hold, per word of the reviews, how often it occurs.")
+    def shows(name: str) -> Callable[[JobFacts], bool]:
+        return _showing(_review_words_with, _counts_written, EX00_CAUSES, name)
+
+    return _causes_left(facts, [
+        Cause("its keys are not single words;", shows("whole")),
+        Cause("some reviews of the topic left no trace at all in its counts.", shows("filter")),
+    ], lambda f: _same_counts(f, _review_words_with(f, frozenset()),
+                              "The sink should hold, per word of the reviews, how often it occurs."))
 
 
 def _reviews_per_first_word(facts: JobFacts) -> str | None:
@@ -609,11 +823,13 @@ _EX00 = Exercises("00", items={
         explain="The job writes one updated count for every word it reads, a repeated word too.",
         same=_same_number),
     "Exercise 2": Exercise("debug", Hints(
-        nudge="Look at the keys in the broken job's counts: are they words?",
-        concept="A job counts whatever reaches count(). Each review must first be split into its words "
-                "(flat_map gives one record per word); only then key each word by itself.",
-        call='Copy the job, add .flat_map(str.split) right after .source(...), and keep key_by(lambda word: '
-             'word); give it a new id ("review-words-fixed"), then run_until_idle(progress=False).'),
+        nudge="Two causes. Read the broken job step by step, as the records go: what does each step let "
+              "through, and what reaches count()?",
+        concept="A job counts whatever reaches count(): each review must first be split into its words "
+                "(flat_map gives one record per word), and a filter(fn) drops every record for which fn is "
+                "false, for good.",
+        call='Add .flat_map(str.split) right after .source(...), and take out .filter(...); give the job a '
+             'new id ("review-words-fixed"), then run_until_idle(progress=False).'),
         reads=EX00_REVIEWS, judge=_judging(_review_words),
         refuse=_refusing(_not_the_given(EX00_BROKEN), _not_the_notebooks_job, _json_sink)),
     "Exercise 3": Exercise("build", Hints(
@@ -634,7 +850,7 @@ _ALL["00"] = _EX00
 # (its own section: the exercises of 04_state_and_replay, registered in _ALL at its end)
 
 #: The broken job of Exercise 2 (by its id), and the topics Exercises 2 and 3 read.
-EX04_BROKEN, EX04_ORDERS, EX04_MOVES = "unpaid-broken", "shop-orders", "moves"
+EX04_BROKEN, EX04_CREDIT, EX04_MOVES = "credit-totals-broken", "credit-log", "moves"
 
 
 def _keyed_values(facts: JobFacts) -> list[tuple[Any, Any]]:
@@ -652,28 +868,50 @@ def _keyed_values(facts: JobFacts) -> list[tuple[Any, Any]]:
     return got
 
 
-def _unpaid_alerts(facts: JobFacts) -> str | None:
-    """Exercise 2: one alert per order of ``shop-orders`` created and never paid, and no other."""
-    events = _topic_records(facts.broker, EX04_ORDERS)
-    paid = {e["order"] for e in events if e.get("type") == "paid"}
-    expected = sorted({e["order"] for e in events if e.get("type") == "created"} - paid)
-    keys = sorted(str(k) for k, _v in _keyed_values(facts))
-    if keys == expected:
-        if facts.state_keys:  # the watermark passed every timer: nothing needs to wait any more
-            return (f"The alerts are right, but the job still keeps state for {list(facts.state_keys)}: once an "
-                    "order's alert is out (or it is paid) nothing needs it, and state never cleared grows without "
-                    "bound. Clear it in on_timer as well (ctx.state.clear()).")
-        return None
-    extra = sorted(set(keys) - set(expected))
-    missing = sorted(set(expected) - set(keys))
-    parts = [f"{len(keys)} alerts, {len(expected)} expected"]
-    if extra:
-        parts.append(f"alerts for orders that were paid: {extra}")
-    if missing:
-        parts.append(f"no alert for unpaid orders: {missing}")
-    if len(set(keys)) < len(keys):
-        parts.append("some orders alert more than once")
-    return "; ".join(parts) + ". A paid order must raise no alert, an unpaid one exactly one."
+def _running_balances(broker: Any, topic: str) -> dict[str, list[int]]:
+    """Per customer, the balance after each of their moves in ``topic`` (one queue: in offset order)."""
+    balances: dict[str, int] = {}
+    out: dict[str, list[int]] = {}
+    for move in _topic_records(broker, topic):
+        balances[move["user"]] = balances.get(move["user"], 0) + move["amount"]
+        out.setdefault(move["user"], []).append(balances[move["user"]])
+    return out
+
+
+def _read_something(job: Any) -> str | None:
+    """Exercise 2's ``refuse``: a job that was started but committed no batch read nothing (a job that
+    starts at its topics' end finds nothing there): say that, rather than that it never ran."""
+    from pathlib import Path
+
+    started = Path(job.job_dir, "initial-offsets.json").exists() if hasattr(job, "job_dir") else False
+    if started and not job.history():
+        held = sum(job.broker.end_offsets(EX04_CREDIT)) if job.broker.has_topic(EX04_CREDIT) else 0
+        return (f"Job {job.job_id!r} ran, but committed no batch: it read none of the {held} moves "
+                f"{EX04_CREDIT!r} holds.")
+    return None
+
+
+def _credit_totals(facts: JobFacts) -> str | None:
+    """Exercise 2: per customer, the balance after every move of ``credit-log``, in order, kept as the job's
+    state. Two causes: the balances kept in a Python dict (no state of the job's), and a job that starts
+    reading at the topic's end (``consume_from``)."""
+    expected = _running_balances(facts.broker, EX04_CREDIT)
+    got: dict[str, list[Any]] = {}
+    for key, value in _keyed_values(facts):
+        got.setdefault(str(key), []).append(value)
+    moves, written = sum(map(len, expected.values())), sum(map(len, got.values()))
+
+    def compare(_f: JobFacts) -> str | None:
+        if got == expected:
+            return None
+        return (f"{_difference(got, expected)} Per customer, the sink should hold the balance after each of their "
+                "moves, in the order of the topic.")
+
+    return _causes_left(facts, [
+        Cause("job.state() holds no balance: the job keeps none in its state, so no state topic could give "
+              "one back;", lambda f: not f.state_keys),
+        Cause(f"it wrote a balance for {written} of the {moves} moves in the topic.", lambda _f: written < moves),
+    ], compare)
 
 
 def _overdrawn(facts: JobFacts) -> str | None:
@@ -704,26 +942,28 @@ def _sorted(values: list[Any]) -> list[Any]:
 
 _EX04 = Exercises("04", items={
     "Exercise 1": Exercise("predict", Hints(
-        nudge="Go round by round: which customers does each round change?",
+        nudge="Go round by round: which customers does each round change? Then: what does a replay read?",
         concept="After each batch, the state topic gets one message per key the batch changed, with the key's "
-                "value at the end of the batch (RIP-58's changelog). Compaction keeps the latest message "
-                "per key and drops the others.",
+                "value at the end of the batch (RIP-58's changelog). A queue whose local state is gone "
+                "rebuilds it from the state topic: the latest message of every key it holds.",
         call="Round 1 changes ann and bob, so 2 messages, not 3. Do the same for rounds 2 and 3 and add up; "
-             "after compaction, count the distinct customers. my_prediction = {\"messages\": ..., "
-             "\"after_compaction\": ...}"),
-        explain="A batch writes one state message per changed key, however many records changed it.",
-        same=_same_named("messages", "after_compaction")),
+             "the replay gives back every customer the state topic knows. my_prediction = {\"messages\": ..., "
+             "\"replayed_keys\": ...}"),
+        explain="A batch writes one state message per changed key; a replay reads each key's latest one.",
+        same=_same_named("messages", "replayed_keys")),
     "Exercise 2": Exercise("debug", Hints(
-        nudge="Look at the broken job's alerts: which orders alert that were paid?",
-        concept="A payment clears the order's value, but its timer stays registered and still fires. "
-                "on_timer must decide from the state whether the order is still unpaid.",
-        call="In on_timer: if ctx.state.get() is not None: forward the alert, then ctx.state.clear(). "
-             'A new job id ("unpaid-fixed"), run_until_idle(progress=False).'),
-        reads=EX04_ORDERS, judge=_judging(_unpaid_alerts),
-        refuse=_not_the_given(EX04_BROKEN)),
+        nudge="Two causes. Look at job.state() of the broken job, and count its balances against the moves in "
+              "the topic. Where does each balance live, and where did the job start reading?",
+        concept="Only state the job keeps (count, sum, ... after key_by) goes to the state topic and comes back "
+                "by replay; a Python dict in a function lives in one worker's memory and is lost with it. A new "
+                "job reads from a topic's first offset unless told to start at its end (consume_from).",
+        call='key_by(lambda m: m["user"]).sum(lambda m: m["amount"]) instead of the map over a dict, and no '
+             '"consume_from": "last"; a new job id ("credit-totals-fixed"), run_until_idle(progress=False).'),
+        reads=EX04_CREDIT, judge=_judging(_credit_totals),
+        refuse=_refusing(_not_the_given(EX04_BROKEN), _read_something)),
     "Exercise 3": Exercise("build", Hints(
         nudge="It is the store credit job of the top of the notebook, with one step added and another sink.",
-        concept="sum emits the new balance after every record (RocketMQ Streams does the same). "
+        concept="sum emits the new balance after every record. "
                 "After to_rstream(), filter(fn) gets that balance as its value and keeps what fn accepts.",
         call='key_by(lambda m: m["user"]).sum(lambda m: m["amount"]).to_rstream()'
              '.filter(lambda balance: balance < 0).sink("overdrawn", JsonSerializer(with_key=True)); '
@@ -735,8 +975,9 @@ _ALL["04"] = _EX04
 # notebook 06 ------------------------------------------------------------------------------------------
 # (its own section: the exercises of 06_scaling_and_failure, registered in _ALL at its end)
 
-#: The source topic of notebook 06's jobs.
-EX06_SOURCE = "reviews"
+#: The source topic of notebook 06's jobs, Exercise 2's broken job (by its id) and the word its support
+#: queue takes the reviews with, and the topic of Exercise 3's orders.
+EX06_SOURCE, EX06_BROKEN, EX06_ALERT, EX06_ORDERS = "reviews", "support-feed-broken", "BROKE", "orders"
 
 
 @dataclass(frozen=True)
@@ -767,47 +1008,17 @@ def executors_lost(spark: Any) -> list[LostExecutor]:
     return sorted(lost, key=lambda e: e.lost_ms)
 
 
-def cluster_cores(spark: Any) -> int:
-    """How many cores the Spark application may use at once (``spark.cores.max`` on a LocalCluster)."""
-    cores = spark.sparkContext.getConf().get("spark.cores.max")
-    return int(cores) if cores else int(spark.sparkContext.defaultParallelism)
-
-
-def _cluster_review_words(broker: Any) -> dict[str, int]:
-    return _words(broker, EX06_SOURCE)
-
-
-def _running_counts(broker: Any, topic: str) -> dict[str, list[int]]:
-    """Per word, the counts a sink topic holds, in the order written (per queue, by offset); a body is
-    ``word:n`` (``TextSerializer(with_key=True)``) or ``{"key": word, "value": n}``."""
-    out: dict[str, list[int]] = {}
-    for message in sorted(broker.read(topic), key=lambda m: (m.queue_id, m.offset)):
-        text = message.body.decode(errors="replace")
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            doc = None
-        if isinstance(doc, dict) and "key" in doc and isinstance(doc.get("value"), int):
-            word, n = str(doc["key"]), int(doc["value"])
-        else:
-            word, _, count = text.rpartition(":")
-            if not count.strip().isdigit():
-                raise _Off(f"The sink {topic!r} holds {text[:40]!r}: a count per word is expected.")
-            n = int(count)
-        out.setdefault(word, []).append(n)
-    return out
-
-
 #: Exercise 2: per lost executor that a check counted, the job and its last batch then. A loss counts for
 #: one run of the job: a job that ran on after it needs another kill (checking again unchanged is fine).
 _CREDITED: dict[str, tuple[str, int]] = {}
 
 
-def _check_survived(exercise: str, job: Any, hints: Hints) -> Graded:
-    """Exercise 2: an executor was lost while ``job`` ran (Spark's record, a loss after the notebook's own
-    kill, not counted before for a job that has run since), the job committed a batch of new reviews
-    after it and read them all, and its counts (state and sink) equal the words of the broker's
-    ``reviews``, every running count 1, 2, ..., n once."""
+def _check_survived(exercise: str, job: Any, hints: Hints, source: str, exact: Callable[[Any], str | None],
+                    what: str) -> Graded:
+    """A job through a lost executor: an executor was lost while ``job`` ran (Spark's record, a loss after
+    the notebook's own kill, not counted before for a job that has run since), the job read ``source`` (its
+    records are ``what``), committed a batch of new ones after the loss and read them all, and
+    ``exact(job)`` finds nothing wrong with its state and sink."""
     from .exercises import NOT_YET, RIGHT, WRONG
 
     def wrong(message: str) -> Graded:
@@ -817,13 +1028,13 @@ def _check_survived(exercise: str, job: Any, hints: Hints) -> Graded:
         return Graded(exercise, NOT_YET, "Put the job in the cell above, run it, then this one.", hints)
     if not all(hasattr(job, name) for name in ("topology", "broker", "history", "lag", "state", "spark")):
         return wrong(f"A job (a RocketMQStream that ran through a kill) is expected; your answer is of type "
-                     f"{type(job).__name__}. Counts typed in or computed without the job say nothing about "
+                     f"{type(job).__name__}. Results typed in or computed without the job say nothing about "
                      "what survived the kill.")
     history = job.history()
     if not history:
         return wrong(f"Job {job.job_id!r} has not run yet (no committed batch).")
-    if EX06_SOURCE not in job.topology.source_topics:
-        return wrong(f"Job {job.job_id!r} reads {list(job.topology.source_topics)}, not {EX06_SOURCE!r}.")
+    if source not in job.topology.source_topics:
+        return wrong(f"Job {job.job_id!r} reads {list(job.topology.source_topics)}, not {source!r}.")
     try:
         lost = executors_lost(job.spark)
     except Exception as exc:
@@ -837,12 +1048,12 @@ def _check_survived(exercise: str, job: Any, hints: Hints) -> Graded:
     last_batch = max((b.batch_id for b in history if b.records_in), default=-1)  # not an idle trigger's
     before = [b for b in history if b.timestamp_ms and b.timestamp_ms < last.lost_ms]
     after = [b for b in history if b.timestamp_ms > last.lost_ms
-             and any(q.topic == EX06_SOURCE and q.records_in for q in b.queues)]
+             and any(q.topic == source and q.records_in for q in b.queues)]
     if not before:
         return wrong(f"Job {job.job_id!r} committed no batch before {last.executor} was lost: the kill must "
                      "come while the job runs.")
     if not after:
-        return wrong(f"Spark lost {last.executor}, but job {job.job_id!r} has read no review since: send a "
+        return wrong(f"Spark lost {last.executor}, but job {job.job_id!r} has read no new {what} since: send a "
                      "round after the kill, then run_until_idle(), so the job runs past the loss.")
     credited = _CREDITED.get(last.executor)
     if credited is not None and credited != (job.job_id, last_batch):
@@ -856,52 +1067,115 @@ def _check_survived(exercise: str, job: Any, hints: Hints) -> Graded:
     left = int(lag["lag"].sum()) if len(lag) else 0
     if left:
         return wrong(f"Job {job.job_id!r} has {left} records left to read: run_until_idle() until it is done.")
-    expected = _cluster_review_words(job.broker)
     try:
-        state = job.state()
-        counts = {str(k): int(v) for k, v in zip(state["key"], state["value"])}
-        running = {w: n for topic in job.topology.sink_topics
-                   for w, n in _running_counts(job.broker, topic).items()}
-    except _Off as off:
-        return wrong(str(off))
+        off = exact(job)
+    except _Off as found:
+        off = str(found)
     except Exception as exc:
-        return wrong(f"Could not read the job's counts ({type(exc).__name__}: {exc}).")
-    if counts != expected:
-        return wrong(f"The job's state: {_difference(counts, expected)} Every word of 'reviews' should be "
-                     "counted once, across the kill.")
-    gaps = sorted(w for w, n in expected.items() if running.get(w) != list(range(1, n + 1)))
-    if gaps:
-        return wrong(f"The sink's running counts of {gaps[:3]} are not 1, 2, ..., n once each: something was "
-                     "lost or written twice.")
+        off = f"Could not read the job's results ({type(exc).__name__}: {exc})."
+    if off:
+        return wrong(off)
     _CREDITED[last.executor] = (job.job_id, last_batch)
     executors = sorted({q.executor for b in after for q in b.queues})
     return Graded(exercise, RIGHT, f"Spark lost {last.executor}; job {job.job_id!r} then committed "
-                  f"{len(after)} batch(es) of new reviews on {', '.join(executors)}, replaying "
-                  f"{sum(b.replayed_keys for b in after)} keys, and every count is exact. Well done.")
+                  f"{len(after)} batch(es) of new {what} on {', '.join(executors)}, replaying "
+                  f"{sum(b.replayed_keys for b in after)} keys, and every result is exact. Well done.")
 
 
-def _one_per_core(job: Any) -> str | None:
-    """Exercise 3's ``refuse``: as many shuffle queues as the cluster has cores, and (once it ran) every one
-    of them carried words."""
-    topics = dict(job.topology.shuffle_topics)
-    cores = cluster_cores(job.spark)
-    if len(topics) != 1:
-        return f"The job has {len(topics)} shuffle topics; a word count has one (key_by, then count)."
-    (topic, queues), = topics.items()
-    if queues != cores:
-        many = "more" if queues > cores else "fewer"
-        return (f"The job's shuffle topic has {queues} queue(s), {many} than the cluster's {cores} cores: "
-                "each queue is one counting task per batch. Give it as many queues as there are cores.")
-    if job.history() and job.broker.has_topic(topic):
-        idle = [q for q, end in enumerate(job.broker.end_offsets(topic)) if not end]
-        if idle:
-            return f"Shuffle queues {idle} of {topic!r} never carried a word: no task counted on them."
+def _texts_written(broker: Any, topic: str) -> list[str]:
+    """The texts a topic holds: a JSON string's value (``JsonSerializer()``), else the body as text."""
+    out = []
+    for message in broker.read(topic) if broker.has_topic(topic) else []:
+        try:
+            doc = json.loads(message.body)
+        except ValueError:
+            doc = None
+        out.append(doc if isinstance(doc, str) else message.body.decode(errors="replace"))
+    return out
+
+
+def _through_a_crash(job: Any) -> str | None:
+    """Exercise 2's ``refuse`` (after the broken job's): a task of the job was made to die before its commit
+    (``crash_once``), and one did."""
+    from pathlib import Path
+
+    from rstream.runtime.commit import crash_file
+
+    armed = Path(crash_file(job.job_dir, "before_commit"))
+    if not armed.parent.is_dir():
+        return (f"No task of job {job.job_id!r} was made to die, so it cannot show what a crash does: arm one "
+                "before the run, as support_feed does (job.crash_once(\"before_commit\")).")
+    if armed.exists() and job.history():
+        return (f"A crash is armed for job {job.job_id!r}, but no task of it reached its commit with records "
+                "to write: does it sink anything?")
     return None
 
 
-def _review_counts(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _cluster_review_words(facts.broker),
-                        "The sink should hold, per word of 'reviews', how often it occurs.")
+def _guarantee(facts: JobFacts) -> str:
+    value = facts.settings.get("processing_guarantee", "exactly_once")
+    return str(getattr(value, "value", value))
+
+
+def _support_feed(facts: JobFacts) -> str | None:
+    """Exercise 2: every review upper-cased once in ``<job>-out``, and those that say ``EX06_ALERT`` once in
+    ``<job>-broke``, through a task that died before its commit. Two causes: at least once (the sink written
+    before the commit, so again by the retry), and the support queue written by a function (foreach), which
+    no commit covers."""
+    from collections import Counter
+
+    reviews = [text.upper() for text in _texts(facts.broker, EX06_SOURCE)]
+    index, support = f"{facts.job_id}-out", f"{facts.job_id}-broke"
+    want_index, want_support = Counter(reviews), Counter(r for r in reviews if EX06_ALERT in r)
+    got_index = Counter(_texts_written(facts.broker, index))
+    got_support = Counter(_texts_written(facts.broker, support))
+    twice_index, twice_support = sum((got_index - want_index).values()), sum((got_support - want_support).values())
+
+    def compare(_f: JobFacts) -> str | None:
+        for topic, got, want in ((index, got_index, want_index), (support, got_support, want_support)):
+            if got != want:
+                return (f"The topic {topic!r} holds {sum(got.values())} reviews, {sum((got - want).values())} "
+                        f"more than it should and {sum((want - got).values())} fewer: it should hold "
+                        f"{sum(want.values())}, each once.")
+        return None
+
+    return _causes_left(facts, [
+        Cause(f"the search index ({index!r}) holds {twice_index} reviews twice;",
+              lambda f: twice_index > 0 or _guarantee(f) != "exactly_once"),
+        Cause(f"the support queue ({support!r}) holds {twice_support} reviews twice"
+              + (", though the search index holds each once." if not twice_index else "."),
+              lambda f: support not in f.sinks),
+    ], compare)
+
+
+def _revenue_exact(job: Any) -> str | None:
+    """Exercise 3's exactness: per customer, the job's state holds the sum of the amounts of ``orders``, and
+    its sink the running totals, each step one order's amount, each order once."""
+    from collections import Counter
+
+    amounts: dict[str, list[int]] = {}
+    for order in _topic_records(job.broker, EX06_ORDERS):
+        amounts.setdefault(str(order["user"]), []).append(int(order["amount"]))
+    expected = {user: sum(a) for user, a in amounts.items()}
+    state = job.state()
+    totals = {str(k): v for k, v in zip(state["key"], state["value"])} if len(state) else {}
+    if totals != expected:
+        return (f"The job's state: {_difference(totals, expected)} Per customer it should hold the sum of their "
+                "orders' amounts, every order of 'orders' counted once, across the kill.")
+    running: dict[str, list[int]] = {}
+    for topic in job.topology.sink_topics:
+        for message in sorted(job.broker.read(topic), key=lambda m: (m.queue_id, m.offset)):
+            doc = json.loads(message.body)
+            if not (isinstance(doc, dict) and "key" in doc and isinstance(doc.get("value"), int)):
+                return (f"The sink {topic!r} holds {doc!r}: a running total per customer is expected, written "
+                        "with JsonSerializer(with_key=True).")
+            running.setdefault(str(doc["key"]), []).append(doc["value"])
+    uneven = sorted(user for user, values in amounts.items()
+                    if Counter(b - a for a, b in zip([0, *running.get(user, [])], running.get(user, [])))
+                    != Counter(values))
+    if uneven:
+        return (f"The sink's running totals of {uneven[:3]} do not go up by one order's amount a step, each "
+                "order once: something was lost or written twice.")
+    return None
 
 
 def _same_executor_count(predicted: Any, shown: dict[str, int]) -> bool:
@@ -910,13 +1184,14 @@ def _same_executor_count(predicted: Any, shown: dict[str, int]) -> bool:
 
 
 class _Exercises06(Exercises):
-    """Notebook 06's exercises: Exercise 2 is checked by ``_check_survived`` (a job through a kill, its
-    sink written as text), the others as every notebook's."""
+    """Notebook 06's exercises: Exercise 3 is checked by ``_check_survived`` (a job of the learner's through a
+    lost executor: Spark's record and the job's batches, besides its results), the others as every
+    notebook's."""
 
     def judge(self, exercise: str, answer: Any = None) -> Graded:
         spec = self.items[exercise]
         if spec.kind == "survive":
-            return _check_survived(exercise, answer, spec.hints)
+            return _check_survived(exercise, answer, spec.hints, EX06_ORDERS, _revenue_exact, "orders")
         return super().judge(exercise, answer)
 
 
@@ -931,23 +1206,31 @@ _EX06 = _Exercises06("06", items={
              "that one task can run on at once."),
         explain="The number of queues caps parallelism: a core with no queue to run has nothing to count.",
         same=_same_executor_count),
-    "Exercise 2": Exercise("survive", Hints(
-        nudge="Do what the 'Lose an executor' cell does, once more, then hand over the job.",
-        concept="Spark keeps a record of the executors it lost. The check reads it: a loss after the "
-                "notebook's first kill, while the job runs, and a round of reviews counted after it.",
-        call='cluster.kill_executor(cluster.executors()[0]); broker.send_batch("reviews", '
-             "reviews(9)); job.run_until_idle(progress=False); survivor = job")),
-    "Exercise 3": Exercise("build", Hints(
-        nudge="It is the word count of the notebook with another shuffle_queues and a JSON sink.",
-        concept="Each shuffle queue is one counting task per batch, and a task uses one core. As many "
-                "queues as cores lets every core count at once; the cluster's cores are in "
-                "cluster.master_state()['cores'].",
-        call='from rstream import JsonSerializer; StreamBuilder("per-core-count", '
-             'shuffle_queues=cluster.master_state()["cores"]); '
-             '.flat_map(str.split).key_by(lambda w: w).count().to_rstream().sink("per-core-counts", '
-             'JsonSerializer(with_key=True)); RocketMQStream(..., properties={"data_dir": str(DATA / "job")})'
-             ".run_until_idle(progress=False)"),
-        reads=EX06_SOURCE, judge=_judging(_review_counts), refuse=_one_per_core),
+    "Exercise 2": Exercise("debug", Hints(
+        nudge="Two causes. Which of the two topics holds reviews twice, and what writes each of them: a sink "
+              "of the job, or something else?",
+        concept="A task that dies before its commit runs again from the last commit. At least once, its sink "
+                "records were written before the commit, so the retry writes them again; exactly once, they "
+                "go to the broker with the commit. Anything a function does on its own (foreach sending to "
+                "the broker) is no part of any commit: the retry does it again, whatever the guarantee.",
+        call='processing_guarantee "exactly_once", and the support queue as a second sink of the job: '
+             'upper.filter(lambda text: "BROKE" in text).sink(f"{job_id}-broke", JsonSerializer()) instead of '
+             'the foreach; a new job id ("support-feed-fixed"), crash_once("before_commit"), '
+             "run_until_idle(progress=False)."),
+        reads=EX06_SOURCE, judge=_judging(_support_feed),
+        refuse=_refusing(_not_the_given(EX06_BROKEN), _through_a_crash)),
+    "Exercise 3": Exercise("survive", Hints(
+        nudge="Build the job, run it on the first round, lose an executor as the notebook did, then send the "
+              "second round and run it again.",
+        concept="key_by(customer).sum(amount) keeps each customer's revenue as state, per shuffle queue. When "
+                "an executor is lost, its queues run elsewhere and replay their state from the state topic; "
+                "each round counted exactly once. The check reads Spark's record of the lost executors, the "
+                "job's batches, its state and its sink.",
+        call='StreamBuilder("revenue"); .source("orders", JsonDeserializer()).key_by(lambda o: o["user"])'
+             '.sum(lambda o: o["amount"]).to_rstream().sink("revenue", JsonSerializer(with_key=True)); '
+             'RocketMQStream(..., properties={"data_dir": str(DATA / "job")}); run_until_idle(); '
+             "cluster.kill_executor(cluster.executors()[0]); broker.send_batch(\"orders\", ...); "
+             "run_until_idle()")),
 })
 
 _ALL["06"] = _EX06
@@ -955,10 +1238,12 @@ _ALL["06"] = _EX06
 # notebook 07 ------------------------------------------------------------------------------------------
 # (its own section: the exercises of 07_rocketmq, registered in _ALL at its end)
 
-#: The broken job of Exercise 2 (by its id), the notebook's own word count (by its id), and the topics
-#: Exercises 2 and 3 read (on the RocketMQ broker).
-EX07_BROKEN, EX07_NOTEBOOK_JOB, EX07_ORDERS, EX07_REVIEWS = (
-    "order-counts-broken", "wordcount", "order-log", "reviews")
+#: The broken job of Exercise 2 (by its id), the notebook's own word count (by its id), the topics Exercises
+#: 2 and 3 read (on the RocketMQ broker: orders as JSON, and the order log as text), Exercise 2's window size
+#: (ms), and the decision log's topic (``RocketMQBroker``'s).
+EX07_BROKEN, EX07_NOTEBOOK_JOB, EX07_EVENTS, EX07_ORDERS = (
+    "order-windows-broken", "wordcount", "order-events", "order-log")
+EX07_WINDOW, EX07_DECISIONS = 30_000, "rstream_txn"
 
 
 def _not_the_rocketmq_word_count(job: Any) -> str | None:
@@ -969,47 +1254,111 @@ def _not_the_rocketmq_word_count(job: Any) -> str | None:
     return None
 
 
-def _orders_per_customer(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _first_words(facts.broker, EX07_ORDERS),
-                        "The sink should hold, per customer (the first word of a line of 'order-log'), how "
-                        "many orders they made.")
+def _customer_and_product(key: Any) -> tuple[str, ...] | None:
+    """The (customer, product) a window result's key names: a pair, or a text naming both (``ann/mug``)."""
+    if isinstance(key, (list, tuple)) and len(key) == 2:
+        return tuple(map(str, key))
+    if isinstance(key, str):
+        names = [n for n in re.split(r"[^a-z]+", key) if n]
+        return tuple(names) if len(names) == 2 else None
+    return None
 
 
-def _rocketmq_reviews_per_first_word(facts: JobFacts) -> str | None:
-    return _same_counts(facts, _first_words(facts.broker, EX07_REVIEWS),
-                        "The sink should hold, per first word, how many reviews of 'reviews' begin "
-                        "with it.")
+def _order_windows(facts: JobFacts) -> str | None:
+    """Exercise 2: per customer and product, the orders of ``order-events`` in 30 s windows of the order's
+    time, each result a RocketMQ message with one key. Two causes: a key with a space (the official
+    client reads ``KEYS`` as a set of words), and windows of the born time (the official client's clock,
+    in whole seconds) instead of the order's ``ts``."""
+    lateness = facts.settings.get("allowed_lateness_ms")
+    on_time, _ = split_by_rule(facts.broker, EX07_EVENTS, _ts, lateness if isinstance(lateness, int) else 2_000)
+    expected = tumbling(on_time, _ts, lambda o: (str(o["user"]), str(o["product"])), EX07_WINDOW)
+    messages = [m for topic in facts.sinks for m in facts.broker.read(topic)]
+    spaced = [m.key for m in messages if isinstance(m.key, str) and any(c.isspace() for c in m.key)]
+    windows = window_results(facts)
+    starts = [k[1] for k in windows if isinstance(k[1], int)]
+
+    def compare(f: JobFacts) -> str | None:
+        if not windows:
+            return _same_windows(f, expected, "")
+        got = {(_customer_and_product(key) or key, start, end): n for (key, start, end), n in windows.items()}
+        if got == expected:
+            return None
+        return (f"{_difference(got, expected)} Per customer and product, each 30 s window of the orders' time "
+                "should hold how many orders they made in it.")
+
+    return _causes_left(facts, [
+        Cause("the official client receives each of its messages with more than one key (one of them: "
+              f"{sorted(spaced[0].split()) if spaced else []});", lambda _f: bool(spaced)),
+        Cause(f"its windows start at {min(starts) if starts else 0} ms: the clock of this year, not the time "
+              "the orders were placed.", lambda _f: bool(starts) and min(starts) > 10 ** 12),
+    ], compare)
+
+
+def _decisions(broker: Any, job_id: str) -> list[dict[str, Any]]:
+    """The decision log's entries about ``job_id``'s ranges (``rstream_txn``: open and commit, per attempt)."""
+    if not broker.has_topic(EX07_DECISIONS):
+        raise _Off("The job's broker keeps no decision log: this exercise runs on the notebook's RocketMQ.")
+    out = []
+    for message in broker.read(EX07_DECISIONS):
+        entry = json.loads(message.body)
+        if isinstance(entry.get("range"), list) and entry["range"] and entry["range"][0] == job_id:
+            out.append(entry)
+    return out
+
+
+def _loyalty_feed(facts: JobFacts) -> str | None:
+    """Exercise 3: per customer, how many orders the order log holds, and every sink record visible on commit:
+    the decision log names the sink's queues under ``half`` of the job's attempts (RocketMQ half messages,
+    committed once the attempt won), never under ``out`` (plain messages, seen at once)."""
+    wrong = _same_counts(facts, _first_words(facts.broker, EX07_ORDERS),
+                         "The sink should hold, per customer (the first word of a line of 'order-log'), how many "
+                         "orders they made.")
+    if wrong:
+        return wrong
+    entries = _decisions(facts.broker, facts.job_id)
+    sinks = set(facts.sinks)
+    plain = sorted({q for e in entries if e.get("t") == "commit" for q in e.get("out", {})
+                    if q.rpartition("/")[0] in sinks})
+    held = sorted({q for e in entries if e.get("t") == "open" for q in e.get("half", [])
+                   if q.rpartition("/")[0] in sinks})
+    if plain or not held:
+        return (f"The job wrote its sink as plain messages ({', '.join(plain[:3]) or 'none held back'}): a consumer "
+                "of the official client sees each as soon as it is written, a lost attempt's too. The loyalty "
+                "app must only ever see records whose attempt committed.")
+    return None
 
 
 _EX07 = Exercises("07", items={
     "Exercise 1": Exercise("predict", Hints(
-        nudge="Two questions: how many times does the job read the word 'mug', and what decides the queue "
-              "of a sink message?",
-        concept="The count writes one updated count per word it reads, a repeated word too (RocketMQ Streams' "
-                "model). A sink sends a message with a key to the queue of a hash of that key, so all of one "
-                "key's messages go to one queue, in order.",
-        call="'mug' is read 4 times (1 + 1 + 2): 4 messages, each a new count, all in the queue of its hash. "
-             "my_prediction = {\"mug_messages\": ..., \"queues_with_mug\": ...}"),
-        explain="One updated count per word read; one queue per key, by a hash of the key.",
-        same=_same_named("mug_messages", "queues_with_mug")),
+        nudge="Which input ranges does the job read in its one batch? Each is decided by one attempt.",
+        concept="On RocketMQ each task's append is an attempt, and an attempt commits one input range: a "
+                "source queue's or a shuffle queue's. The source side of a word count writes the shuffle topic; "
+                "the side that counts writes the state topic and the sink, in its own attempt.",
+        call="Two source queues with reviews and one shuffle queue: one commit per range read. The sink is "
+             "written where the count runs. my_prediction = {\"commits\": ..., \"commits_with_sink\": ...}"),
+        explain="One attempt per input range; the sink is written with the state, by the shuffle side's attempt.",
+        same=_same_named("commits", "commits_with_sink")),
     "Exercise 2": Exercise("debug", Hints(
-        nudge="Read the broken job's sink as the downstream application does: what does one message hold?",
-        concept="A sink's serializer decides the bytes of each message. TextSerializer(with_key=True) writes "
-                "'ann:3', which is not JSON; JsonSerializer(with_key=True) writes {\"key\": ..., "
-                "\"value\": ...}.",
-        call="A copy of order_counts with .sink(..., JsonSerializer(with_key=True)); a new job id "
-             '("order-counts-fixed") and a new sink topic, then run_until_idle(progress=False).'),
-        reads=EX07_ORDERS, judge=_judging(_orders_per_customer),
-        refuse=_refusing(_not_the_given(EX07_BROKEN), _not_the_rocketmq_word_count, _json_sink)),
+        nudge="Two causes. Read one message of the sink with the official client (consume(...)): how many keys "
+              "does it have? And when do its windows start?",
+        concept="A RocketMQ message's KEYS is a set of words: a key with a space in it reaches the official "
+                "client as several keys. Without select_timestamp, a record's data time is its born time: on "
+                "RocketMQ the producer's clock, which the official client stamps in whole seconds.",
+        call='key_by(lambda o: f"{o[\'user\']}/{o[\'product\']}") (no space), and .select_timestamp(lambda o: '
+             'o["ts"]) after .source(...); a new job id ("order-windows-fixed"), run_until_idle(progress=False).'),
+        reads=EX07_EVENTS, judge=_judging(_order_windows),
+        refuse=_refusing(_not_the_given(EX07_BROKEN), _not_the_rocketmq_word_count)),
     "Exercise 3": Exercise("build", Hints(
-        nudge="It is the notebook's word count, with each review giving one word only and a JSON sink.",
-        concept="map(fn) turns each review into one record, its first word; key it by itself and count. "
-                "On RocketMQ, the job's shuffle, state and sink topics are created when it starts.",
-        call='StreamBuilder("first-words"); .source("reviews", TextDeserializer()).map(lambda s: '
-             's.split()[0]).key_by(lambda w: w).count().to_rstream().sink("first-word-counts", '
-             'JsonSerializer(with_key=True)); RocketMQStream(..., broker=broker, spark=spark, properties='
-             '{"data_dir": str(DATA / "job")}).run_until_idle(progress=False)'),
-        reads=EX07_REVIEWS, judge=_judging(_rocketmq_reviews_per_first_word),
+        nudge="A count per customer of the order log (the first word of a line), with a sink the official "
+              "client only ever sees committed.",
+        concept="On RocketMQ, an attempt's plain messages are visible at once, a lost attempt's too. A sink made "
+                "with visible=\"on_commit\" sends RocketMQ half messages, which the broker shows only once the "
+                "decision log says the attempt won.",
+        call='StreamBuilder("loyalty-feed"); .source("order-log", TextDeserializer()).map(lambda line: '
+             'line.split()[0]).key_by(lambda c: c).count().to_rstream().sink("loyalty-counts", '
+             'JsonSerializer(with_key=True), visible="on_commit"); RocketMQStream(..., broker=broker, spark=spark, '
+             'properties={"data_dir": str(DATA / "job")}).run_until_idle(progress=False)'),
+        reads=EX07_ORDERS, judge=_judging(_loyalty_feed),
         refuse=_refusing(_not_the_rocketmq_word_count, _json_sink)),
 })
 

@@ -2,6 +2,9 @@
 try them in a real kernel: each shortcut is spliced into the solution right after its exercise's check cell
 (which said "right"), followed by the check again, and the verdict that second check shows must not be "right".
 
+A prediction shortcut first changes the prediction after the run was shown (a prediction run again unchanged
+records nothing new, so copying the run's value onto a right prediction made before it would change nothing).
+
 A shortcut is what passed the look-up exercises without the skill: a value typed in, a plain Python or
 pandas computation instead of a job, the broken job handed back unchanged, a job never run, a job of the
 notebook that answers another question, a prediction written after the run revealed the answer.
@@ -18,25 +21,38 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "01_wordcount": {
         "Exercise 1": [
             ("the prediction written after the run was shown",
-             'exercises.predict("Exercise 1", {"shuffle": 0, "sink": 0})  # a first guess\n'
-             'exercises.reveal("Exercise 1", run_one_review)  # the run is shown\n'
-             'exercises.predict("Exercise 1", run_one_review())  # then "predicted" from it'),
+             'exercises.predict("Exercise 1", {"batches": 1, "lag_after_first": 0})  # a first guess\n'
+             'exercises.reveal("Exercise 1", run_uneven)  # the run is shown\n'
+             'exercises.predict("Exercise 1", run_uneven())  # then "predicted" from it'),
             ("the right numbers typed in after the run was shown",
-             'exercises.predict("Exercise 1", {"shuffle": 5, "sink": 7})'),
+             'exercises.predict("Exercise 1", {"batches": 3, "lag_after_first": 6})'),
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
-            ("a Counter of the new reviews' words, no job",
-             "fixed_job = dict(Counter(word for review in NEW_REVIEWS for word in review.split()))"),
-            ("the counts typed in", 'fixed_job = {"mug": 3, "was": 3, "cheap": 2, "the": 2}'),
+            ("a Counter of the new reviews' words in lower case, no job",
+             "fixed_job = dict(Counter(word.lower() for review in NEW_REVIEWS for word in review.split()))"),
+            ("the counts typed in", 'fixed_job = {"the": 3, "came": 2, "mug": 3, "was": 3}'),
             ("the broken job under a new id, still broken",
              'fixed_job = new_review_words("new-words-again")\nfixed_job.run_until_idle(progress=False)'),
             ("the fixed job, never run",
              'b = StreamBuilder("new-words-unrun", shuffle_queues=2)\n'
-             '(b.source("new-reviews", TextDeserializer()).flat_map(str.split).key_by(lambda word: word).count()\n'
-             ' .to_rstream().sink("new-words-unrun-counts", JsonSerializer(with_key=True)))\n'
+             '(b.source("new-reviews", TextDeserializer()).flat_map(str.split).key_by(lambda word: word.lower())\n'
+             ' .count().to_rstream().sink("new-words-unrun-counts", JsonSerializer(with_key=True)))\n'
              'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
             ("the notebook's word count of the reviews", "fixed_job = job"),
+            ("one cause fixed (UTF-8), the other left (words not in lower case)",
+             'b = StreamBuilder("new-words-utf8", shuffle_queues=2)\n'
+             '(b.source("new-reviews", TextDeserializer()).flat_map(str.split).key_by(lambda word: word)\n'
+             ' .count().to_rstream().sink("new-words-utf8-counts", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
+             "fixed_job.run_until_idle(progress=False)"),
+            ("one cause fixed (lower case), the other left (Latin-1 reads every record)",
+             'b = StreamBuilder("new-words-lower", shuffle_queues=2)\n'
+             '(b.source("new-reviews", TextDeserializer("latin-1")).flat_map(str.split)\n'
+             ' .key_by(lambda word: word.lower()).count().to_rstream()\n'
+             ' .sink("new-words-lower-counts", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
+             "fixed_job.run_until_idle(progress=False)"),
         ],
         "Exercise 3": [
             ("counts typed in", 'long_job = {"came": 62, "great": 43, "late": 31}'),
@@ -77,6 +93,22 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              ' .sink("page-views-unrun-counts", JsonSerializer(with_key=True)))\n'
              'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={\n'
              '    "data_dir": str(DATA), "allowed_lateness_ms": LATENESS})'),
+            ("one cause fixed (10 s windows), the other left (no key in the sink)",
+             'b = StreamBuilder("page-views-nokey", shuffle_queues=2)\n'
+             '(b.source("views", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["page"])\n'
+             ' .window(TumblingWindow(Time.seconds(10))).count().to_rstream()\n'
+             ' .sink("page-views-nokey-counts", JsonSerializer()))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={\n'
+             '    "data_dir": str(DATA), "allowed_lateness_ms": LATENESS, "idle_timeout_ms": 600_000})\n'
+             "fixed_job.run_until_idle(progress=False)"),
+            ("one cause fixed (the key), the other left (10 ms windows)",
+             'b = StreamBuilder("page-views-10ms", shuffle_queues=2)\n'
+             '(b.source("views", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["page"])\n'
+             ' .window(TumblingWindow(10)).count().to_rstream()\n'
+             ' .sink("page-views-10ms-counts", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={\n'
+             '    "data_dir": str(DATA), "allowed_lateness_ms": LATENESS, "idle_timeout_ms": 600_000})\n'
+             "fixed_job.run_until_idle(progress=False)"),
         ],
         "Exercise 3": [
             ("a plain Python count, no job",
@@ -99,6 +131,22 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("the late views by the rule, no job", "fixed_job = late_by_rule(1_000)"),
             ("the broken job under a new id, still broken",
              'fixed_job = slowest("slowest-again")\nfixed_job.run_until_idle(progress=False)'),
+            ("one cause fixed (event time), the other left (1 ms of lateness)",
+             'b = StreamBuilder("slowest-1ms", shuffle_queues=2)\n'
+             '(b.source("views", JsonDeserializer()).select_timestamp(lambda v: v["ts"])\n'
+             ' .key_by(lambda v: f"server-{v[\'server\']}").window(TumblingWindow(Time.seconds(5)))\n'
+             ' .max(lambda v: v["arrival"] - v["ts"]).to_rstream().sink("slowest-1ms-max", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                           properties={"data_dir": str(DATA), "allowed_lateness_ms": 1})\n'
+             "fixed_job.run_until_idle(progress=False)"),
+            ("one cause fixed (1 s of lateness), the other left (the arrival as event time)",
+             'b = StreamBuilder("slowest-arrival", shuffle_queues=2)\n'
+             '(b.source("views", JsonDeserializer()).select_timestamp(lambda v: v["arrival"])\n'
+             ' .key_by(lambda v: f"server-{v[\'server\']}").window(TumblingWindow(Time.seconds(5)))\n'
+             ' .max(lambda v: v["arrival"] - v["ts"]).to_rstream().sink("slowest-arrival-max", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                           properties={"data_dir": str(DATA), "allowed_lateness_ms": 1_000})\n'
+             "fixed_job.run_until_idle(progress=False)"),
         ],
         "Exercise 3": [
             ("the lateness typed in", "chosen_job = 8_000"),
@@ -117,7 +165,7 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "04_state_and_replay": {
         "Exercise 1": [
             ("the prediction written after the run was shown",
-             'exercises.predict("Exercise 1", {"messages": 8, "after_compaction": 3})  # a first guess\n'
+             'exercises.predict("Exercise 1", {"messages": 8, "replayed_keys": 4})  # a first guess\n'
              'exercises.reveal("Exercise 1", run_rounds)  # the run is shown\n'
              'exercises.predict("Exercise 1", run_rounds())  # then "predicted" from it'),
             ("the right numbers typed in after the run was shown",
@@ -125,22 +173,35 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
-            ("the unpaid orders typed in", 'fixed_job = ["o2", "o5"]'),
-            ("a plain Python set difference over SHOP_ORDERS, no job",
-             'fixed_job = sorted({e["order"] for e in SHOP_ORDERS}\n'
-             '                   - {e["order"] for e in SHOP_ORDERS if e["type"] == "paid"})'),
+            ("the balances typed in", 'fixed_job = {"ann": [25, 35], "bob": [-5]}'),
+            ("a plain Python running sum over CREDIT_LOG, no job",
+             "running, fixed_job = defaultdict(int), defaultdict(list)\n"
+             "for move in map(json.loads, CREDIT_LOG):\n"
+             '    running[move["user"]] += move["amount"]\n'
+             '    fixed_job[move["user"]].append(running[move["user"]])'),
             ("the broken job under a new id, still broken",
-             'fixed_job = unpaid_job("unpaid-again", UnpaidAgain())\nfixed_job.run_until_idle(progress=False)'),
-            ("a right job (the notebook's Unpaid), never run",
-             'fixed_job = unpaid_job("unpaid-unrun", Unpaid())'),
-            ("the notebook's unpaid-orders job (web-orders and app-orders)", "fixed_job = orders_job"),
-            ("a fix that alerts right but never clears the state of an unpaid order",
-             "class AlertsOnly(UnpaidAgain):\n"
-             "    def on_timer(self, order, timestamp, ctx):\n"
-             "        if ctx.state.get() is not None:  # still unpaid: alert, but keep the state forever\n"
-             '            ctx.forward(order, {"created": ctx.state.get(), "alert_at": timestamp})\n'
-             "\n\n"
-             'fixed_job = unpaid_job("unpaid-keeps-state", AlertsOnly())\nfixed_job.run_until_idle(progress=False)'),
+             'fixed_job = credit_totals("credit-totals-again")\nfixed_job.run_until_idle(progress=False)'),
+            ("the notebook's store credit job (another topic, a text sink)", "fixed_job = job"),
+            ("a right job, never run",
+             'b = StreamBuilder("credit-totals-unrun")\n'
+             '(b.source("credit-log", JsonDeserializer()).key_by(lambda m: m["user"]).sum(lambda m: m["amount"])\n'
+             ' .to_rstream().sink("credit-totals-unrun-balances", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
+            ("one cause fixed (the job's sum), the other left (it starts at the topic's end)",
+             'b = StreamBuilder("credit-totals-last")\n'
+             '(b.source("credit-log", JsonDeserializer()).key_by(lambda m: m["user"]).sum(lambda m: m["amount"])\n'
+             ' .to_rstream().sink("credit-totals-last-balances", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                           properties={"data_dir": str(DATA), "consume_from": "last"})\n'
+             "fixed_job.run_until_idle(progress=False)\n"
+             'broker.send_batch("credit-log", [json.dumps({"user": "ann", "amount": 10})], progress=False)\n'
+             "fixed_job.run_until_idle(progress=False)"),
+            ("one cause fixed (from the first move), the other left (the balances in a Python dict)",
+             'b = StreamBuilder("credit-totals-dict")\n'
+             '(b.source("credit-log", JsonDeserializer()).key_by(lambda m: m["user"]).map(add_move)\n'
+             ' .to_rstream().sink("credit-totals-dict-balances", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
+             "fixed_job.run_until_idle(progress=False)"),
         ],
         "Exercise 3": [
             ("the overdrawn balances typed in",
@@ -182,23 +243,34 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
-            ("the answer typed in as a dict",
-             'fixed_job = {"o1": False, "o2": True, "o3": False, "o4": True, "o5": True, "o6": True,\n'
-             '             "o7": False}'),
-            ("a plain Python dict comprehension over ORDERS and PAYMENTS, no job",
-             'fixed_job = {o["order"]: any(p["order"] == o["order"] and window_of(p["ts"]) == window_of(o["ts"])\n'
-             '                             for p in PAYMENTS) for o in ORDERS}'),
+            ("the answer typed in", 'fixed_job = [("o1", None), ("o2", "gold"), ("o3", "gold")]'),
+            ("a plain Python look-up of the profiles, no job",
+             'tier_now = {p["user"]: p["tier"] for p in PROFILES + UPDATES}\n'
+             'fixed_job = {o["order"]: tier_now.get(o["user"]) for o in NEXT_ORDERS}'),
             ("the broken job under a new id, still broken",
-             'fixed_job = paid_in_window("paid-in-window-again")\nfixed_job.run_until_idle(progress=False)'),
-            ("the notebook's left join of orders and payments (two topics, not shop-events)", "fixed_job = job"),
-            ("the notebook's inner join from shop-events (no unpaid orders)", "fixed_job = job3"),
-            ("the fixed job, never run",
-             'b = StreamBuilder("paid-in-window-unrun", shuffle_queues=2)\n'
-             'ev = b.source("shop-events", JsonDeserializer()).select_timestamp(lambda e: e["ts"])\n'
-             '(ev.filter(lambda e: e["type"] == "order").left_join(ev.filter(lambda e: e["type"] == "payment"))\n'
-             ' .where(lambda o: o["order"]).equal_to(lambda p: p["order"]).window(TumblingWindow(Time.seconds(10)))\n'
-             ' .apply(lambda o, p: {"paid": p is not None}).sink("unrun-orders", JsonSerializer(with_key=True)))\n'
+             'fixed_job = order_tiers("order-tiers-again")\nfixed_job.run_until_idle(progress=False)'),
+            ("the notebook's enrichment of the clicks (another topic)", "fixed_job = job2"),
+            ("a right job, never run",
+             'b = StreamBuilder("order-tiers-unrun", shuffle_queues=2)\n'
+             'tiers = b.source("profiles", JsonDeserializer()).key_by(lambda p: p["user"]).map(lambda p: p["tier"]).to_table()\n'
+             '(b.source("next-orders", JsonDeserializer()).left_join(tiers).where(lambda o: o["user"])\n'
+             ' .apply(lambda o, tier: {"order": o["order"], "tier": tier}).sink("unrun-tiers", JsonSerializer(with_key=True)))\n'
              'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties=PROPS)'),
+            ("one cause fixed (the table), the other left (an inner join)",
+             'b = StreamBuilder("order-tiers-inner", shuffle_queues=2)\n'
+             'tiers = b.source("profiles", JsonDeserializer()).key_by(lambda p: p["user"]).map(lambda p: p["tier"]).to_table()\n'
+             '(b.source("next-orders", JsonDeserializer()).join(tiers).where(lambda o: o["user"])\n'
+             ' .apply(lambda o, tier: {"order": o["order"], "tier": tier}).sink("inner-tiers", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties=PROPS)\n'
+             "fixed_job.run_until_idle(progress=False)"),
+            ("one cause fixed (a left join), the other left (the profiles stream, no table)",
+             'b = StreamBuilder("order-tiers-stream", shuffle_queues=2)\n'
+             '(b.source("next-orders", JsonDeserializer()).left_join(b.source("profiles", JsonDeserializer()))\n'
+             ' .where(lambda o: o["user"]).equal_to(lambda p: p["user"])\n'
+             ' .apply(lambda o, p: {"order": o["order"], "tier": p["tier"] if p else None})\n'
+             ' .sink("stream-tiers", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties=PROPS)\n'
+             "fixed_job.run_until_idle(progress=False)"),
         ],
         "Exercise 3": [
             ("the order ids typed in", 'quick_job = ["o4", "o5", "o6", "o7"]'),
@@ -238,6 +310,19 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              ' .to_rstream().sink("review-words-unrun-counts", JsonSerializer(with_key=True)))\n'
              'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})'),
             ("the notebook's review-words job (a text sink)", "fixed_job = job"),
+            ("one cause fixed (the split), the other left (the filter)",
+             'b = StreamBuilder("review-words-filtered")\n'
+             '(b.source("reviews", TextDeserializer()).filter(lambda review: "great" in review).flat_map(str.split)\n'
+             ' .key_by(lambda word: word).count().to_rstream()\n'
+             ' .sink("review-words-filtered-counts", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
+             "fixed_job.run_until_idle(progress=False)"),
+            ("one cause fixed (no filter), the other left (whole reviews)",
+             'b = StreamBuilder("review-words-whole")\n'
+             '(b.source("reviews", TextDeserializer()).key_by(lambda word: word).count().to_rstream()\n'
+             ' .sink("review-words-whole-counts", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})\n'
+             "fixed_job.run_until_idle(progress=False)"),
         ],
         "Exercise 3": [
             ("the counts typed in", 'first_job = {"the": 9, "my": 8, "a": 6, "this": 5}'),
@@ -264,82 +349,123 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "06_scaling_and_failure": {
         "Exercise 1": [
             ("the prediction copied from the run, after it was shown",
+             'exercises.predict("Exercise 1", 2)  # a first guess after the run: one per core\n'
              'shown = run_one_queue()  # the run, again\n'
-             'exercises.predict("Exercise 1", shown["most executors counting in one batch"])'),
+             'exercises.predict("Exercise 1", shown["most executors counting in one batch"])  # then "predicted"'),
             ("the right number typed in after the run was shown", 'exercises.predict("Exercise 1", 1)'),
         ],
         "Exercise 2": [
-            ("a Counter of the reviews' words, no job", "survivor = python_counts()"),
-            ("the counts typed in", 'survivor = {"mug": 112, "came": 112, "great": 112}'),
-            ("no executor killed: one more round, the job run to the end",
-             'broker.send_batch("reviews", reviews(7))\njob.run_until_idle(progress=False)\nsurvivor = job'),
-            ("a word count never run (a new id)",
-             'b = StreamBuilder("cluster-wordcount-unrun", shuffle_queues=4)\n'
-             '(b.source("reviews", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
-             ' .to_rstream().sink("unrun-counts", TextSerializer(with_key=True)))\n'
-             'survivor = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
-             '                          properties={"data_dir": str(DATA / "job")})'),
-            ("another job of the notebook (Exercise 1's)", "survivor = one_queue_runs[0]"),
-            ("an executor killed, but no round counted after it",
-             "cluster.kill_executor(cluster.executors()[0])\nsurvivor = job"),
+            ("the broken job handed back", "fixed_job = broken_job"),
+            ("the reviews upper-cased, no job",
+             'fixed_job = [m.body.decode().upper() for m in broker.read("reviews")]'),
+            ("the broken job under a new id, still broken",
+             'fixed_job = support_feed("support-feed-again")\nfixed_job.run_until_idle(progress=False)'),
+            ("the notebook's word count", "fixed_job = job"),
+            ("a right job with no crash armed",
+             'b = StreamBuilder("support-feed-calm")\n'
+             'up = b.source("reviews", TextDeserializer()).map(str.upper)\n'
+             'up.sink("support-feed-calm-out", JsonSerializer())\n'
+             'up.filter(lambda text: "BROKE" in text).sink("support-feed-calm-broke", JsonSerializer())\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA / "job")})\n'
+             "fixed_job.run_until_idle(progress=False)"),
+            ("one cause fixed (exactly once), the other left (the support queue sent by foreach)",
+             'def feed_once(job_id):\n'
+             '    broker.create_topic(f"{job_id}-broke", queues=1)\n'
+             '    b = StreamBuilder(job_id)\n'
+             '    (b.source("reviews", TextDeserializer()).map(str.upper)\n'
+             '     .foreach(lambda t: broker.send(f"{job_id}-broke", t) if "BROKE" in t else None)\n'
+             '     .sink(f"{job_id}-out", JsonSerializer()))\n'
+             '    return RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA / "job")})\n'
+             '\n\n'
+             'fixed_job = feed_once("support-feed-once")\nfixed_job.crash_once("before_commit")\n'
+             "fixed_job.run_until_idle(progress=False)"),
+            ("one cause fixed (a second sink), the other left (at least once)",
+             'b = StreamBuilder("support-feed-alo")\n'
+             'up = b.source("reviews", TextDeserializer()).map(str.upper)\n'
+             'up.sink("support-feed-alo-out", JsonSerializer())\n'
+             'up.filter(lambda text: "BROKE" in text).sink("support-feed-alo-broke", JsonSerializer())\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={\n'
+             '    "data_dir": str(DATA / "job"), "processing_guarantee": "at_least_once"})\n'
+             'fixed_job.crash_once("before_commit")\nfixed_job.run_until_idle(progress=False)'),
         ],
         "Exercise 3": [
-            ("the counts typed in", 'per_core_job = {"mug": 120, "came": 120}'),
-            ("a Counter of the reviews' words, no job", "per_core_job = python_counts()"),
-            ("the notebook's job (four shuffle queues, a text sink)", "per_core_job = job"),
-            ("the job of Exercise 1 (one shuffle queue)", "per_core_job = one_queue_runs[0]"),
-            ("the per-core job, never run (a new id)",
-             'b = StreamBuilder("per-core-unrun", shuffle_queues=cluster.master_state()["cores"])\n'
-             '(b.source("reviews", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
-             ' .to_rstream().sink("per-core-unrun-counts", JsonSerializer(with_key=True)))\n'
-             'per_core_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
-             '                              properties={"data_dir": str(DATA / "job")})'),
-            ("a word count with four shuffle queues (more than cores), run to the end",
-             'b = StreamBuilder("four-queue-count", shuffle_queues=4)\n'
-             '(b.source("reviews", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
-             ' .to_rstream().sink("four-queue-counts", JsonSerializer(with_key=True)))\n'
-             'per_core_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
-             '                              properties={"data_dir": str(DATA / "job")})\n'
-             "per_core_job.run_until_idle(progress=False)"),
+            ("the revenue typed in", 'revenue_job = {"ann": 1200, "bob": 600}'),
+            ("a plain Python sum over the orders, no job",
+             'revenue_job = Counter()\n'
+             'for m in broker.read("orders"):\n'
+             '    revenue_job[json.loads(m.body)["user"]] += json.loads(m.body)["amount"]'),
+            ("the notebook's word count (it lived through a kill, but reads reviews)", "revenue_job = job"),
+            ("a revenue job run after the loss only (a new id)",
+             'b = StreamBuilder("revenue-late", shuffle_queues=4)\n'
+             '(b.source("orders", JsonDeserializer()).key_by(lambda o: o["user"]).sum(lambda o: o["amount"])\n'
+             ' .to_rstream().sink("revenue-late", JsonSerializer(with_key=True)))\n'
+             'revenue_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                             properties={"data_dir": str(DATA / "job")})\n'
+             "revenue_job.run_until_idle(progress=False)"),
+            ("a revenue job never run (a new id)",
+             'b = StreamBuilder("revenue-unrun", shuffle_queues=4)\n'
+             '(b.source("orders", JsonDeserializer()).key_by(lambda o: o["user"]).sum(lambda o: o["amount"])\n'
+             ' .to_rstream().sink("revenue-unrun", JsonSerializer(with_key=True)))\n'
+             'revenue_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                             properties={"data_dir": str(DATA / "job")})'),
+            ("the right job after more orders, no new executor lost since its check",
+             'broker.send_batch("orders", [json.dumps(o) for o in shop.orders(10, 120_000, 180_000)])\n'
+             'revenue_job = RocketMQStream(revenue.build(), broker=broker, spark=spark,  # its id: it goes on\n'
+             '                             properties={"data_dir": str(DATA / "job")})\n'
+             "revenue_job.run_until_idle(progress=False)"),
         ],
     },
     "07_rocketmq": {
         "Exercise 1": [
             ("the prediction copied from the run, after it was shown",
-             'exercises.predict("Exercise 1", run_keyed())  # the run again, then "predicted" from it'),
+             'exercises.predict("Exercise 1", {"commits": 1, "commits_with_sink": 1})  # a guess after the run\n'
+             'exercises.predict("Exercise 1", run_decided())  # the run again, then "predicted" from it'),
             ("the right numbers typed in after the run was shown",
-             'exercises.predict("Exercise 1", {"mug_messages": 4, "queues_with_mug": 1})'),
+             'exercises.predict("Exercise 1", {"commits": 3, "commits_with_sink": 1})'),
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
-            ("a Counter of the customers, no job",
-             "fixed_job = dict(Counter(line.split()[0] for line in ORDER_LOG))"),
-            ("the counts typed in", 'fixed_job = {"ann": 5, "fay": 2, "bob": 1, "hal": 1, "cid": 1}'),
-            ("the broken job under a new id, still writing text",
-             'fixed_job = order_counts("order-counts-again")\nfixed_job.run_until_idle(progress=False)'),
-            ("the fixed job, never run", 'fixed_job = order_counts_fixed("order-counts-unrun")'),
+            ("the windows counted in plain Python, no job",
+             'fixed_job = Counter((o["user"], o["product"], o["ts"] // 30_000 * 30_000) for o in ORDERS)'),
+            ("the broken job under a new id, still broken",
+             'fixed_job = order_windows("order-windows-again")\nfixed_job.run_until_idle(progress=False)'),
+            ("the fixed job, never run", 'fixed_job = order_windows_fixed("order-windows-unrun")'),
             ("the notebook's word count of the reviews", "fixed_job = job"),
+            ("one cause fixed (one key), the other left (the born time)",
+             'b = StreamBuilder("order-windows-born", shuffle_queues=2)\n'
+             '(b.source("order-events", JsonDeserializer()).key_by(lambda o: f"{o[\'user\']}/{o[\'product\']}")\n'
+             ' .window(TumblingWindow(Time.seconds(30))).count().to_rstream()\n'
+             ' .sink("order-windows-born-out", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA / "job")})\n'
+             "fixed_job.run_until_idle(progress=False)"),
+            ("one cause fixed (the order's time), the other left (a key with a space)",
+             'b = StreamBuilder("order-windows-space", shuffle_queues=2)\n'
+             '(b.source("order-events", JsonDeserializer()).select_timestamp(lambda o: o["ts"])\n'
+             ' .key_by(lambda o: f"{o[\'user\']} {o[\'product\']}")\n'
+             ' .window(TumblingWindow(Time.seconds(30))).count().to_rstream()\n'
+             ' .sink("order-windows-space-out", JsonSerializer(with_key=True)))\n'
+             'fixed_job = RocketMQStream(b.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA / "job")})\n'
+             "fixed_job.run_until_idle(progress=False)"),
         ],
         "Exercise 3": [
-            ("the counts typed in", 'first_job = {"the": 113, "my": 105, "a": 93, "this": 89}'),
-            ("a Counter of the first words, no job",
-             'first_job = Counter(m.body.decode().split()[0] for m in broker.read("reviews"))'),
-            ("the notebook's word count (every word, a text sink)", "first_job = job"),
-            ("the broken job of Exercise 2 (the order log)", "first_job = broken_job"),
-            ("the first-words job, never run (a new id)",
-             'b = StreamBuilder("first-words-unrun")\n'
-             '(b.source("reviews", TextDeserializer()).map(lambda text: text.split()[0])\n'
-             ' .key_by(lambda w: w).count().to_rstream()\n'
-             ' .sink("first-words-unrun-counts", JsonSerializer(with_key=True)))\n'
-             'first_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
-             '                           properties={"data_dir": str(DATA / "job")})'),
-            ("a job that counts every word, not the first ones",
-             'b = StreamBuilder("every-word", shuffle_queues=2)\n'
-             '(b.source("reviews", TextDeserializer()).flat_map(str.split).key_by(lambda w: w).count()\n'
-             ' .to_rstream().sink("every-word-counts", JsonSerializer(with_key=True)))\n'
-             'first_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
-             '                           properties={"data_dir": str(DATA / "job")})\n'
-             "first_job.run_until_idle(progress=False)"),
+            ("the counts typed in", 'feed_job = {"ann": 5, "fay": 2, "bob": 1, "hal": 1, "cid": 1}'),
+            ("a Counter of the customers, no job",
+             "feed_job = dict(Counter(line.split()[0] for line in ORDER_LOG))"),
+            ("the notebook's word count (every word, a text sink)", "feed_job = job"),
+            ("the broken job of Exercise 2 (the order events)", "feed_job = broken_job"),
+            ("the feed, never run (a new id)",
+             'b = StreamBuilder("loyalty-unrun", shuffle_queues=2)\n'
+             '(b.source("order-log", TextDeserializer()).map(lambda line: line.split()[0]).key_by(lambda c: c)\n'
+             ' .count().to_rstream().sink("loyalty-unrun", JsonSerializer(with_key=True), visible="on_commit"))\n'
+             'feed_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                          properties={"data_dir": str(DATA / "job")})'),
+            ("the feed with records visible at once (no on-commit sink)",
+             'b = StreamBuilder("loyalty-always", shuffle_queues=2)\n'
+             '(b.source("order-log", TextDeserializer()).map(lambda line: line.split()[0]).key_by(lambda c: c)\n'
+             ' .count().to_rstream().sink("loyalty-always", JsonSerializer(with_key=True)))\n'
+             'feed_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
+             '                          properties={"data_dir": str(DATA / "job")})\n'
+             "feed_job.run_until_idle(progress=False)"),
         ],
     },
 }

@@ -58,12 +58,19 @@ def test_exercise_1_wants_the_number_the_run_showed_predicted_before_it() -> Non
     assert not same("6", 6) and not same(True, 1) and not same(5, 6) and not same([6], 6)
 
 
-def test_exercise_2_wants_the_words_counted_by_a_new_job(broker: EmbeddedBroker) -> None:
+def test_exercise_2_wants_the_words_counted_by_a_new_job_and_says_which_causes_show(broker: EmbeddedBroker) -> None:
     ex = exercises_of("00")
     assert ex.check("Exercise 2").verdict == NOT_YET
     assert ex.check("Exercise 2", job_writing(broker, "fixed", words())).verdict == RIGHT
+    great = [r for r in REVIEWS if "great" in r]
+    both = ex.check("Exercise 2", job_writing(broker, "both", dict(Counter(great))))
+    assert both.verdict == WRONG and "none of them is fixed yet" in both.message and "(2)" in both.message
     whole = ex.check("Exercise 2", job_writing(broker, "whole-reviews", dict(Counter(REVIEWS))))
-    assert whole.verdict == WRONG and "keys missing" in whole.message
+    assert whole.verdict == WRONG and "1 fixed, 1 to go" in whole.message and "single words" in whole.message
+    filtered = ex.check("Exercise 2", job_writing(broker, "filtered", dict(Counter(w for r in great for w in r.split()))))
+    assert filtered.verdict == WRONG and "1 fixed, 1 to go" in filtered.message and "no trace" in filtered.message
+    other = ex.check("Exercise 2", job_writing(broker, "other", {**words(), "mug": 99}))
+    assert other.verdict == WRONG and "'mug'" in other.message and "causes" not in other.message
     assert ex.check("Exercise 2", words()).verdict == WRONG  # a count typed in, no job
     given = ex.check("Exercise 2", job_writing(broker, EX00_BROKEN, words()))
     assert given.verdict == WRONG and "broken job itself" in given.message

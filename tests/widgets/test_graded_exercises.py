@@ -22,7 +22,14 @@ from rstream.widgets.exercises import (
     predict,
     reveal,
 )
-from rstream.widgets.graded import EX02_BROKEN, EX03_CHOICES, EX05_BROKEN, exercises_of, split_by_rule
+from rstream.widgets.graded import (
+    EX01_BROKEN,
+    EX02_BROKEN,
+    EX03_CHOICES,
+    EX05_BROKEN,
+    exercises_of,
+    split_by_rule,
+)
 from tests.support.graded import StandIn
 
 pytestmark = pytest.mark.unit
@@ -122,12 +129,26 @@ def test_a_job_check_refuses_an_answer_that_is_no_job_or_a_job_that_did_not_run(
     assert check_job("E", StandIn(views, "j", "views", [out]), HINTS, "views", judge).verdict == RIGHT
 
 
-def test_notebook_02_debug_exercise_is_judged_by_the_job_s_sink_against_event_time_windows(
-        views: EmbeddedBroker) -> None:
+def values_only(broker: EmbeddedBroker, topic: str, values: list[int]) -> str:
+    """A sink as ``JsonSerializer()`` writes window counts: the values alone."""
+    broker.create_topic(topic, queues=1)
+    broker.send_batch(topic, [json.dumps(v) for v in values], progress=False)
+    return topic
+
+
+def test_notebook_02_debug_exercise_says_which_of_its_two_causes_still_show(views: EmbeddedBroker) -> None:
     ex = exercises_of("02")
     right = {("home", 0, 10_000): 3, ("home", 10_000, 20_000): 1}  # cart at 0.5 s is late: not counted
     fixed = StandIn(views, "fixed", "views", [sink(views, "fixed-counts", right)])
     assert ex.check("Exercise 2", fixed).verdict == RIGHT
+    tiny = {("home", 1_000, 1_010): 1, ("home", 3_000, 3_010): 1, ("home", 5_000, 5_010): 1,
+            ("home", 12_000, 12_010): 1}  # windows of 10 ms
+    found = ex.check("Exercise 2", StandIn(views, "tiny", "views", [sink(views, "tiny-counts", tiny)]))
+    assert found.verdict == WRONG and "1 fixed, 1 to go" in found.message and "a view or two" in found.message
+    keyless = ex.check("Exercise 2", StandIn(views, "nokey", "views", [values_only(views, "nokey", [3, 1])]))
+    assert keyless.verdict == WRONG and "1 fixed, 1 to go" in keyless.message and "not which page" in keyless.message
+    both = ex.check("Exercise 2", StandIn(views, "both", "views", [values_only(views, "both", [1, 1, 1, 1])]))
+    assert both.verdict == WRONG and "none of them is fixed yet" in both.message
     wall_clock = {("home", 1_795_782_470_000, 1_795_782_480_000): 4, ("cart", 1_795_782_470_000, 1_795_782_480_000): 1}
     broken = StandIn(views, "again", "views", [sink(views, "again-counts", wall_clock)])
     found = ex.check("Exercise 2", broken)
@@ -172,7 +193,7 @@ def test_notebook_03_build_exercise_wants_the_smallest_lateness_that_is_enough(t
     assert "should hold those the rule finds late" in ex.check("Exercise 3", job(0, late=1)).message
 
 
-def test_notebook_03_debug_exercise_wants_the_slowest_view_by_event_time(tmp_path: Path) -> None:
+def test_notebook_03_debug_exercise_says_which_of_its_two_causes_still_show(tmp_path: Path) -> None:
     broker = EmbeddedBroker(tmp_path / "broker")
     broker.create_topic("views", queues=1)
     views = [(0, 0), (4_000, 4_100), (1_000, 4_200), (6_000, 6_300)]  # ts, arrival: delays 0, 100, 3 200, 300
@@ -183,8 +204,17 @@ def test_notebook_03_debug_exercise_wants_the_slowest_view_by_event_time(tmp_pat
     fixed = StandIn(broker, "sf", "views", [sink(broker, "sf-max", by_event_time)], lateness=1_000, late=1)
     assert ex.check("Exercise 2", fixed).verdict == RIGHT
     by_arrival = {("server-0", 0, 5_000): 3_200, ("server-0", 5_000, 10_000): 300}
+    both = StandIn(broker, "sb", "views", [sink(broker, "sb-max", by_arrival)], lateness=1)
+    found = ex.check("Exercise 2", both)
+    assert found.verdict == WRONG and "none of them is fixed yet" in found.message and "not the 1 s" in found.message
     arrival = StandIn(broker, "sa", "views", [sink(broker, "sa-max", by_arrival)], lateness=1_000)
-    assert ex.check("Exercise 2", arrival).verdict == WRONG
+    found = ex.check("Exercise 2", arrival)
+    assert found.verdict == WRONG and "1 fixed, 1 to go" in found.message and "not one view is late" in found.message
+    # event time, but 1 ms of lateness: the view of 4 000 is late behind 4 000 - 1, and 1 000 too
+    one_ms = StandIn(broker, "sm", "views", [sink(broker, "sm-max", {("server-0", 5_000, 10_000): 300})],
+                     lateness=1, late=2)
+    found = ex.check("Exercise 2", one_ms)
+    assert found.verdict == WRONG and "1 fixed, 1 to go" in found.message and "the rule with 1 s" in found.message
     no_late = StandIn(broker, "sn", "views", [sink(broker, "sn-max", by_event_time)], lateness=1_000)
     assert "late views" in ex.check("Exercise 2", no_late).message
 
@@ -209,35 +239,49 @@ def joined(broker: EmbeddedBroker, topic: str, pairs: list[tuple[str, Any]]) -> 
 @pytest.fixture
 def shop(tmp_path: Path) -> EmbeddedBroker:
     """o0 paid 2 s later in its window; o1 paid 3 s later across the 10 s edge; o2 never paid; o3 paid 4 s
-    later. The same records in orders/payments and, with a type, in shop-events."""
+    later. Then the profiles (ann gold, bob silver), the next orders (ann's, eve's: no profile, bob's), and
+    bob's tier changed after them."""
     broker = EmbeddedBroker(tmp_path / "broker")
     orders = [{"order": "o0", "amount": 5, "ts": 1_000}, {"order": "o1", "amount": 7, "ts": 8_000},
               {"order": "o2", "amount": 9, "ts": 12_000}, {"order": "o3", "amount": 3, "ts": 13_000}]
     payments = [{"order": "o0", "ts": 3_000}, {"order": "o1", "ts": 11_000}, {"order": "o3", "ts": 17_000}]
-    for topic, records in {"orders": orders, "payments": payments,
-                           "shop-events": [dict(o, type="order") for o in orders]
-                           + [dict(p, type="payment") for p in payments]}.items():
+    for topic, records in {"orders": orders, "payments": payments}.items():
         broker.create_topic(topic, queues=1)
         broker.send_batch(topic, [json.dumps(r) for r in records], progress=False)
+    broker.create_topic("profiles", queues=1)
+    broker.create_topic("next-orders", queues=1)
+    broker.send_batch("profiles", [json.dumps({"user": "ann", "tier": "gold"}), json.dumps({"user": "bob", "tier": "silver"})],
+                      born_timestamp=1_000, progress=False)
+    broker.send_batch("next-orders", [json.dumps({"order": o, "user": u}) for o, u in
+                                      (("n1", "ann"), ("n2", "eve"), ("n3", "bob"))], born_timestamp=2_000, progress=False)
+    broker.send_batch("profiles", [json.dumps({"user": "bob", "tier": "gold"})], born_timestamp=3_000, progress=False)
     return broker
 
 
-def test_notebook_05_debug_exercise_wants_each_order_once_paid_in_its_window(shop: EmbeddedBroker) -> None:
+def test_notebook_05_debug_exercise_says_which_of_its_two_causes_still_show(shop: EmbeddedBroker) -> None:
     ex = exercises_of("05")
-    right = [("o0", {"paid": True}), ("o1", {"paid": False}), ("o2", {"paid": False}), ("o3", {"paid": True})]
-    fixed = StandIn(shop, "fixed", "shop-events", [joined(shop, "fixed-orders", right)])
-    assert ex.check("Exercise 2", fixed).verdict == RIGHT
-    all_paid = [(k, {"paid": True}) for k, _v in right]  # the broken job: each order met itself
-    again = ex.check("Exercise 2", StandIn(shop, "again", "shop-events", [joined(shop, "again-orders", all_paid)]))
-    assert again.verdict == WRONG and "'o1'" in again.message
-    given = StandIn(shop, EX05_BROKEN, "shop-events", [joined(shop, "given-orders", right)])
+
+    def job(job_id: str, rows: list[tuple[str, str, Any]]) -> StandIn:
+        return StandIn(shop, job_id, "next-orders", [joined(shop, f"{job_id}-tiers", [
+            (user, {"order": order, "tier": tier}) for user, order, tier in rows])])
+
+    right = [("ann", "n1", "gold"), ("eve", "n2", None), ("bob", "n3", "silver")]
+    assert ex.check("Exercise 2", job("fixed", right)).verdict == RIGHT
+    stream = ex.check("Exercise 2", job("stream", [*right, ("bob", "n3", "gold")]))  # the update sent n3 again
+    assert stream.verdict == WRONG and "1 fixed, 1 to go" in stream.message and "came after an order" in stream.message
+    inner = ex.check("Exercise 2", job("inner", [right[0], right[2]]))
+    assert inner.verdict == WRONG and "1 fixed, 1 to go" in inner.message and "n2" in inner.message
+    both = ex.check("Exercise 2", job("both", [right[0], right[2], ("bob", "n3", "gold")]))
+    assert both.verdict == WRONG and "none of them is fixed yet" in both.message
+    # the stream taken in another order: n3 meets bob's later profile first
+    late_tier = ex.check("Exercise 2", job("late-tier", [*right[:2], ("bob", "n3", "gold")]))
+    assert late_tier.verdict == WRONG and "1 fixed, 1 to go" in late_tier.message and "(n3)" in late_tier.message
+    odd = ex.check("Exercise 2", job("odd", [*right[:2], ("bob", "n3", "bronze")]))  # no cause gives that
+    assert odd.verdict == WRONG and "causes" not in odd.message
+    given = StandIn(shop, EX05_BROKEN, "next-orders", [joined(shop, "given", [("ann", {"order": "n1", "tier": "gold"})])])
     assert "broken job itself" in ex.check("Exercise 2", given).message
-    twice = StandIn(shop, "twice", "shop-events", [joined(shop, "twice-orders", right + right[:1])])
-    assert "more than once" in ex.check("Exercise 2", twice).message
-    inner = [("o0", {"paid_after_ms": 2_000}), ("o3", {"paid_after_ms": 4_000})]  # no 'paid', no unpaid order
-    assert ex.check("Exercise 2", StandIn(shop, "in", "shop-events", [joined(shop, "in", inner)])).verdict == WRONG
-    orders_topic = StandIn(shop, "two", "orders", [joined(shop, "two-orders", right)])
-    assert "should read 'shop-events'" in ex.check("Exercise 2", orders_topic).message
+    orders_topic = StandIn(shop, "two", "orders", [joined(shop, "two-orders", [("o0", {"paid": True})])])
+    assert "should read 'next-orders'" in ex.check("Exercise 2", orders_topic).message
 
 
 def test_notebook_05_build_exercise_wants_the_orders_paid_within_3_s(shop: EmbeddedBroker) -> None:
@@ -261,3 +305,56 @@ def test_notebook_05_prediction_counts_each_order_s_pairs() -> None:
     ex.predict("Exercise 1", {"o0": 2, "o2": 1, "o4": 0})  # an order written with 0 is one that never comes out
     ex.reveal("Exercise 1", lambda: {"o0": 2, "o2": 1})
     assert ex.check("Exercise 1").verdict == RIGHT
+
+
+# notebook 01 ------------------------------------------------------------------------------------------
+
+def test_notebook_01_debug_exercise_says_which_of_its_two_causes_still_show(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(tmp_path / "broker")
+    broker.create_topic("new-reviews", queues=1)
+    broker.send_batch("new-reviews", ["my mug came fast", "A MUG CAME LATE", "zoë".encode("latin-1")],
+                      progress=False)
+    ex = exercises_of("01")
+
+    def job(job_id: str, counts: dict[str, int], dead: int) -> StandIn:
+        topic = f"{job_id}-counts"
+        broker.create_topic(topic, queues=1)
+        broker.send_batch(topic, [json.dumps({"key": k, "value": n}) for k, n in counts.items()], progress=False)
+        broker.create_topic(f"{job_id}-dlq", queues=1)
+        if dead:
+            broker.send_batch(f"{job_id}-dlq", ["dead"] * dead, progress=False)
+        return StandIn(broker, job_id, "new-reviews", [topic])
+
+    lower = {"my": 1, "mug": 2, "came": 2, "fast": 1, "a": 1, "late": 1}
+    assert ex.check("Exercise 2", job("fixed", lower, 1)).verdict == RIGHT
+    cased = {"my": 1, "mug": 1, "came": 1, "fast": 1, "A": 1, "MUG": 1, "CAME": 1, "LATE": 1}
+    found = ex.check("Exercise 2", job("cased", cased, 1))
+    assert found.verdict == WRONG and "1 fixed, 1 to go" in found.message and "more than one key" in found.message
+    found = ex.check("Exercise 2", job("latin", {**lower, "zoë": 1}, 0))
+    assert found.verdict == WRONG and "1 fixed, 1 to go" in found.message and "dead-letter topic is empty" in found.message
+    found = ex.check("Exercise 2", job("both", {**cased, "zoë": 1}, 0))
+    assert found.verdict == WRONG and "none of them is fixed yet" in found.message
+    found = ex.check("Exercise 2", job("extra-dead", lower, 2))
+    assert found.verdict == WRONG and "dead-letter topic holds 2" in found.message
+    given = ex.check("Exercise 2", job(EX01_BROKEN, lower, 1))
+    assert "broken job itself" in given.message
+
+
+def test_notebook_01_prediction_names_batches_and_lag() -> None:
+    same = exercises_of("01").items["Exercise 1"].same
+    assert same is not None
+    shown = {"batches": 3, "lag_after_first": 6}
+    assert same({"batches": 3, "lag_after_first": 6}, shown) and same((3, 6), shown)
+    assert not same({"batches": 1, "lag_after_first": 0}, shown) and not same(3, shown)
+
+
+def test_notebook_03_prediction_is_the_late_views_in_any_order() -> None:
+    ex = exercises_of("03")
+    same = ex.items["Exercise 1"].same
+    assert same is not None
+    assert same([1_200, 3_900], [1_200, 3_900]) and same([3_900, 1_200], [1_200, 3_900])
+    assert not same([1_200, 1_800, 3_900], [1_200, 3_900])  # 1 800 came after 2 500: watermark 1 500, on time
+    assert not same([1_200], [1_200, 3_900])
+    ex.predict("Exercise 1", 2)  # a number, not the views: judged wrong, not an error
+    ex.reveal("Exercise 1", lambda: [1_200, 3_900])
+    assert ex.check("Exercise 1").verdict == WRONG
