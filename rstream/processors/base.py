@@ -536,3 +536,13 @@ class Processor:
                 seen[id(p)] = p
                 stack.extend(p.children)
         return list(seen.values())
+
+
+class PassProcessor(Processor):
+    """Forwards every record unchanged (``to_rstream()``, a table's changelog): a processor of no kind
+    of its own, so it lives here and every operator module may make one."""
+
+    pure = True
+
+    def chunk(self, chunk: Chunk) -> Chunk:
+        return chunk

@@ -44,9 +44,10 @@ from rstream.graph.topology import short_topic_name
 from rstream.processors.aggregate import AggregateProcessor
 from rstream.processors.base import DLQ_ERROR, DLQ_OFFSET, DLQ_QUEUE, DLQ_TOPIC, END_OF_BATCH
 from rstream.processors.interval_join import IntervalJoinProcessor, describe_interval
-from rstream.processors.join import LEFT, SIDE_NAMES, JoinProcessor
+from rstream.processors.join import JoinProcessor
 from rstream.processors.process import ProcessProcessor
 from rstream.processors.table import TABLE_SIDE, TableJoinProcessor
+from rstream.processors.timed import LEFT, SIDE_NAMES
 from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.processors.window import WindowAggregateProcessor
 from rstream.runtime.config import TaskConfig

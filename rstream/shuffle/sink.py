@@ -78,6 +78,8 @@ class ShuffleSinkProcessor(Processor):
 
     #: Whether values may be kept as they are until the batch is appended (see the class docstring).
     defer = False
+    #: A combine node before it may send partials through it (``rstream.shuffle.combine.PartialSink``).
+    takes_partials = True
 
     def alone(self) -> None:
         self.defer = True
