@@ -29,6 +29,7 @@ from rstream import (
     TumblingWindow,
 )
 from rstream.runtime.inprocess import InProcessJob
+from tests.support.bucket_max import bucket_max
 from tests.support.process import Sessions
 from tools.functions import Dedup
 
@@ -154,6 +155,11 @@ def _process_then_window(b: StreamBuilder, out: str) -> None:
           .to_rstream(), out)
 
 
+def _newcomer(b: StreamBuilder, out: str) -> None:
+    """A newcomer's operator, written against the operator contract alone (``tests.support.bucket_max``)."""
+    _sink(bucket_max(_a(b).union(_b(b)).key_by(k).map(v), 4000).to_rstream(), out)
+
+
 #: Every job: its builder, and whether its results (``""``) and its late records (``"-late"``) are
 #: compared per key in order or as a multiset.
 JOBS: dict[str, tuple[Build, dict[str, str]]] = {
@@ -173,6 +179,7 @@ JOBS: dict[str, tuple[Build, dict[str, str]]] = {
     "table left join": (_table_joined("left"), {"": IN_ORDER}),
     "table join, then windows": (_table_then_window, {"": IN_ORDER}),
     "process, then windows": (_process_then_window, {"": IN_ORDER}),
+    "a newcomer's operator": (_newcomer, {"": IN_ORDER}),
 }
 
 
