@@ -6,7 +6,7 @@ also offer ``pack(lo, hi) -> (format name, payload) | None``: records ``lo:hi`` 
 payload. A broker that stores record batches (the embedded one) keeps that payload with its format
 name and, when it reads the batch, asks this module's registry for the format's ``unpack`` to turn
 it back into columns (``BatchColumns``); a broker that stores one message per record (RocketMQ)
-ignores ``pack``. The formats themselves live with the codecs (``rstream.serde.batches``): the
+ignores ``pack``. The formats themselves live with what writes them (``rstream.shuffle.batches``): the
 broker never learns what a payload holds.
 """
 
@@ -71,11 +71,17 @@ def register_format(name: str, unpack: Callable[[Payload], BatchColumns]) -> Non
     _FORMATS[name] = unpack
 
 
+#: Modules of rstream's formats that moved: a name stored before the move imports the module now
+#: registering it (which registers the older name too).
+MOVED = {"rstream.serde.batches": "rstream.shuffle.batches"}
+
+
 def unpack(name: str, payload: Payload) -> BatchColumns:
     """The columns of a payload of format ``name``; ``BrokerError`` if no module registers it."""
     unpack_format = _FORMATS.get(name)
     if unpack_format is None:
         module = name.partition(":")[0]
+        module = MOVED.get(module, module)
         if module.split(".")[0] != "rstream":  # a stored name never makes a reader import anything else
             raise BrokerError(f"no batch format {name!r}: only rstream's modules are imported for a format; "
                               "import the module that registers it before reading")

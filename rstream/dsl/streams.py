@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from rstream.broker.base import validate_topic_name
 from rstream.errors import RStreamError
 from rstream.graph.logical import LogicalNode, describe_callable
-from rstream.processors.aggregate import AGGREGATE, AVG, COUNT, MAX, MIN, SUM
+from rstream.processors.aggregate import AGGREGATE, AVG, COUNT, MAX, MIN, REDUCE, SUM
 from rstream.processors.interval_join import INTERVAL_JOIN, LEFT_INTERVAL_JOIN, describe_interval
 from rstream.processors.join import JOIN, LEFT_JOIN
 from rstream.processors.late import LATE, LateRecord
 from rstream.processors.process import PROCESS, KeyedProcessFunction
-from rstream.processors.reduce import REDUCE
 from rstream.processors.sink import SINK, Visible, visible_option
 from rstream.processors.spec import OperatorSpec
 from rstream.processors.stateless import (

@@ -1,7 +1,8 @@
-"""Aggregations: count, sum, min, max, avg and aggregate(accumulator), keyed or windowed.
+"""Aggregations: count, sum, min, max, avg, reduce(fn) and aggregate(accumulator), keyed or windowed.
 
 Each is one ``OperatorSpec`` over one fold (``rstream.processors.fold``): unwindowed it runs as an
-``AggregateProcessor`` (one state per key), after ``window(...)`` as a ``WindowAggregateProcessor``.
+``AggregateProcessor`` (one state per key), after ``window(...)`` as the processor ``WINDOW``'s spec makes
+(``rstream.processors.window``).
 The keyed processor keeps the values of the keys it touched in this batch in a dict, reads a key
 from the state store the first time it is seen, and stages the changed keys in the store at the
 end of the batch. Every input record emits the key's updated result, as RocketMQ Streams does.
@@ -25,16 +26,15 @@ from rstream.processors.fold import (
     MaxFold,
     MinFold,
     NumberAvgFold,
+    ReduceFold,
     SumFold,
 )
 from rstream.processors.metrics import OperatorMetrics
-from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register
-from rstream.processors.window import WindowAggregateProcessor
+from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register, spec_of
 from rstream.settings import JobProperties
 from rstream.state.store import MISSING
-from rstream.time.windows import WindowEmit
 
-__all__ = ["AGGREGATE", "AVG", "COUNT", "MAX", "MIN", "SUM", "Accumulator", "AggregateProcessor", "aggregation"]
+__all__ = ["AGGREGATE", "AVG", "COUNT", "MAX", "MIN", "REDUCE", "SUM", "Accumulator", "AggregateProcessor", "aggregation"]
 
 
 class AggregateProcessor(Processor):
@@ -130,9 +130,10 @@ def aggregation(kind: str, fold: Callable[[Mapping[str, Any]], Fold], combines: 
     key's values before the shuffle with ``aggregate_emit="batch"`` (associative and commutative)."""
 
     def make(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
-        window = params.get("window")
-        if window is not None:
-            return WindowAggregateProcessor(name, window, fold(params), params.get("emit", WindowEmit.FINAL))
+        if params.get("window") is not None:  # the window's spec makes an aggregation over it
+            windowed = spec_of("window").make
+            assert windowed is not None
+            return windowed(name, {**params, "fold": fold(params)}, settings, sink_queues)
         return AggregateProcessor(name, fold(params), settings.per_batch)
 
     return register(OperatorSpec(kind, STATEFUL_STYLE, make, shuffle=Shuffle.BY_KEY, fold=fold, combines=combines,
@@ -160,6 +161,10 @@ def _avg(params: Mapping[str, Any]) -> Fold:
     return NumberAvgFold() if fn is None else AvgFold(fn)
 
 
+def _reduce(params: Mapping[str, Any]) -> Fold:
+    return ReduceFold(params["fn"])
+
+
 def _accumulate(params: Mapping[str, Any]) -> Fold:
     return AccumulatorFold(params["accumulator"])
 
@@ -170,3 +175,8 @@ MIN = aggregation("min", _min, combines=True)
 MAX = aggregation("max", _max, combines=True)
 AVG = aggregation("avg", _avg)
 AGGREGATE = aggregation("aggregate", _accumulate)
+#: ``reduce(fn)`` (RocketMQ Streams and Kafka Streams both have it): keyed, the running result for every
+#: record; after ``window(...)``, one result per window when it fires; session windows merge with ``fn``
+#: too. Not combined before the shuffle (``combines`` off): ``fn`` need not be commutative, and only the
+#: order of a queue's records is kept, as a shuffle keeps it.
+REDUCE = aggregation("reduce", _reduce)

@@ -415,11 +415,16 @@ class Processor:
        one tagged commit).
     5. ``metrics()``: what it did, typed.
 
-    Everything else is optional and declared: speed paths (``pure`` with ``chunk``, ``chunked_root``
-    with ``chunk_of``/``chunk_done``, ``take_chunk``, ``writes_chunks`` with ``bodies``/``append``),
-    each taken only where its rewrite is named (``rstream.processors.rewrites``); and what a trace
-    needs (``emits_results``, ``fires_windows``, ``results_later``, ``result_of``, ``staged``). An
-    operator never names another's class: it asks these."""
+    A new operator implements these and nothing else (``tests/support/bucket_max.py`` is one): the
+    per-record path is the semantics. Everything else is optional and declared: speed paths (``pure``
+    with ``chunk``, ``chunked_root`` with ``chunk_of``/``chunk_done``, ``take_chunk``, ``writes_chunks``
+    with ``bodies``/``append``), each taken only where its rewrite is named
+    (``rstream.processors.rewrites``) and each proved to give what the per-record path gives; and what a
+    trace needs (``emits_results``, ``fires_windows``, ``results_later``, ``result_of``, ``staged``).
+    The chunked plan reaches every processor through ``take_chunk``, whose default is the adapter for
+    per-record operators (each item to ``process``, in order). An operator never names another's
+    class: it asks these, and what several operators share lives in a neutral module (this one,
+    ``timed``, ``fold``, ``chunk``)."""
 
     #: Whether ``chunk`` may run this processor over many records at once: no state, no side effect.
     pure = False
@@ -494,10 +499,16 @@ class Processor:
         record's ``receive`` would have."""
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
-        """Take the items the pure stages before this processor made of a chunk of records; by
-        default ``process`` on each item, in order (``plan.each`` sets the offset and reports
-        errors). A faster one must leave the same results, errors and metrics."""
+        """Take the items the pure stages before this processor made of a chunk of records: the one
+        entry point of the chunked plan. By default the adapter for a per-record operator: ``process``
+        on each item, in order (``plan.each`` sets the offset and reports errors). A faster one must
+        leave the same results, errors and metrics."""
         plan.each(chunk, self.process)
+
+    def on_watermark(self, watermark: int) -> None:
+        """For a timed operator (one that appends itself to ``ctx.time.operators`` in ``open``): the
+        operator watermark may have moved to ``watermark``; fire what is due, in data-time order
+        (``FIRE_ALL`` of ``rstream.processors.watermarks``: the end of input, fire everything)."""
 
     def flush(self) -> None:
         """Called after the batch's last record."""
@@ -536,3 +547,13 @@ class Processor:
                 seen[id(p)] = p
                 stack.extend(p.children)
         return list(seen.values())
+
+
+class PassProcessor(Processor):
+    """Forwards every record unchanged (``to_rstream()``, a table's changelog): a processor of no kind
+    of its own, so it lives here and every operator module may make one."""
+
+    pure = True
+
+    def chunk(self, chunk: Chunk) -> Chunk:
+        return chunk

@@ -185,3 +185,32 @@ class AccumulatorFold(Fold):
 
     def result(self, acc: Any) -> Any:
         return self.accumulator.result(acc)
+
+
+class _Empty:
+    """A key's accumulator before its first value (never stored: a value is added before a store)."""
+
+    def __repr__(self) -> str:
+        return "<nothing yet>"
+
+
+_EMPTY = _Empty()
+
+
+class ReduceFold(Fold):
+    """``reduce(fn)``: combines a key's values two at a time with ``fn(acc, value)``, as
+    ``functools.reduce`` does, starting from the first value. The accumulator is the reduced value
+    itself, so the state shows what the sink shows."""
+
+    def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
+        super().__init__(None)
+        self.reduce = fn
+
+    def initial(self) -> Any:
+        return _EMPTY
+
+    def add(self, acc: Any, x: Any) -> Any:
+        return x if acc is _EMPTY else self.reduce(acc, x)
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return b if a is _EMPTY else a if b is _EMPTY else self.reduce(a, b)

@@ -27,11 +27,10 @@ from operator import itemgetter
 from typing import Any
 
 from rstream.processors.base import LateCause, Processor, StreamContext, _short_repr
-from rstream.processors.join import LEFT, SIDE_NAMES, PairJoin
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register
+from rstream.processors.timed import LEFT, MAX_PENDING, SIDE_NAMES, PairJoin
 from rstream.processors.watermarks import finite
-from rstream.processors.window import MAX_PENDING
 from rstream.settings import JobProperties
 from rstream.state.store import MISSING
 from rstream.time.units import Time

@@ -13,42 +13,17 @@ their side; a join without a window keeps the latest value per key and has no la
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from rstream.processors.base import LateCause, Processor, _short_repr
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register
+from rstream.processors.timed import LEFT, MAX_PENDING, RIGHT, SIDE_NAMES, PairJoin
 from rstream.processors.watermarks import finite
-from rstream.processors.window import MAX_PENDING, WindowedOperator
 from rstream.settings import JobProperties
 from rstream.state.store import MISSING
 from rstream.time.watermark import NO_WATERMARK
-from rstream.time.windows import Window
-
-LEFT, RIGHT = 0, 1
-#: A side's name, as a join's ``LateRecord.side`` says it.
-SIDE_NAMES = ("left", "right")
-
-
-class PairJoin(WindowedOperator):
-    """What the two-sided joins (window and interval) share: ``how`` (``"inner"`` or ``"left"``) and
-    the user's ``fn(left, right)``, called on each pair by ``_emit``."""
-
-    def __init__(self, name: str, how: str, window: Window | None, fn: Callable[[Any, Any], Any]) -> None:
-        super().__init__(name, window)
-        self.how = how
-        self.fn = fn
-        self.emitted = 0
-
-    def _emit(self, key: Any, left: Any, right: Any, ts: int, value: Any) -> None:
-        """Forward ``fn(left, right)``; a raising ``fn`` is a record error of ``value``."""
-        try:
-            out = self.fn(left, right)
-        except Exception as exc:
-            raise self.ctx.record_error(self.name, exc, value) from exc
-        self.emitted += 1
-        self.forward(key, out, ts)
 
 
 class JoinProcessor(PairJoin):

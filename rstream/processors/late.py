@@ -15,40 +15,16 @@ restart.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from rstream.processors.base import LateCause, Processor
+from rstream.processors.base import Processor
 from rstream.processors.spec import NodeStyle, OperatorSpec, register
+from rstream.processors.timed import LateRecord
 
 if TYPE_CHECKING:
     from rstream.settings import JobProperties
 
-
-class LateRecord(NamedTuple):
-    """A record that came too late for its window (or a join's interval), as ``.late()`` hands it on
-    (its key is the record's key, its data time the record's). ``cause`` is coded (``LateCause``),
-    ``reason`` tells it in words; ``watermark`` is what the record was judged by; ``operator`` is the
-    window or join operator (``COUNT-4``, ``JOIN-5``); ``side`` is ``"left"`` or ``"right"`` for a
-    join's record, None for an aggregation's. ``value`` is None only for a record of a combined
-    partial that running its source range again did not give back (``reason`` says so)."""
-
-    key: Any
-    value: Any
-    data_time: int
-    watermark: int
-    cause: LateCause
-    reason: str
-    operator: str
-    side: str | None = None
-
-    def __str__(self) -> str:
-        where = self.operator if self.side is None else f"{self.operator}, {self.side}"
-        return f"{self.value!r} at {self.data_time}: {self.cause}, watermark {self.watermark} ({where})"
-
-    @property
-    def late_ms(self) -> int:
-        """How far behind the watermark it was (ms)."""
-        return self.watermark - self.data_time
+__all__ = ["LATE", "LateProcessor", "LateRecord"]
 
 
 class LateProcessor(Processor):

@@ -9,7 +9,7 @@ from operator import is_not, itemgetter
 from typing import Any
 
 from rstream.broker.base import RecordBlock
-from rstream.processors.base import Processor, StreamContext, UnhashableKeyError
+from rstream.processors.base import PassProcessor, Processor, StreamContext, UnhashableKeyError
 from rstream.processors.chunk import Chunk
 from rstream.processors.spec import (
     KEY_STYLE,
@@ -270,15 +270,6 @@ def _make_source(name: str, params: Mapping[str, Any], settings: JobProperties, 
 
 def _make_print(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:
     return PrintProcessor(name, params.get("prefix", ""))
-
-
-class PassProcessor(Processor):
-    """Forwards every record unchanged (``to_rstream()``)."""
-
-    pure = True
-
-    def chunk(self, chunk: Chunk) -> Chunk:
-        return chunk
 
 
 def _make_pass(name: str, params: Mapping[str, Any], settings: JobProperties, sink_queues: Mapping[str, int]) -> Processor:

@@ -40,11 +40,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rstream.processors.base import Processor, RecordError, StreamContext
+from rstream.processors.base import PassProcessor, Processor, RecordError, StreamContext
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.ordered import Held, InTimeOrder
 from rstream.processors.spec import STATEFUL_STYLE, STATELESS_STYLE, OperatorSpec, Role, Shuffle, register
-from rstream.processors.stateless import PassProcessor
 from rstream.settings import JobProperties
 from rstream.state.store import MISSING
 

@@ -10,19 +10,19 @@ job's late-data topic with the reason.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from itertools import compress, repeat
 from operator import le, lt, not_, or_
 from typing import TYPE_CHECKING, Any
 
-from rstream.processors.base import Frame, LateCause, Processor, RecordError, StreamContext, _short_repr
+from rstream.processors.base import Frame, LateCause, Processor, StreamContext, _short_repr
 from rstream.processors.chunk import Chunk, ChunkedPipeline, pure_path
 from rstream.processors.fold import Fold
-from rstream.processors.late import LateRecord
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.rewrites import FIRE_TO_SINK
 from rstream.processors.spec import WINDOW_STYLE, OperatorSpec, Role, register
-from rstream.processors.watermarks import FIRE_ALL, finite
+from rstream.processors.timed import MAX_PENDING, WindowedOperator
+from rstream.processors.watermarks import finite
 from rstream.serde.codec import PICKLE_MARK, encode
 from rstream.state.store import MISSING, timer_key
 from rstream.time.watermark import NO_WATERMARK
@@ -38,101 +38,11 @@ from rstream.time.windows import (
 
 if TYPE_CHECKING:
     from rstream.processors.base import CountsByWindow
-
-#: Pending windows listed per operator and queue in the progress (for "why has it not fired?").
-MAX_PENDING = 20
-#: The carried watermark of a decoded frame ``(value, watermark, producer, source offset, side)``.
-
-
-class WindowedOperator(Processor):
-    """What window and join operators share: the state store, and the *horizon*: the end up to which
-    their windows have fired (a record whose window ends at or before it is late)."""
-
-    emits_results = True
-    fires_windows = True
-
-    def __init__(self, name: str, window: Window | None) -> None:
-        super().__init__(name)
-        self.window = window
-        self.late = 0
-        self.fired = 0
-        #: The children that take its late records (``.late()``), not its results.
-        self.late_children: list[Processor] = []
-        self.late_forward: Callable[[Any, Any, int], None] | None = None
-
-    def wire(self) -> None:
-        """``forward`` to the children that take results; ``late_forward`` to those that take late
-        records (``rstream.processors.late``), None when there are none."""
-        children = self.children
-        self.late_children = [c for c in children if getattr(c, "takes_late", False)]
-        if not self.late_children:
-            super().wire()
-            return
-        self.children = [c for c in children if c not in self.late_children]
-        super().wire()
-        late = [c.process for c in self.late_children]
-        if len(late) == 1:
-            self.late_forward = late[0]
-        else:
-            def fan_out(key: Any, value: Any, ts: int) -> None:
-                for kid in late:
-                    kid(key, value, ts)
-
-            self.late_forward = fan_out
-        self.children = children  # (every processor stays reachable: ``walk``)
-
-    @property
-    def result_children(self) -> list[Processor]:
-        """The children its results go to (all but the late ones)."""
-        return [c for c in self.children if c not in self.late_children]
-
-    @property
-    def results_later(self) -> bool:
-        return self.window is not None
-
-    def open(self, ctx: StreamContext) -> None:
-        super().open(ctx)
-        assert ctx.store is not None
-        self.store = ctx.store
-        saved = self.store.get(self.name, "__horizon__")
-        self.horizon = NO_WATERMARK if saved is MISSING else int(saved)
-        self.horizon_changed = False
-        self.watermark = NO_WATERMARK
-        if self.window is not None:
-            ctx.time.operators.append(self)
-
-    def _fired_up_to(self, watermark: int, last_end: int) -> None:
-        """After firing at ``watermark``: every window ending at or before it is closed (with every
-        source idle, only the windows that existed: up to the last end fired)."""
-        reached = watermark if watermark < FIRE_ALL else last_end
-        if reached > self.horizon:
-            self.horizon = reached
-            self.horizon_changed = True
-        if watermark < FIRE_ALL:
-            self.watermark = max(self.watermark, watermark)
-
-    def flush(self) -> None:
-        if self.horizon_changed:
-            self.store.put(self.name, "__horizon__", self.horizon)
-
-    def _late(self, key: Any, value: Any, ts: int, watermark: int, cause: LateCause, reason: str,
-              side: str | None = None) -> None:
-        """A late record: counted, written to the job's late-data topic, and handed to the ``.late()``
-        children as a ``LateRecord`` (``side``: a join's ``"left"`` or ``"right"``)."""
-        self.late += 1
-        self.ctx.late(self.name, key, value, ts, watermark, cause, reason)
-        if self.late_forward is not None:
-            try:
-                self.late_forward(key, LateRecord(key, value, ts, watermark, cause, reason, self.name, side), ts)
-            except RecordError as err:  # user code after ``.late()``: that late record is a dead letter
-                if not self.ctx.settings.skip_data_error:
-                    raise
-                self.ctx.dead_letter(err, None, b"", ts)
-
+    from rstream.settings import JobProperties
 
 class WindowAggregateProcessor(WindowedOperator):
-    """One windowed aggregation on one shuffle queue, folding with ``fold`` (the aggregation's spec
-    makes it: ``rstream.processors.aggregate``)."""
+    """One windowed aggregation on one shuffle queue, folding with ``fold``. The aggregation's spec
+    (``rstream.processors.aggregate``) has it made by ``WINDOW``'s, without naming this class."""
 
     window: Window  # (never None here)
 
@@ -573,5 +483,13 @@ class WindowAggregateProcessor(WindowedOperator):
             pending=[(_short_repr(key), start, end) for end, (key, start) in pending[:MAX_PENDING]], **early)
 
 
-#: ``window(w)``: no processor of its own; the aggregation after it carries ``w`` into its processor.
-WINDOW = register(OperatorSpec("window", WINDOW_STYLE, None, role=Role.WINDOW))
+def _make_windowed(name: str, params: Mapping[str, Any], settings: JobProperties,
+                   sink_queues: Mapping[str, int]) -> Processor:
+    """The processor of an aggregation over a window: ``params`` are the aggregation node's (its
+    ``window`` and ``emit``, put there by the second build) and the ``fold`` it folds with."""
+    return WindowAggregateProcessor(name, params["window"], params["fold"], params.get("emit", WindowEmit.FINAL))
+
+
+#: ``window(w)``: no real node of its own; the aggregation after it carries ``w``, and its spec asks
+#: this one to make its processor (``make``: a ``WindowAggregateProcessor`` over the aggregation's fold).
+WINDOW = register(OperatorSpec("window", WINDOW_STYLE, _make_windowed, role=Role.WINDOW))

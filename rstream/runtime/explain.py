@@ -44,9 +44,10 @@ from rstream.graph.topology import short_topic_name
 from rstream.processors.aggregate import AggregateProcessor
 from rstream.processors.base import DLQ_ERROR, DLQ_OFFSET, DLQ_QUEUE, DLQ_TOPIC, END_OF_BATCH
 from rstream.processors.interval_join import IntervalJoinProcessor, describe_interval
-from rstream.processors.join import LEFT, SIDE_NAMES, JoinProcessor
+from rstream.processors.join import JoinProcessor
 from rstream.processors.process import ProcessProcessor
 from rstream.processors.table import TABLE_SIDE, TableJoinProcessor
+from rstream.processors.timed import LEFT, SIDE_NAMES
 from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.processors.window import WindowAggregateProcessor
 from rstream.runtime.config import TaskConfig
@@ -351,14 +352,15 @@ class _Explainer:
         record = c.record
         if topic in self.topology.source_topics:
             return [(topic, queue, c.offset, c.born, getattr(record, "value", None))]
-        if isinstance(record, wire.FramedRecord):
-            src, src_queue = _producer_queue(record.producer)
-            return [(src, src_queue, record.source_offset, c.born, record.value)]
-        if isinstance(record, wire.WindowCounts) and record.partial is not None:
+        origin = record.origin()
+        if origin is not None:
+            src, src_queue = _producer_queue(origin[0])
+            return [(src, src_queue, origin[1], c.born, origin[2])]
+        partial = record.counts_by_window()
+        if partial is not None:
             assert c.replay is not None
-            partial = record.partial
             src, src_queue = _producer_queue(partial.producer)
-            found = c.replay.run.source_records(cast(Any, partial)).get(key, [])  # (a WindowPartial is one)
+            found = c.replay.run.source_records(partial).get(key, [])
             return [(src, src_queue, off, ts, value) for off, value, ts, _wm in found
                     if window is None or window[0] <= ts < window[1]]
         tag = self.writer(topic, queue, c.offset)
@@ -612,7 +614,7 @@ class _Parts:
                 c = _Candidate(o, rec[1], rec[2], rec[3], rec[5],  # type: ignore[arg-type]
                                wire.decode(rec[1] if isinstance(rec[1], bytes) else None, rec[2], rec[5],
                                            self.topic in self.ex.topology.framed_topics)
-                               if self.topic not in self.ex.topology.source_topics else wire.Record(None, None),
+                               if self.topic not in self.ex.topology.source_topics else wire.source_record(),
                                self.tag, replay)
                 self._add(c)
                 return
@@ -633,7 +635,7 @@ class _Parts:
             if not changed:
                 continue
             last = emit.during is not None and c.offset == emit.during
-            self._add(c, before, after if not last or isinstance(c.record, wire.FoldPartial) else emit.value,
+            self._add(c, before, after if not last or c.record.folded else emit.value,
                       places=place if last else None)
         self._late_and_dead(candidates)
 

@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from itertools import compress, repeat
 from operator import lt, not_
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from rstream.processors.base import Processor, StreamContext
 from rstream.processors.chunk import Chunk, ChunkedPipeline
@@ -35,9 +35,27 @@ from rstream.processors.spec import NodeStyle, OperatorSpec, Role, register
 from rstream.serde.codec import encode
 from rstream.settings import JobProperties
 from rstream.shuffle import wire
-from rstream.shuffle.sink import ShuffleSinkProcessor
 from rstream.time.watermark import NO_WATERMARK, TimeType
 from rstream.time.windows import TumblingWindow, Window
+
+
+class PartialSink(Protocol):
+    """What a combine node needs of the shuffle sink after it (``rstream.shuffle.sink``, which declares
+    ``takes_partials``): where it writes and as which producer, its watermark marks, and sending frames
+    and partials. The combine node names no other node's class."""
+
+    name: str
+    topic: str
+    side: int
+    producer: str
+    records_out: int
+    ctx: StreamContext
+
+    def marks(self, times: list[Any]) -> list[Any]: ...
+
+    def send_frames(self, chunk: Chunk, marks: list[Any]) -> None: ...
+
+    def send_partial(self, key: Any, body: bytes, ts: Any, headers: dict[str, str], records: int) -> None: ...
 
 
 class Combiner(Protocol):
@@ -68,7 +86,7 @@ class CountCombiner:
 
     partial = wire.RECORDS
 
-    def __init__(self, sink: ShuffleSinkProcessor) -> None:
+    def __init__(self, sink: PartialSink) -> None:
         self.sink = sink
         self.runs: dict[Any, list[Any]] = {}
 
@@ -113,7 +131,7 @@ class FoldCombiner:
 
     partial = wire.FOLD
 
-    def __init__(self, sink: ShuffleSinkProcessor, fold: Fold, proc: Processor) -> None:
+    def __init__(self, sink: PartialSink, fold: Fold, proc: Processor) -> None:
         self.sink, self.fold, self.proc = sink, fold, proc
         self.partials: dict[Any, list[Any]] = {}  # key -> [accumulator, latest time, records]
 
@@ -180,7 +198,7 @@ class WindowCountCombiner:
 
     partial = wire.WINDOWS
 
-    def __init__(self, sink: ShuffleSinkProcessor, window: Window, watermark_before: int) -> None:
+    def __init__(self, sink: PartialSink, window: Window, watermark_before: int) -> None:
         self.sink, self.window = sink, window
         #: A tumbling window's size: each record is in the window starting at ``t - t % size``.
         self.size = window.size if isinstance(window, TumblingWindow) else None
@@ -265,11 +283,11 @@ class CombineProcessor(Processor):
     def open(self, ctx: StreamContext) -> None:
         super().open(ctx)
         sink = self.children[0]
-        assert isinstance(sink, ShuffleSinkProcessor), f"{self.name} must feed a shuffle sink, not {sink.name}"
-        self.sink = sink
-        self.combiner = self._combiner(ctx, sink)
+        assert getattr(sink, "takes_partials", False), f"{self.name} must feed a shuffle sink, not {sink.name}"
+        self.sink = cast(PartialSink, sink)
+        self.combiner = self._combiner(ctx, self.sink)
 
-    def _combiner(self, ctx: Any, sink: ShuffleSinkProcessor) -> Combiner | None:
+    def _combiner(self, ctx: Any, sink: PartialSink) -> Combiner | None:
         """The combiner for this job's settings, or None where combining does not apply."""
         settings: JobProperties = ctx.settings
         if not ctx.mode.combine:  # a range run again to find a partial's records: every record on its own

@@ -16,10 +16,10 @@ from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import SHUFFLE_STYLE, OperatorSpec, Role, register
 from rstream.processors.watermarks import finite
-from rstream.serde.batches import FrameRecords, ItemRecords
 from rstream.serde.codec import MARSHAL_VERSION, encode, stable_queue
 from rstream.settings import JobProperties
 from rstream.shuffle import wire
+from rstream.shuffle.batches import FrameRecords, ItemRecords
 from rstream.time.watermark import NO_WATERMARK
 
 _dumps = marshal.dumps
@@ -78,6 +78,8 @@ class ShuffleSinkProcessor(Processor):
 
     #: Whether values may be kept as they are until the batch is appended (see the class docstring).
     defer = False
+    #: A combine node before it may send partials through it (``rstream.shuffle.combine.PartialSink``).
+    takes_partials = True
 
     def alone(self) -> None:
         self.defer = True

@@ -16,10 +16,10 @@ from rstream.processors.chunk import Chunk
 from rstream.processors.fold import Accumulated
 from rstream.processors.metrics import OperatorMetrics
 from rstream.processors.spec import SOURCE_STYLE, OperatorSpec, Role, register
-from rstream.serde.batches import Fields
 from rstream.serde.codec import PICKLE_MARK, decode
 from rstream.settings import JobProperties
 from rstream.shuffle import wire
+from rstream.shuffle.batches import Fields
 from rstream.shuffle.wire import PARTIAL_HEADER, RECORDS, RECORDS_HEADERS, WindowPartial, run_times
 
 _UNSEEN: Any = object()

@@ -34,11 +34,14 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from rstream.broker.base import CommitTag
 from rstream.serde.codec import decode as decode_value
 from rstream.time.watermark import NO_WATERMARK
+
+if TYPE_CHECKING:
+    from rstream.processors.base import CountsByWindow
 
 #: Headers of the control records (data records have none).
 WM_HEADER = "rstream-wm"
@@ -103,6 +106,20 @@ class ShuffleRecord:
         """How a topic browser shows it: its kind in words, whether it has a key, its value, details."""
         return "data", True, getattr(self, "value", None), {}
 
+    #: Whether it holds a fold's accumulator instead of records (an aggregation merges it whole).
+    folded = False
+
+    def origin(self) -> tuple[str, int, Any] | None:
+        """Where the one record it stands for was read, as the shuffle sink saw it: ``(producer
+        topic/queue/sink, offset there, value)``; None where the record does not say (a plain record,
+        a partial, a control record)."""
+        return None
+
+    def counts_by_window(self) -> CountsByWindow | None:
+        """What a window count takes of it at once (its on-time records counted per window, and where
+        they came from); None for every kind but a window partial read as sent."""
+        return None
+
 
 @dataclass(frozen=True)
 class Record(ShuffleRecord):
@@ -122,6 +139,9 @@ class FramedRecord(ShuffleRecord):
     producer: str = ""
     source_offset: int = -1
     side: int = 0
+
+    def origin(self) -> tuple[str, int, Any] | None:
+        return self.producer, self.source_offset, self.value
 
     def shown(self) -> tuple[str, bool, Any, dict[str, Any]]:
         detail: dict[str, Any] = {"watermark": self.watermark, "producer": self.producer,
@@ -150,6 +170,7 @@ class FoldPartial(_Partial):
     the aggregation merges it. ``count`` records went into it (their times are not kept)."""
 
     kind = "fold partial"
+    folded = True
     accumulator: Any = None
     count: int = 0
 
@@ -179,6 +200,9 @@ class WindowCounts(_Partial):
 
     kind = "window partial"
     partial: WindowPartial | None = None
+
+    def counts_by_window(self) -> CountsByWindow | None:
+        return cast("CountsByWindow | None", self.partial)  # (a read-only tuple of the protocol's fields)
 
     def describe(self) -> str:
         p = self.partial
@@ -241,6 +265,11 @@ class Tick(ShuffleRecord):
 
     def shown(self) -> tuple[str, bool, Any, dict[str, Any]]:
         return "flush tick" if self.flush else "idle tick", False, None, {"tick_ms": self.tick_ms}
+
+
+def source_record(value: Any = None) -> ShuffleRecord:
+    """What a record read straight from a source topic is, in the shuffle's terms: one record."""
+    return Record(None, value)
 
 
 def decode(key: bytes | None, body: bytes, headers: Mapping[str, str] | None, framed: bool | None = None) -> ShuffleRecord:

@@ -31,8 +31,8 @@ from rstream.broker import (
 )
 from rstream.broker.base import range_end, read_blocks, records_between
 from rstream.broker.batch import BodyRecords
-from rstream.serde.batches import FrameRecords, ItemRecords
 from rstream.serde.codec import MARSHAL_VERSION, decode, encode
+from rstream.shuffle.batches import FrameRecords, ItemRecords
 
 Record = tuple[Any, bytes, int, Any, Any]
 

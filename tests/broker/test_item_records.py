@@ -19,8 +19,8 @@ from rstream import EmbeddedBroker
 from rstream.broker.base import read_blocks
 from rstream.broker.batch import BodyRecords
 from rstream.broker.embedded import format as embedded
-from rstream.serde.batches import Fields, FrameRecords, ItemRecords
 from rstream.serde.codec import MARSHAL_VERSION, decode, encode
+from rstream.shuffle.batches import Fields, FrameRecords, ItemRecords
 
 _leaf = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
                   st.floats(allow_nan=False), st.text(max_size=8), st.binary(max_size=6))

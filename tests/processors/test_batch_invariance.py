@@ -10,6 +10,7 @@ import itertools
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -73,3 +74,15 @@ def test_the_issue_s_dedup_lets_every_burst_s_first_event_pass_at_every_cap(tmp_
             expected.append(e["n"])
     assert len(expected) == 41
     assert all(got == sorted(expected) for got in passed.values()), {cap: len(got) for cap, got in passed.items()}
+
+
+@pytest.mark.xfail(strict=True, reason="issue 51, open: a running aggregation other than a count emits its updates "
+                                       "in the order its shuffle queue received the records, which depends on how "
+                                       "the source queues were cut; only its last value per key is the same")
+def test_a_running_sum_over_several_source_queues_gives_the_same_updates_at_any_cap(tmp_path: Path) -> None:
+    data = inputs(1, 30)
+    whole = run_cut(["running sum (known gap)"], data, tmp_path / "whole", 10**6)
+    cut = run_cut(["running sum (known gap)"], data, tmp_path / "cut", 3)
+    assert {s: {k: v[-1] for k, v in keys.items()} for s, keys in whole.items()} == \
+           {s: {k: v[-1] for k, v in keys.items()} for s, keys in cut.items()}  # the last value: the same
+    assert not differences(whole, cut)  # every update: not yet

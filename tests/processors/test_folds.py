@@ -12,8 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rstream import Accumulator
-from rstream.processors.fold import AccumulatorFold, AvgFold, CountFold, Fold, MaxFold, MinFold, SumFold
-from rstream.processors.reduce import ReduceFold
+from rstream.processors.fold import (
+    AccumulatorFold,
+    AvgFold,
+    CountFold,
+    Fold,
+    MaxFold,
+    MinFold,
+    ReduceFold,
+    SumFold,
+)
 
 NUMBERS = st.lists(st.integers(-1000, 1000), min_size=1, max_size=40)
 

@@ -353,3 +353,43 @@ def test_query_answers_a_keys_value_and_a_union_feeds_one_process(tmp_path: Path
     assert sum(s[2] for sessions in got.values() for s in sessions) == 70
     assert all(job.query(name, u) is None for u in open_sessions)
     assert sum(len(q) for q in [*a.values(), *b.values()]) == 70
+
+
+class Expiry(KeyedProcessFunction[Any, Any]):
+    """Forwards a key's first record, and ``["expired", time]`` when its timer 2 s later fires."""
+
+    def process(self, key: Any, value: Any, ctx: Any) -> None:
+        if ctx.state.get() is None:
+            ctx.state.set(ctx.timestamp)
+            ctx.register_event_time_timer(ctx.timestamp + 2000)
+            ctx.forward(key, value["n"])
+
+    def on_timer(self, key: Any, timestamp: int, ctx: Any) -> None:
+        ctx.forward(key, ["expired", timestamp])
+        ctx.state.clear()
+
+
+def test_when_every_source_is_idle_the_held_records_are_taken_and_later_timers_wait(tmp_path: Path) -> None:
+    """The README's rule for a job whose every source is idle: the records the watermark had not passed
+    are taken, event time moves to the latest of them and fires the timers up to it; a timer beyond it
+    waits (for data that brings its time, or the end of input, which fires it)."""
+    from tests.support.process import T0
+
+    broker, root = fresh(tmp_path)
+    produce(broker, "events", [{"user": "a", "ts": T0, "n": 0}, {"user": "a", "ts": T0 + 1000, "n": 1},
+                               {"user": "b", "ts": T0 + 5000, "n": 2}], queues=1)
+    job = InProcessJob(process_job("idle", Expiry(), shuffle_queues=1).build(), broker, root / "job",
+                       {"allowed_lateness_ms": 1000, "idle_timeout_ms": 300})
+    job.run_until_idle(fire_idle=False)
+    # the watermark T0 + 4000 passed a's records and a's timer; b's record is held
+    assert emitted(broker, "out") == {"a": [0, ["expired", T0 + 2000]]}
+    time.sleep(0.5)
+    job.tick()  # the source is idle now
+    job.run_until_idle(fire_idle=False)
+    assert emitted(broker, "out") == {"a": [0, ["expired", T0 + 2000]], "b": [2]}  # taken; its timer waits
+    time.sleep(0.5)
+    job.tick()
+    job.run_until_idle(fire_idle=False)
+    assert emitted(broker, "out")["b"] == [2]  # idleness alone never moves event time past the data
+    job.run_until_idle()  # the end of input fires it
+    assert emitted(broker, "out") == {"a": [0, ["expired", T0 + 2000]], "b": [2, ["expired", T0 + 7000]]}

@@ -99,12 +99,14 @@ _times = st.lists(st.integers(0, 30), max_size=12).map(sorted)  # one queue's da
 
 @pytest.mark.parametrize("how", ["inner", "left"])
 @settings(max_examples=20, deadline=None)
-@given(price_times=_times, order_times=st.tuples(_times, _times), data=st.data())
+@given(price_times=_times, order_times=st.tuples(_times, _times), data=st.data(), cap=st.sampled_from([10**6, 4, 1]))
 def test_a_batch_is_taken_in_data_time_order_whatever_order_its_queue_got(
-        how: str, price_times: list[int], order_times: tuple[list[int], list[int]], data: st.DataObject) -> None:
+        how: str, price_times: list[int], order_times: tuple[list[int], list[int]], data: st.DataObject,
+        cap: int) -> None:
     """Both sides written before the job's first batch, their data times interleaved: each order meets
     the table as of its own time (the plain join in time order, a price first at equal times), however
-    the source tasks' writes landed in the join's queue."""
+    the source tasks' writes landed in the join's queue, and at every batch cap (issue 51: read as one
+    batch or a few records at a time)."""
     keys = st.sampled_from(KEYS[:2])
     prices = [{"k": data.draw(keys), "v": data.draw(st.one_of(st.none(), st.integers(0, 9))), "ts": t}
               for t in price_times]
@@ -114,7 +116,7 @@ def test_a_batch_is_taken_in_data_time_order_whatever_order_its_queue_got(
         broker = EmbeddedBroker(Path(tmp) / "broker")
         write_timed(broker, prices, orders)
         builder = timed_table_job(f"timed-{how}-{next(_RUNS)}", how, queues=1)
-        InProcessJob(builder.build(), broker, Path(tmp) / "job").run_until_idle()
+        InProcessJob(builder.build(), broker, Path(tmp) / "job", {"max_records_per_queue": cap}).run_until_idle()
         assert emitted(broker, "out") == joined_in_time_order(prices, orders, how)
 
 

@@ -79,9 +79,13 @@ def test_control_records_stand_for_none() -> None:
     assert isinstance(decoded, wire.Tick) and (decoded.tick_ms, decoded.flush, decoded.records) == (77, True, 0)
 
 
+#: The wire's record kinds: no module outside the shuffle package names one (it asks the decoded record).
+KINDS = {"WindowPartial", "FoldPartial", "RecordsPartial", "WindowCounts", "Marker", "Tick", "FramedRecord", "Record"}
+
+
 def test_no_module_outside_the_shuffle_package_names_a_shuffle_header() -> None:
     """Headers, partial kinds and their values live in ``rstream/shuffle/wire.py``; everyone else asks it."""
-    names = {n for n in dir(wire) if n.endswith(("_HEADER", "_HEADERS"))} | {"FOLD", "RECORDS", "WINDOWS"}
+    names = {n for n in dir(wire) if n.endswith(("_HEADER", "_HEADERS"))} | {"FOLD", "RECORDS", "WINDOWS"} | KINDS
     values = {getattr(wire, n) for n in dir(wire) if n.endswith("_HEADER")}
     offenders = []
     for path in [*repository_files(ROOT / "rstream", "*.py", recursive=True),
@@ -92,6 +96,8 @@ def test_no_module_outside_the_shuffle_package_names_a_shuffle_header() -> None:
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in values:
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+            if isinstance(node, ast.Attribute) and node.attr in KINDS and getattr(node.value, "id", "") == "wire":
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} wire.{node.attr}")
             if isinstance(node, ast.ImportFrom) and node.module == "rstream.shuffle.wire":
                 offenders += [f"{path.relative_to(ROOT)}:{node.lineno} imports {a.name}" for a in node.names
                               if a.name in names]

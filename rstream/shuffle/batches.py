@@ -1,6 +1,8 @@
 """Shuffle record batches that keep their values as Python objects until a broker stores them, and
 the batch formats (``rstream.broker.batch``) that store them so: a shuffle record is then neither
-encoded nor decoded one by one.
+encoded nor decoded one by one. They are the shuffle's (a frame is its wire), so they live in
+``rstream.shuffle``; formats stored under their older module's name (``rstream.serde.batches``) are
+read as these (``rstream.broker.batch.MOVED``).
 
 - ``ItemRecords``: records whose bodies are ``encode(item)``, kept as items (what shuffle sinks
   write); stored as one marshal of the items (format ``ITEMS``), read back as ``RecordBlock.items``.
@@ -26,9 +28,9 @@ from rstream.broker.batch import BatchColumns, Payload, RecordColumns, register_
 __all__ = ["FRAMES", "ITEMS", "Fields", "FramePart", "FrameRecords", "ItemRecords", "RawValues"]
 
 #: The batch format of ``ItemRecords``.
-ITEMS = "rstream.serde.batches:items"
+ITEMS = "rstream.shuffle.batches:items"
 #: The batch format of ``FrameRecords``.
-FRAMES = "rstream.serde.batches:frames"
+FRAMES = "rstream.shuffle.batches:frames"
 
 #: marshal's version for a stored batch of items: 2, which has no back-references, so every record
 #: reads back as objects of its own, as if its body had been decoded alone (with references, a dict
@@ -350,3 +352,5 @@ def _unpack_frames(payload: Payload) -> BatchColumns:
 
 register_format(ITEMS, _unpack_items)
 register_format(FRAMES, _unpack_frames)
+for _older in ("rstream.serde.batches:items", "rstream.serde.batches:frames"):  # batches stored before the move
+    register_format(_older, _unpack_items if _older.endswith("items") else _unpack_frames)
