@@ -127,7 +127,7 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
-            ("the notebook's job with 1 s of lateness (counts, not maxima)", "fixed_job = jobs[1_000]"),
+            ("the notebook's job with 1 s of lateness (counts, not maxima)", "fixed_job = job"),
             ("the late views by the rule, no job", "fixed_job = late_by_rule(1_000)"),
             ("the broken job under a new id, still broken",
              'fixed_job = slowest("slowest-again")\nfixed_job.run_until_idle(progress=False)'),
@@ -152,7 +152,7 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("the lateness typed in", "chosen_job = 8_000"),
             ("the rule's pick, no job",
              "chosen_job = next(ms for ms in [0, 500, 1_500, 2_000, 4_000, 8_000, 16_000] if len(late_by_rule(ms)) <= 5)"),
-            ("a job of the notebook with more lateness than needed", "chosen_job = jobs[10_000]"),
+            ("the notebook's what-if with more lateness than needed, no job", "chosen_job = sweep[10_000]"),
             ("the right lateness, never run",
              'chosen_job = RocketMQStream(views_per_window("pick-unrun").build(), broker=broker, spark=spark,\n'
              '                            properties={"data_dir": str(DATA), "allowed_lateness_ms": 8_000})'),
