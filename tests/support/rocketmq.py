@@ -223,7 +223,7 @@ def grpc_push_consume(proxy: str, topic: str, n: int, logs: Path, *, group: str 
                       timeout: float = 60.0, linger: float = 1.0) -> list[Delivered]:
     """As ``push_consume``, with the official gRPC Java client's ``PushConsumer`` (``rocketmq-client-java``,
     fetched by ``bash setup.sh``, else now) through the proxy at ``proxy`` (``LocalRocketMQ.proxy``), a new
-    consumer group; ``transactional`` is None (its ``MessageView`` does not say)."""
+    consumer group; ``transactional`` is None (its ``MessageView`` does not say). About 6 s with compiling."""
     from rstream.rocketmq.local import fetch_client_java
 
     return _java_consume(GRPC_PUSH_CONSUME, str(fetch_client_java()), f"-Drocketmq.log.root={logs}", proxy, topic,
