@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One command for a fresh machine: system packages (Java 17's JDK, graphviz, Maven and a C compiler) where
 # missing, the virtual environment .venv with rstream and its dev tools, a Jupyter kernel, Apache
-# RocketMQ's jars for LocalRocketMQ (fetched once by rocketmq/pom.xml into ~/.cache/rstream), then the
-# main job (word count on the embedded broker, executed on Spark).   Usage: bash setup.sh [--no-demo]
+# RocketMQ's jars for LocalRocketMQ and the tests' gRPC Java client (fetched once by rocketmq/pom.xml into
+# ~/.cache/rstream), then the main job (word count on the embedded broker, executed on Spark).
+# Usage: bash setup.sh [--no-demo]
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -37,7 +38,12 @@ if ! command -v dot >/dev/null 2>&1; then pkgs+=(graphviz); fi
 # (the same folder local.py's default_lib() names); a C compiler builds its small bind shim.
 rmq_version=$(sed -n 's:.*<rocketmq.version>\(.*\)</rocketmq.version>.*:\1:p' rocketmq/pom.xml)
 rmq_lib=${RSTREAM_ROCKETMQ_LIB:-${XDG_CACHE_HOME:-$HOME/.cache}/rstream/rocketmq-$rmq_version/lib}
-if ! command -v mvn >/dev/null 2>&1 && [ ! -f "$rmq_lib/rocketmq-proxy-$rmq_version.jar" ]; then pkgs+=(maven); fi
+# The tests' gRPC Java client comes from the same pom, into a folder of its own (local.py's client_java_jar()).
+client_java=$(sed -n 's:.*<rocketmq-client-java.version>\(.*\)</rocketmq-client-java.version>.*:\1:p' rocketmq/pom.xml)
+client_jar=${XDG_CACHE_HOME:-$HOME/.cache}/rstream/rocketmq-client-java-$client_java/rocketmq-client-java-$client_java.jar
+if ! command -v mvn >/dev/null 2>&1 && { [ ! -f "$rmq_lib/rocketmq-proxy-$rmq_version.jar" ] || [ ! -f "$client_jar" ]; }; then
+  pkgs+=(maven)
+fi
 if ! command -v cc >/dev/null 2>&1; then pkgs+=(gcc libc6-dev); fi
 if [ ${#pkgs[@]} -gt 0 ]; then
   say "installing system packages: ${pkgs[*]}"
@@ -61,7 +67,7 @@ say "installing rstream into .venv"
 .venv/bin/python -m pip install -q -c binder/constraints.txt -e ".[dev,bench]"  # the versions CI tests and Binder builds
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rstream)" >/dev/null
 
-say "Apache RocketMQ $rmq_version for LocalRocketMQ: its jars (fetched once) and the bind shim"
+say "Apache RocketMQ $rmq_version for LocalRocketMQ: its jars (fetched once), the bind shim, the tests' gRPC Java client"
 .venv/bin/python -m rstream.rocketmq.local
 
 if [ "${1:-}" != "--no-demo" ]; then

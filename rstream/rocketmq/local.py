@@ -59,6 +59,8 @@ if TYPE_CHECKING:
 
 ROCKETMQ_VERSION = "5.3.3"
 """The RocketMQ release LocalRocketMQ runs (``rocketmq.version`` in ``rocketmq/pom.xml``)."""
+CLIENT_JAVA_VERSION = "5.0.7"
+"""The official gRPC Java client the tests consume with (``rocketmq-client-java.version`` in ``rocketmq/pom.xml``)."""
 LIB_ENV = "RSTREAM_ROCKETMQ_LIB"
 """Environment variable naming the folder of RocketMQ's jars (default: a cache in ``~/.cache/rstream``)."""
 BIND_HOST_ENV = "RSTREAM_BIND_HOST"
@@ -130,32 +132,64 @@ def fetch_jars(lib: str | os.PathLike[str] | None = None) -> Path:
     ``rocketmq/pom.xml``; raises ``RocketMQError`` saying what to install or run when either is missing.
     """
     folder = Path(lib).expanduser().absolute() if lib is not None else default_lib()
-    if _has_jars(folder):
+    return _fetch(folder, _fetch_command, _has_jars, "RocketMQ's jars are", f"RocketMQ {ROCKETMQ_VERSION}'s jars")
+
+
+def client_java_jar() -> Path:
+    """The official gRPC Java client's shaded jar (``rocketmq-client-java``), in a cache folder of its own.
+
+    Not beside the servers' jars: it bundles RocketMQ's gRPC protocol classes (on shaded protobuf), which on
+    the proxy's classpath would shadow the proxy's own. Only the tests use it (Java's gRPC ``PushConsumer``).
+    """
+    name = f"rocketmq-client-java-{CLIENT_JAVA_VERSION}"
+    return cache_dir() / name / f"{name}.jar"
+
+
+def _client_java_command(folder: Path) -> list[str]:
+    return ["mvn", "-q", "-B", "-f", str(POM), "dependency:copy@client-java", f"-DoutputDirectory={folder}"]
+
+
+def fetch_client_java() -> Path:
+    """Copy the official gRPC Java client's jar (``client_java_jar()``) from Maven Central unless already there.
+
+    Returns the jar. Needs what ``fetch_jars`` needs; raises ``RocketMQError`` as it does.
+    """
+    jar = client_java_jar()
+    _fetch(jar.parent, _client_java_command, lambda folder: (folder / jar.name).is_file(),
+           "the official gRPC Java client's jar is", f"rocketmq-client-java {CLIENT_JAVA_VERSION}")
+    return jar
+
+
+def _fetch(folder: Path, command: Callable[[Path], list[str]], complete: Callable[[Path], bool], what: str,
+           pinned: str) -> Path:
+    """Run Maven's ``command`` into a new folder beside ``folder``, renamed ``folder`` once ``complete``.
+
+    ``what``: "<the jars> are" (what is missing), ``pinned``: what Maven could not fetch (with its version).
+    """
+    if complete(folder):
         return folder
     if not POM.is_file():
-        raise RocketMQError(f"RocketMQ's jars are not in {folder}, and {POM} (the pom that fetches them) is "
-                            "missing: install rstream from its git repository (pip install -e .) and run "
-                            "`bash setup.sh` there")
+        raise RocketMQError(f"{what} not in {folder}, and {POM} (the pom that fetches them) is missing: install "
+                            "rstream from its git repository (pip install -e .) and run `bash setup.sh` there")
     if shutil.which("mvn") is None:
-        raise RocketMQError(f"RocketMQ's jars are not in {folder}, and fetching them needs Maven (mvn), which "
-                            "is not installed: run `bash setup.sh` (it installs Maven), or "
-                            "`sudo apt-get install maven`, then try again")
+        raise RocketMQError(f"{what} not in {folder}, and fetching needs Maven (mvn), which is not "
+                            "installed: run `bash setup.sh` (it installs Maven), or `sudo apt-get install maven`, "
+                            "then try again")
     folder.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        done = subprocess.run(_fetch_command(partial), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        done = subprocess.run(command(partial), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=900)
-        if done.returncode != 0 or not _has_jars(partial):
+        if done.returncode != 0 or not complete(partial):
             output = "\n".join("    " + line for line in (done.stdout + done.stderr).splitlines()[-20:])
-            raise RocketMQError(f"Maven could not fetch RocketMQ {ROCKETMQ_VERSION}'s jars (exit code "
-                                f"{done.returncode}); is Maven Central reachable? Run it yourself to see why:\n"
-                                f"    {' '.join(_fetch_command(folder))}\n{output}")
-        if folder.exists() and not _has_jars(folder):
+            raise RocketMQError(f"Maven could not fetch {pinned} (exit code {done.returncode}); is Maven Central "
+                                f"reachable? Run it yourself to see why:\n    {' '.join(command(folder))}\n{output}")
+        if folder.exists() and not complete(folder):
             shutil.rmtree(folder)  # an incomplete copy made by hand
         try:
             partial.rename(folder)
         except OSError:
-            if not _has_jars(folder):  # not another process that fetched them at the same time
+            if not complete(folder):  # not another process that fetched them at the same time
                 raise
     finally:
         shutil.rmtree(partial, ignore_errors=True)
@@ -969,3 +1003,4 @@ def _megabytes(size: str) -> int:
 if __name__ == "__main__":  # what `bash setup.sh` runs: python -m rstream.rocketmq.local
     lib, shim = prepare()
     print(f"RocketMQ {ROCKETMQ_VERSION}: jars in {lib}\nbind shim: {shim}")
+    print(f"the official gRPC Java client, for the tests: {fetch_client_java()}")

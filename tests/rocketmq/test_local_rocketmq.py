@@ -29,7 +29,7 @@ from rstream.errors import RStreamError
 from rstream.rocketmq import LocalRocketMQ
 from rstream.rocketmq import local as local_module
 from rstream.rocketmq.errors import RocketMQError
-from rstream.rocketmq.local import LIB_ENV, POM, ROCKETMQ_VERSION
+from rstream.rocketmq.local import CLIENT_JAVA_VERSION, LIB_ENV, POM, ROCKETMQ_VERSION
 from rstream.rocketmq.remoting import Client
 from tests.support.processes import child_env, gone_within, running
 from tests.support.rocketmq import (
@@ -116,6 +116,10 @@ def test_the_pom_pins_the_version_local_py_runs() -> None:
     assert re.search(r"<rocketmq.version>(.*)</rocketmq.version>", pom).group(1) == ROCKETMQ_VERSION  # type: ignore[union-attr]
     for server in ("namesrv", "broker", "proxy"):
         assert f"<artifactId>rocketmq-{server}</artifactId>" in pom
+    # the tests' gRPC Java client, copied alone by execution client-java into client_java_jar()'s folder
+    assert re.search(r"<rocketmq-client-java.version>(.*)</rocketmq-client-java.version>", pom).group(1) == \
+        CLIENT_JAVA_VERSION  # type: ignore[union-attr]
+    assert "<id>client-java</id>" in pom
 
 
 def test_a_taken_port_given_explicitly_is_refused_before_anything_starts(tmp_path: Path,

@@ -1,5 +1,6 @@
 """A sink made visible on commit, on the session's RocketMQ, read by the official client's ``SimpleConsumer``
-and by Java's push consumer (RocketMQ's own ``DefaultMQPushConsumer``): each committed record once, never
+and by Java's push consumers (RocketMQ's own ``DefaultMQPushConsumer`` and the official gRPC client's
+``PushConsumer``): each committed record once, never
 one of an attempt that lost, also when its writer died and RocketMQ's check-back decided
 (``rstream.rocketmq.visible``); a writer that lost its race rolls its half messages back itself; and a
 job's progress as consumer group ``rstream-<job>``, as ``mqadmin consumerProgress`` shows it.
@@ -33,7 +34,7 @@ from rstream.rocketmq.official import consume
 from rstream.rocketmq.remoting import END_TRANSACTION
 from rstream.runtime.inprocess import InProcessJob
 from tests.support.jobs import wordcount
-from tests.support.rocketmq import max_offset, push_consume
+from tests.support.rocketmq import grpc_push_consume, max_offset, push_consume
 
 pytestmark = pytest.mark.e2e
 
@@ -162,20 +163,26 @@ def test_the_official_consumer_sees_each_committed_record_once_and_none_of_an_at
     assert {w: c[:firsts[w]] for w, c in counts.items()} == {w: list(range(1, firsts[w] + 1)) for w in counts}
 
 
+@pytest.mark.parametrize("client", ["remoting", "grpc"])
 def test_javas_push_consumer_sees_each_committed_record_once_and_none_of_an_attempt_that_lost(
-        local_rocketmq: LocalRocketMQ, crashed_twice: Crashed, tmp_path: Path) -> None:
-    """RocketMQ's own Java ``DefaultMQPushConsumer``, a new group reading from the first offset: each
-    committed count delivered once, as a committed transactional message, the same records rstream reads;
+        local_rocketmq: LocalRocketMQ, crashed_twice: Crashed, tmp_path: Path, client: str) -> None:
+    """Java's push consumers, each a new group reading from the first offset: RocketMQ's own
+    ``DefaultMQPushConsumer`` (``remoting``, from the name server) and the official gRPC client's
+    ``PushConsumer`` (``grpc``, rocketmq-client-java, through the proxy). Each committed count delivered
+    once (by the remoting client, as a committed transactional message), the same records rstream reads;
     none of the attempt that lost (its writer killed before the commit), all of the one that won (its
     writer killed after the commit: the check-back committed them)."""
     job = crashed_twice
     words = Counter(w for s in job.sentences for w in s.split())
     wait_for("every committed count stored in the sink's queues", lambda: sum(
         max_offset(local_rocketmq.broker_addr, job.sink, q) for q in range(2)) >= sum(words.values()))
-    got = push_consume(local_rocketmq.namesrv, job.sink, sum(words.values()), tmp_path / "java-logs")
+    if client == "remoting":
+        got = push_consume(local_rocketmq.namesrv, job.sink, sum(words.values()), tmp_path / "java-logs")
+        assert all(d.transactional for d in got)  # through half messages, committed
+    else:  # the gRPC client's MessageView does not say whether a message was transactional
+        got = grpc_push_consume(local_rocketmq.proxy, job.sink, sum(words.values()), tmp_path / "java-logs")
     assert Counter((d.broker, d.queue_id, d.offset) for d in got).most_common(1)[0][1] == 1  # each delivered once
     assert len(got) == sum(words.values())  # and nothing else, lingering a second after the last
-    assert all(d.transactional for d in got)  # through half messages, committed
     committed = job.broker.read(job.sink)
     assert Counter((d.keys, d.body) for d in got) == Counter((m.key, m.body) for m in committed)
     counts: dict[str, list[int]] = {}

@@ -18,7 +18,8 @@ tests only produce with it; Java's push consumer, ``push_consume``, pulls). A te
 brokers asks for ``healthy_cluster`` too, which starts every broker that is down after it.
 
 ``push_consume``: Java's push consumer (RocketMQ's own ``DefaultMQPushConsumer``, ``java/PushConsume.java``
-compiled once a session) reading a topic whole, for what a consumer outside rstream sees.
+compiled once a session) reading a topic whole, for what a consumer outside rstream sees; ``grpc_push_consume``
+the same with the official gRPC Java client's ``PushConsumer`` (``java/GrpcPushConsume.java``), through the proxy.
 """
 
 from __future__ import annotations
@@ -186,20 +187,21 @@ def min_offset(broker_addr: str, topic: str, queue_id: int) -> int:
     return Client("unused:0").min_offset(broker_addr, topic, queue_id)
 
 
-#: Java's push consumer, a program run from its source (``java PushConsume.java``, no build step) on RocketMQ's jars.
+#: Java's push consumers: RocketMQ's own (remoting) and the official gRPC client's, compiled once a session.
 PUSH_CONSUME = Path(__file__).with_name("java") / "PushConsume.java"
+GRPC_PUSH_CONSUME = Path(__file__).with_name("java") / "GrpcPushConsume.java"
 
 
 class Delivered(NamedTuple):
-    """A message as Java's push consumer got it: where it was stored, its ``KEYS``, body, and whether RocketMQ
-    stored it as a committed transactional message (property ``TRAN_MSG``)."""
+    """A message as a Java push consumer got it: where it was stored, its ``KEYS``, body, and whether RocketMQ
+    stored it as a committed transactional message (property ``TRAN_MSG``; None: the client does not say)."""
 
     broker: str
     queue_id: int
     offset: int
     keys: str | None
     body: bytes
-    transactional: bool
+    transactional: bool | None
 
 
 def push_consume(namesrv: str, topic: str, n: int, logs: Path, *, group: str | None = None, timeout: float = 60.0,
@@ -208,33 +210,54 @@ def push_consume(namesrv: str, topic: str, n: int, logs: Path, *, group: str | N
     LocalRocketMQ runs), a new consumer group reading from the first offset, until ``n`` distinct messages came
     and ``linger`` seconds more (repeats included, so a test sees them). Its logs go to ``logs``. About 3 s of
     JVM start, and 2 to 3 s of compiling the first time."""
-    from rstream.rocketmq.local import default_lib, find_java
+    from rstream.rocketmq.local import default_lib
 
     lib = default_lib()
     if not (lib / "rocketmq-client-5.3.3.jar").exists():
         pytest.skip(f"RocketMQ's Java client is not in {lib}: run bash setup.sh")
-    group = group or f"java-push-{os.getpid()}-{time.monotonic_ns()}"
+    return _java_consume(PUSH_CONSUME, f"{lib}/*", f"-Drocketmq.client.logRoot={logs}", namesrv, topic, n,
+                         group or f"java-push-{os.getpid()}-{time.monotonic_ns()}", timeout, linger)
+
+
+def grpc_push_consume(proxy: str, topic: str, n: int, logs: Path, *, group: str | None = None,
+                      timeout: float = 60.0, linger: float = 1.0) -> list[Delivered]:
+    """As ``push_consume``, with the official gRPC Java client's ``PushConsumer`` (``rocketmq-client-java``,
+    fetched by ``bash setup.sh``, else now) through the proxy at ``proxy`` (``LocalRocketMQ.proxy``), a new
+    consumer group; ``transactional`` is None (its ``MessageView`` does not say). About 6 s with compiling."""
+    from rstream.rocketmq.local import fetch_client_java
+
+    return _java_consume(GRPC_PUSH_CONSUME, str(fetch_client_java()), f"-Drocketmq.log.root={logs}", proxy, topic,
+                         n, group or f"grpc-push-{os.getpid()}-{time.monotonic_ns()}", timeout, linger)
+
+
+def _java_consume(source: Path, classpath: str, log_root: str, endpoint: str, topic: str, n: int, group: str,
+                  timeout: float, linger: float) -> list[Delivered]:
+    """Run the consumer of ``source`` (compiled against ``classpath``); its ``MSG`` lines, each a delivery."""
+    from rstream.rocketmq.local import find_java
+
     done = subprocess.run(
-        [find_java(), "-Xmx128m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", f"-Drocketmq.client.logRoot={logs}",
-         "-cp", f"{_compiled(lib)}:{lib}/*", "PushConsume", namesrv, topic, group, str(n), str(int(timeout * 1000)),
-         str(int(linger * 1000))], capture_output=True, text=True, timeout=timeout + linger + 60)
-    got = [Delivered(b, int(q), int(o), None if k == "null" else k, base64.b64decode(body), t == "true")
+        [find_java(), "-Xmx128m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", log_root,
+         "-cp", f"{_compiled(source, classpath)}:{classpath}", source.stem, endpoint, topic, group, str(n),
+         str(int(timeout * 1000)), str(int(linger * 1000))], capture_output=True, text=True,
+        timeout=timeout + linger + 60)
+    got = [Delivered(b, int(q), int(o), None if k == "null" else k, base64.b64decode(body),
+                     None if t == "?" else t == "true")
            for _msg, b, q, o, k, body, t in (line.split("\t") for line in done.stdout.splitlines()
                                               if line.startswith("MSG\t"))]
-    assert done.returncode == 0, (f"Java's push consumer got {len({(d.broker, d.queue_id, d.offset) for d in got})} "
-                                  f"of {n} messages of {topic} within {timeout:g} s: {done.stderr[-3000:]}")
+    assert done.returncode == 0, (f"{source.stem} got {len({(d.broker, d.queue_id, d.offset) for d in got})} of "
+                                  f"{n} messages of {topic} within {timeout:g} s: {done.stderr[-3000:]}")
     return got
 
 
 @functools.cache
-def _compiled(lib: Path) -> Path:
-    """``PUSH_CONSUME`` compiled once a test session (2 to 3 s), into a folder of its own."""
+def _compiled(source: Path, classpath: str) -> Path:
+    """``source`` compiled once a test session (2 to 6 s), into a folder of its own."""
     from rstream.rocketmq.local import find_java
 
     out = Path(tempfile.mkdtemp(prefix="rstream-java-"))
     javac = Path(find_java()).resolve().with_name("javac")
     assert javac.is_file(), f"no javac beside {find_java()}: install a JDK 17 (bash setup.sh installs openjdk-17-jdk-headless)"
-    subprocess.run([str(javac), "-cp", f"{lib}/*", "-d", str(out), str(PUSH_CONSUME)], check=True, timeout=120)
+    subprocess.run([str(javac), "-nowarn", "-cp", classpath, "-d", str(out), str(source)], check=True, timeout=120)
     return out
 
 
