@@ -207,7 +207,18 @@ def test_a_writer_that_readers_give_up_on_every_time_fails_loudly(local_rocketmq
     topic = unique("slow")
     writer.create_topic(topic, queues=1)
     attempts: list[str] = []
-    stalled_at_commit(writer, lambda attempt: (attempts.append(attempt), impatient.end_offsets(topic)))
+
+    def give_up(attempt: str) -> None:
+        # the reader looks until it has seen the open attempt and given up on it: RocketMQ makes a message
+        # readable a moment after it acknowledged it, so one look may come before the attempt can be seen
+        attempts.append(attempt)
+        deadline = time.monotonic() + 30
+        while impatient._refresh().decided.get(attempt) is not False:
+            assert time.monotonic() < deadline, f"the reader never gave up on {attempt}"
+            impatient.end_offsets(topic)
+            time.sleep(0.02)
+
+    stalled_at_commit(writer, give_up)
     tag = CommitTag(unique("job"), "input", 0, 0, 2)
     with pytest.raises(BrokerError, match=r"readers gave up on the append of .* 5 times in a row.*txn_timeout_ms"):
         writer.append({(topic, 0): [("k", b"v", 1, None, None)] * 2}, tag)
