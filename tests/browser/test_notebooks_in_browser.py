@@ -21,7 +21,6 @@ else to a temporary folder whose path is printed. The module is skipped, with th
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from html import escape
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser import require_browser
 from tests.support.exercises import hints_shown, runs_shown_before_a_prediction
 from tests.support.files import repository_files
 from tests.support.notebook_runs import start_solutions
@@ -37,20 +37,10 @@ from tools.browser import (
     NOTEBOOK_TIMEOUT,
     NOTEBOOKS,
     JupyterLab,
-    artifacts_dir,
-    browser_unavailable,
-    launch_browser,
-    open_lab_page,
     run_notebook,
 )
 
-_REASON = browser_unavailable()
-if _REASON and os.environ.get("RSTREAM_REQUIRE_BROWSER"):
-    raise RuntimeError(f"RSTREAM_REQUIRE_BROWSER is set (CI), but {_REASON}")
-if _REASON:
-    pytest.skip(_REASON, allow_module_level=True)
-
-from playwright.sync_api import sync_playwright  # noqa: E402  (only once we know it is there)
+require_browser()
 
 # Top level only: the solutions in notebooks/solutions/ are run headless elsewhere. The repository's own
 # notebooks: not a copy a learner saved beside them.
@@ -58,11 +48,6 @@ NAMES = [p.name for p in repository_files(NOTEBOOKS, "*.ipynb")]
 TEST_TIMEOUT = int(NOTEBOOK_TIMEOUT) + 600  # the run's own ceiling, plus opening, screenshots, shutdown
 #: Views whose tables must show whole (``run_notebook(fit_tables=...)``): the ``WatermarkMonitor``'s.
 FIT_TABLES = ".rstream-view-watermarks"
-
-
-@pytest.fixture(scope="module")
-def artifacts() -> Path:
-    return artifacts_dir()
 
 
 @pytest.fixture(scope="module")
@@ -74,16 +59,6 @@ def lab(request: pytest.FixtureRequest) -> Iterator[JupyterLab]:
     yield server
     killed = server.stop()
     assert not killed, "processes of the JupyterLab server outlived it (killed):\n" + "\n".join(killed)
-
-
-@pytest.fixture(scope="module")
-def page(lab: JupyterLab) -> Iterator[Any]:
-    with sync_playwright() as pw:
-        browser = launch_browser(pw)
-        try:
-            yield open_lab_page(browser, lab)
-        finally:
-            browser.close()
 
 
 @pytest.fixture(scope="module")

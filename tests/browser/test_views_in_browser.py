@@ -15,7 +15,6 @@ temporary folder whose path is printed), under ``explain_what_if/``: ``cell-NN.p
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,22 +22,13 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser import require_browser
 from tools.browser import (
     JupyterLab,
-    artifacts_dir,
-    browser_unavailable,
-    launch_browser,
-    open_lab_page,
     run_notebook,
 )
 
-_REASON = browser_unavailable()
-if _REASON and os.environ.get("RSTREAM_REQUIRE_BROWSER"):
-    raise RuntimeError(f"RSTREAM_REQUIRE_BROWSER is set (CI), but {_REASON}")
-if _REASON:
-    pytest.skip(_REASON, allow_module_level=True)
-
-from playwright.sync_api import sync_playwright  # noqa: E402  (only once we know it is there)
+require_browser()
 
 NOTEBOOK = "explain_what_if.ipynb"
 #: The views whose tables are measured (``run_notebook(fit_tables=...)``): both plain objects' outputs
@@ -86,11 +76,6 @@ job.explain("counts", busiest.queue_id, busiest.offset)'''),
 
 
 @pytest.fixture(scope="module")
-def artifacts() -> Path:
-    return artifacts_dir()
-
-
-@pytest.fixture(scope="module")
 def lab() -> Iterator[JupyterLab]:
     import nbformat
 
@@ -103,16 +88,6 @@ def lab() -> Iterator[JupyterLab]:
     yield server
     killed = server.stop()
     assert not killed, "processes of the JupyterLab server outlived it (killed):\n" + "\n".join(killed)
-
-
-@pytest.fixture(scope="module")
-def page(lab: JupyterLab) -> Iterator[Any]:
-    with sync_playwright() as pw:
-        browser = launch_browser(pw)
-        try:
-            yield open_lab_page(browser, lab)
-        finally:
-            browser.close()
 
 
 @pytest.mark.timeout(900)
