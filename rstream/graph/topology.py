@@ -436,8 +436,9 @@ class TopologyBuilder:
                 if first in emits:
                     params["emit"] = emits[first]
                 combine = _combinable(spec, params, window)
+                framed = window is not None or spec.timed or (spec.fold is not None and spec.fold(params).in_data_time_order)
                 parents = [shuffle_into(lnode, [(p, "", None, 0) for p in out[first]],
-                                        framed=window is not None or spec.timed, combine=combine, window=window)]
+                                        framed=framed, combine=combine, window=window)]
             elif spec.shuffle is Shuffle.JOIN:
                 left, right = out[first], out[lnode.parents[1].number]
                 parents = [shuffle_into(lnode, [(p, "_LEFT", params["left_key"], 0) for p in left]

@@ -6,6 +6,15 @@ Each is one ``OperatorSpec`` over one fold (``rstream.processors.fold``): unwind
 The keyed processor keeps the values of the keys it touched in this batch in a dict, reads a key
 from the state store the first time it is seen, and stages the changed keys in the store at the
 end of the batch. Every input record emits the key's updated result, as RocketMQ Streams does.
+
+Which record comes first changes those updates (a running sum's, max's or reduce's), so a keyed
+aggregation that emits every update takes its records in *data-time order*
+(``rstream.processors.ordered``): each is held until the operator watermark passes its data time,
+then folded in. Its updates then depend on the records only, not on how the source queues were cut
+into batches (RocketMQ Streams and Kafka Streams fold a key's records as they arrive; the rule is
+rstream's). A count is the exception it declares (``Fold.counts``): its ``n``-th update is ``n``
+whatever the order, so it counts each record at once. Per-batch emission (``aggregate_emit="batch"``)
+emits per batch by design and takes records as they come.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rstream.processors.base import Processor, StreamContext
+from rstream.processors.base import Processor, RecordError, StreamContext
 from rstream.processors.chunk import Chunk, ChunkedPipeline
 from rstream.processors.fold import (
     Accumulated,
@@ -30,6 +39,7 @@ from rstream.processors.fold import (
     SumFold,
 )
 from rstream.processors.metrics import OperatorMetrics
+from rstream.processors.ordered import Held, InTimeOrder
 from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register, spec_of
 from rstream.settings import JobProperties
 from rstream.state.store import MISSING
@@ -40,7 +50,8 @@ __all__ = ["AGGREGATE", "AVG", "COUNT", "MAX", "MIN", "REDUCE", "SUM", "Accumula
 class AggregateProcessor(Processor):
     """One keyed aggregation on one shuffle queue, folding with ``fold``. With ``per_batch``
     (``aggregate_emit="batch"``) a key's result is emitted once per batch, at its end, instead of
-    for every input record; its input may then hold ``Accumulated`` values folded before the shuffle."""
+    for every input record; its input may then hold ``Accumulated`` values folded before the shuffle.
+    Otherwise, unless the fold counts, records are folded in data-time order (``ordered``)."""
 
     emits_results = True
 
@@ -48,6 +59,8 @@ class AggregateProcessor(Processor):
         super().__init__(name)
         self.fold = fold
         self.per_batch = per_batch
+        #: Whether it holds records until the watermark passes them (its updates depend on order).
+        self.ordered = not per_batch and fold.in_data_time_order
         self.keys_changed = 0
         # the fold's methods the hot path calls, looked up once (None: the result is the accumulator)
         self._step = fold.step
@@ -60,9 +73,41 @@ class AggregateProcessor(Processor):
         self.store = ctx.store
         self.cache: dict[Any, Any] = {}
         self.times: dict[Any, int] = {}  # per key, the time of its latest record (per-batch emission)
+        if self.ordered:
+            self.order = InTimeOrder(self.name, ctx)
+            self.hand_on = self.forward  # what a held record's update raises further down is its dead letter
+            ctx.time.operators.append(self)
+
+    @property
+    def results_later(self) -> bool:
+        return self.ordered
+
+    def on_watermark(self, watermark: int) -> None:
+        """Fold in the held records the watermark passed (every one when every source is idle), in
+        data-time order, each emitting its key's update."""
+        if not self.ordered:
+            return
+        order = self.order
+        while (held := order.head(watermark)) is not None:
+            order.pop()
+            with order.taking(held):
+                self._take(held)
+
+    def _take(self, h: Held) -> None:
+        try:
+            self._fold(h.key, h.value, h.ts, self.hand_on)
+        except RecordError as err:  # its own fold's error, or what its update raised further down
+            self.order.dead_letter(h, err)
 
     def process(self, key: Any, value: Any, ts: int) -> None:
+        """Fold the record in and emit, or hold it until the watermark passes its data time (``ordered``)."""
         self.records_in += 1
+        if self.ordered:
+            self.order.hold(0, key, value, ts)
+        else:
+            self._fold(key, value, ts, self.forward)
+
+    def _fold(self, key: Any, value: Any, ts: int, forward: Any) -> None:
         cache = self.cache
         try:
             acc = cache.get(key, MISSING)
@@ -81,12 +126,12 @@ class AggregateProcessor(Processor):
             result = acc if self._result is None else self._result(acc)
         except Exception as exc:
             raise self.ctx.record_error(self.name, exc, value) from exc
-        self.forward(key, result, ts)
+        forward(key, result, ts)
 
     def take_chunk(self, chunk: Chunk, plan: ChunkedPipeline) -> None:
         # a count that emits every update (it cannot raise): the counts at once, handed on as a
-        # chunk; anything else (user folds, partials, per-batch emission) record by record
-        if self.per_batch or not self.fold.counts or Accumulated in set(map(type, chunk.values)):
+        # chunk; anything else (user folds, partials, per-batch emission, held records) record by record
+        if self.per_batch or self.ordered or not self.fold.counts or Accumulated in set(map(type, chunk.values)):
             plan.each(chunk, self.process)
             return
         cache, get, name, keys = self.cache, self.store.get, self.name, chunk.keys
@@ -107,6 +152,8 @@ class AggregateProcessor(Processor):
             result = self.fold.result
             for key, ts in self.times.items():
                 self.forward(key, result(self.cache[key]), ts)
+        if self.ordered:
+            self.order.flush()
         put = self.store.put
         for key, value in self.cache.items():
             put(self.name, key, value)
@@ -117,7 +164,8 @@ class AggregateProcessor(Processor):
         return list(self.cache.items())
 
     def metrics(self) -> OperatorMetrics:
-        return OperatorMetrics.of(records_in=self.records_in, keys_changed=self.keys_changed)
+        return OperatorMetrics.of(records_in=self.records_in, keys_changed=self.keys_changed,
+                                  held=len(self.order) if self.ordered else 0)
 
 
 def _stored_count(n: Any) -> Any:

@@ -52,7 +52,7 @@ from rstream.processors.watermarks import FIRE_ALL, finite
 from rstream.processors.window import WindowAggregateProcessor
 from rstream.runtime.config import TaskConfig
 from rstream.runtime.topic_decoder import decode_message, topic_role
-from rstream.runtime.trace import Emit, Replay, Tracer, check_place
+from rstream.runtime.trace import Emit, Replay, Tracer, check_place, taken_in
 from rstream.serde.codec import decode, encode
 from rstream.settings import Guarantee
 from rstream.shuffle import wire
@@ -439,6 +439,17 @@ class _Explainer:
                 c.replay = replay
         return [c for c in found if c.replay is not None]
 
+    def taking(self, tag: CommitTag, offsets: Iterable[int]) -> Replay:
+        """``tag``'s range re-executed, tracing what it did when it took the records at ``offsets``
+        that an earlier range held (``rstream.processors.ordered``)."""
+        held = frozenset(offsets)
+        key = (tag.topic, tag.queue, tag.start_offset, frozenset(-1 - o for o in held))  # (apart from targets)
+        found = self.replays.get(key)
+        if found is None:
+            found = self.replays[key] = Replay(self.job, self.cfg, tag, [], self.work, held=held)
+            self.all_exact = self.all_exact and found.exact
+        return found
+
     def state_of(self, c: _Candidate, operator: str, match: Any) -> tuple[bool, Any, Any]:
         """Whether ``c`` changed ``operator``'s state of a key ``match`` accepts, and the first such
         change's value before and the last's after."""
@@ -508,7 +519,10 @@ def _explain(ex: _Explainer, topic: str, queue: int, offset: int) -> Explanation
         elif isinstance(proc, ProcessProcessor):
             parts.process(result, emit, moment)
         elif isinstance(proc, AggregateProcessor):
-            parts.aggregation(result, emit, at)
+            if proc.ordered:
+                parts.taken_in_order(result, emit, moment)
+            else:
+                parts.aggregation(result, emit, at)
         else:
             parts.kind = type(proc).__name__
             parts.notes.append(f"{emit.operator} is an operator an explanation does not know: shown is the record "
@@ -637,6 +651,35 @@ class _Parts:
             last = emit.during is not None and c.offset == emit.during
             self._add(c, before, after if not last or c.record.folded else emit.value,
                       places=place if last else None)
+        self._late_and_dead(candidates)
+
+    def taken_in_order(self, result: Replay, emit: Emit, moment: dict[str, Any]) -> None:
+        """A keyed aggregation that takes its records in data-time order (``rstream.processors.ordered``):
+        every record of the key it had taken by then: in an earlier range, or in this one before the
+        result, whichever range read it. A record still held is not in it, whenever it was read."""
+        self.kind = "aggregation"
+        key = emit.key
+        candidates = self.ex.candidates(self.topic, self.queue, self.tag.end_offset, key)
+        taken_here = set(cast(_Watched, result).takes[: moment.get("takes", 0)])
+        taken: list[_Candidate] = []
+        later: dict[int, tuple[CommitTag, list[_Candidate]]] = {}
+        for c in candidates:
+            assert c.replay is not None and c.tag is not None
+            tag = c.tag if c.offset not in c.replay.held else taken_in(self.ex.job, c.replay, c.replay.held[c.offset])
+            if tag is None or tag.start_offset > self.tag.start_offset:
+                continue  # not taken yet when the result was made
+            if tag.start_offset == self.tag.start_offset and c.offset not in taken_here:
+                continue
+            taken.append(c)
+            if tag is not c.tag:
+                later.setdefault(tag.start_offset, (tag, []))[1].append(c)
+        for tag, group in later.values():  # what each did when it was taken, in the range that took it
+            replay = self.ex.taking(tag, [c.offset for c in group])
+            for c in group:
+                c.replay = replay
+        for c in taken:
+            _changed, before, after = self.ex.state_of(c, emit.operator, lambda k: k == key)
+            self._add(c, before, emit.value if c.offset == emit.during else after)
         self._late_and_dead(candidates)
 
     def window(self, result: Replay, emit: Emit, moment: dict[str, Any], proc: WindowAggregateProcessor) -> None:

@@ -539,7 +539,7 @@ def trace(job: Tracer, topic: str, queue: int, offset: int) -> RecordTrace:
                 for hop in _followed(job, cfg, replay, kb, new, work, operators):
                     add(parent, hop)
             if o in replay.held:  # held until the watermark passed it: what it did when it was taken
-                taken = _deleted_in(job, replay, replay.held[o])
+                taken = taken_in(job, replay, replay.held[o])
                 if taken is None:
                     hops[parent] = _with_note(hops[parent], "held until the watermark passes its data time")
                     return
@@ -671,7 +671,7 @@ def _followed(job: Tracer, cfg: TaskConfig, replay: Replay, kb: bytes, new: byte
     fire_replay = replay
     proc = replay.kinds.get(operator)
     if not emits and new is not None and proc is not None and proc.results_later:
-        fired_at = _deleted_in(job, replay, kb)
+        fired_at = taken_in(job, replay, kb)
         if fired_at is not None:
             fire_replay = Replay(job, cfg, fired_at, [], work)
             emits = fire_replay.deferred(operator, key)
@@ -689,8 +689,9 @@ def _followed(job: Tracer, cfg: TaskConfig, replay: Replay, kb: bytes, new: byte
     return hops
 
 
-def _deleted_in(job: Tracer, replay: Replay, kb: bytes) -> CommitTag | None:
-    """The later committed range of the same queue that deleted state key ``kb`` (its window fired)."""
+def taken_in(job: Tracer, replay: Replay, kb: bytes) -> CommitTag | None:
+    """The later committed range of the same queue that deleted state key ``kb`` (a window that fired,
+    a held record taken: ``Replay.held``); None: none has yet."""
     state_topic, queue = replay.state_topic, replay.tag.queue
     assert state_topic is not None
     rng = replay.tag.output_range(state_topic, queue)

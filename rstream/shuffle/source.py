@@ -20,7 +20,7 @@ from rstream.serde.codec import PICKLE_MARK, decode
 from rstream.settings import JobProperties
 from rstream.shuffle import wire
 from rstream.shuffle.batches import Fields
-from rstream.shuffle.wire import PARTIAL_HEADER, RECORDS, RECORDS_HEADERS, WindowPartial, run_times
+from rstream.shuffle.wire import FOLD, PARTIAL_HEADER, RECORDS, RECORDS_HEADERS, WindowPartial, run_times
 
 _UNSEEN: Any = object()
 _loads = marshal.loads
@@ -89,7 +89,12 @@ class ShuffleSourceProcessor(Processor):
         ctx = self.ctx
         ctx.time.read_ms = store
         if headers:
-            if PARTIAL_HEADER in headers:  # a source range's counts of one key per window
+            kind = headers.get(PARTIAL_HEADER)
+            if kind == FOLD:  # a key's values of a source range folded for a per-batch aggregation: no frame
+                self.records_in += 1
+                self.forward(k, _shuffled_value(body, headers), born)
+                return
+            if kind is not None:  # a source range's counts of one key per window
                 partial = WindowPartial(*decode(body))
                 self.records_in += len(partial.times)  # the records it holds, as if each had come alone
                 for child in self.children:
