@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from rstream.broker.base import validate_topic_name
 from rstream.errors import RStreamError
 from rstream.graph.logical import LogicalNode, describe_callable
-from rstream.processors.aggregate import AGGREGATE, AVG, COUNT, MAX, MIN, REDUCE, SUM
+from rstream.processors.aggregate import AGGREGATE, AVG, COUNT, DATA_TIME_ORDER, MAX, MIN, REDUCE, SUM
 from rstream.processors.interval_join import INTERVAL_JOIN, LEFT_INTERVAL_JOIN, describe_interval
 from rstream.processors.join import JOIN, LEFT_JOIN
 from rstream.processors.late import LATE, LateRecord
@@ -52,6 +52,16 @@ class DslError(RStreamError, TypeError):
 def _check_callable(fn: Any, what: str) -> None:
     if not callable(fn):
         raise DslError(f"{what} needs a function, got {type(fn).__name__}: {fn!r:.80}")
+
+
+def _order(order: str, what: str, detail: str) -> dict[str, Any]:
+    """A running aggregation's node params for ``order`` (``"arrival"`` or ``"data_time"``)."""
+    if order == "arrival":
+        return {"detail": detail}
+    if order == "data_time":
+        return {"order": DATA_TIME_ORDER, "detail": f"{detail}\nin data-time order"}
+    raise DslError(f"{what}(order=...) is \"arrival\" (fold records as they arrive) or \"data_time\" (hold each "
+                   f"until the watermark passes it, then fold in data-time order); got {order!r}")
 
 
 def _check_accumulator(accumulator: Any) -> None:
@@ -312,8 +322,14 @@ class GroupedStream(_Stream[K, V]):
             _check_callable(selector, "count")
         return GroupedStream(self._builder, self._add(COUNT))
 
-    def sum(self, fn: Callable[[V], N]) -> GroupedStream[K, N]:
+    def sum(self, fn: Callable[[V], N], order: str = "arrival") -> GroupedStream[K, N]:
         """The running sum of ``fn(value)`` per key.
+
+        ``order``: ``"arrival"`` (default, as RocketMQ Streams) folds records as its shuffle queue
+        received them, so a key fed by several source queues may see other intermediate updates at
+        other batch cuts (its last is the same); ``"data_time"`` holds each record until the
+        watermark passes it and folds in data-time order: the same updates however the input is cut
+        (``rstream.processors.aggregate``).
 
         >>> b = StreamBuilder("ex")
         >>> b.source("sales").key_by(lambda s: s[0]).sum(lambda s: int(s[1:])).to_rstream().sink("totals")
@@ -321,10 +337,16 @@ class GroupedStream(_Stream[K, V]):
         {'totals': ['b:1', 'a:5', 'a:12']}
         """
         _check_callable(fn, "sum")
-        return GroupedStream(self._builder, self._add(SUM, fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(SUM, fn=fn, **_order(order, "sum", describe_callable(fn))))
 
-    def min(self, fn: Callable[[V], N]) -> GroupedStream[K, N]:
+    def min(self, fn: Callable[[V], N], order: str = "arrival") -> GroupedStream[K, N]:
         """The smallest ``fn(value)`` per key so far.
+
+        ``order``: ``"arrival"`` (default, as RocketMQ Streams) folds records as its shuffle queue
+        received them, so a key fed by several source queues may see other intermediate updates at
+        other batch cuts (its last is the same); ``"data_time"`` holds each record until the
+        watermark passes it and folds in data-time order: the same updates however the input is cut
+        (``rstream.processors.aggregate``).
 
         >>> b = StreamBuilder("ex")
         >>> b.source("bids").key_by(lambda s: s[0]).min(lambda s: int(s[1:])).to_rstream().sink("lowest")
@@ -332,10 +354,16 @@ class GroupedStream(_Stream[K, V]):
         {'lowest': ['a:5', 'a:3', 'a:3']}
         """
         _check_callable(fn, "min")
-        return GroupedStream(self._builder, self._add(MIN, fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(MIN, fn=fn, **_order(order, "min", describe_callable(fn))))
 
-    def max(self, fn: Callable[[V], N]) -> GroupedStream[K, N]:
+    def max(self, fn: Callable[[V], N], order: str = "arrival") -> GroupedStream[K, N]:
         """The largest ``fn(value)`` per key so far.
+
+        ``order``: ``"arrival"`` (default, as RocketMQ Streams) folds records as its shuffle queue
+        received them, so a key fed by several source queues may see other intermediate updates at
+        other batch cuts (its last is the same); ``"data_time"`` holds each record until the
+        watermark passes it and folds in data-time order: the same updates however the input is cut
+        (``rstream.processors.aggregate``).
 
         >>> b = StreamBuilder("ex")
         >>> b.source("bids").key_by(lambda s: s[0]).max(lambda s: int(s[1:])).to_rstream().sink("highest")
@@ -343,10 +371,16 @@ class GroupedStream(_Stream[K, V]):
         {'highest': ['a:5', 'a:5', 'a:8']}
         """
         _check_callable(fn, "max")
-        return GroupedStream(self._builder, self._add(MAX, fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(MAX, fn=fn, **_order(order, "max", describe_callable(fn))))
 
-    def aggregate(self, accumulator: Accumulator[V, A, R]) -> GroupedStream[K, R]:
+    def aggregate(self, accumulator: Accumulator[V, A, R], order: str = "arrival") -> GroupedStream[K, R]:
         """Fold each key's values with an ``Accumulator`` (``initial``, ``add``, ``result``).
+
+        ``order``: ``"arrival"`` (default, as RocketMQ Streams) folds records as its shuffle queue
+        received them, so a key fed by several source queues may see other intermediate updates at
+        other batch cuts (its last is the same); ``"data_time"`` holds each record until the
+        watermark passes it and folds in data-time order: the same updates however the input is cut
+        (``rstream.processors.aggregate``).
 
         >>> class Longest:                                # the longest word per first letter
         ...     def initial(self): return ""
@@ -362,12 +396,12 @@ class GroupedStream(_Stream[K, V]):
         _check_accumulator(accumulator)
         return GroupedStream(
             self._builder,
-            self._add(AGGREGATE, accumulator=accumulator, detail=type(accumulator).__name__),
+            self._add(AGGREGATE, accumulator=accumulator, **_order(order, "aggregate", type(accumulator).__name__)),
         )
 
-    def reduce(self, fn: Callable[[V, V], V]) -> GroupedStream[K, V]:
+    def reduce(self, fn: Callable[[V, V], V], order: str = "arrival") -> GroupedStream[K, V]:
         """Combine each key's values two at a time, ``fn(acc, value)``, starting from its first value
-        (as ``functools.reduce``); emits the running result for every record.
+        (as ``functools.reduce``); emits the running result for every record. ``order`` as for ``sum``.
 
         >>> b = StreamBuilder("ex")
         >>> b.source("words").key_by(len).reduce(lambda acc, w: acc + "+" + w).to_rstream().sink("joined")
@@ -375,7 +409,7 @@ class GroupedStream(_Stream[K, V]):
         {'joined': ['2:ab', '2:ab+cd', '2:ab+cd+ef']}
         """
         _check_callable(fn, "reduce")
-        return GroupedStream(self._builder, self._add(REDUCE, fn=fn, detail=describe_callable(fn)))
+        return GroupedStream(self._builder, self._add(REDUCE, fn=fn, **_order(order, "reduce", describe_callable(fn))))
 
     def map(self, fn: Callable[[V], V2]) -> GroupedStream[K, V2]:
         """Replace each value by ``fn(value)``; the key stays.

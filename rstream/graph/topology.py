@@ -436,7 +436,7 @@ class TopologyBuilder:
                 if first in emits:
                     params["emit"] = emits[first]
                 combine = _combinable(spec, params, window)
-                framed = window is not None or spec.timed or (spec.fold is not None and spec.fold(params).in_data_time_order)
+                framed = window is not None or spec.timed or params.get("order") is not None
                 parents = [shuffle_into(lnode, [(p, "", None, 0) for p in out[first]],
                                         framed=framed, combine=combine, window=window)]
             elif spec.shuffle is Shuffle.JOIN:

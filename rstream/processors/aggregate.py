@@ -7,14 +7,16 @@ The keyed processor keeps the values of the keys it touched in this batch in a d
 from the state store the first time it is seen, and stages the changed keys in the store at the
 end of the batch. Every input record emits the key's updated result, as RocketMQ Streams does.
 
-Which record comes first changes those updates (a running sum's, max's or reduce's), so a keyed
-aggregation that emits every update takes its records in *data-time order*
-(``rstream.processors.ordered``): each is held until the operator watermark passes its data time,
-then folded in. Its updates then depend on the records only, not on how the source queues were cut
-into batches (RocketMQ Streams and Kafka Streams fold a key's records as they arrive; the rule is
-rstream's). A count is the exception it declares (``Fold.counts``): its ``n``-th update is ``n``
-whatever the order, so it counts each record at once. Per-batch emission (``aggregate_emit="batch"``)
-emits per batch by design and takes records as they come.
+Which record comes first changes those updates (a running sum's, max's or reduce's), and a shuffle
+queue holds the records of several source queues in the order their tasks happened to write them. So
+a key fed by several source queues may see other intermediate updates when the input is cut into
+other batches (its last update is the same). With ``order="data_time"`` (``sum(fn, order=...)``) the
+aggregation takes its records in *data-time order* instead (``rstream.processors.ordered``): each is
+held until the operator watermark passes its data time, then folded in, so its updates depend on the
+records only, at the price of waiting for the watermark. RocketMQ Streams and Kafka Streams fold a
+key's records as they arrive; the choice is rstream's. A count needs none of it: its ``n``-th update
+is ``n`` in any order. Per-batch emission (``aggregate_emit="batch"``) emits per batch by design and
+takes records as they come.
 """
 
 from __future__ import annotations
@@ -44,23 +46,26 @@ from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, regis
 from rstream.settings import JobProperties
 from rstream.state.store import MISSING
 
-__all__ = ["AGGREGATE", "AVG", "COUNT", "MAX", "MIN", "REDUCE", "SUM", "Accumulator", "AggregateProcessor", "aggregation"]
+#: A running aggregation's ``order`` param that makes it take its records in data-time order.
+DATA_TIME_ORDER = "data_time"
+
+__all__ = ["AGGREGATE", "AVG", "COUNT", "DATA_TIME_ORDER", "MAX", "MIN", "REDUCE", "SUM", "Accumulator", "AggregateProcessor", "aggregation"]
 
 
 class AggregateProcessor(Processor):
     """One keyed aggregation on one shuffle queue, folding with ``fold``. With ``per_batch``
     (``aggregate_emit="batch"``) a key's result is emitted once per batch, at its end, instead of
     for every input record; its input may then hold ``Accumulated`` values folded before the shuffle.
-    Otherwise, unless the fold counts, records are folded in data-time order (``ordered``)."""
+    Otherwise, with ``ordered`` (``order="data_time"``), records are folded in data-time order."""
 
     emits_results = True
 
-    def __init__(self, name: str, fold: Fold, per_batch: bool = False) -> None:
+    def __init__(self, name: str, fold: Fold, per_batch: bool = False, ordered: bool = False) -> None:
         super().__init__(name)
         self.fold = fold
         self.per_batch = per_batch
-        #: Whether it holds records until the watermark passes them (its updates depend on order).
-        self.ordered = not per_batch and fold.in_data_time_order
+        #: Whether it holds records until the watermark passes them (``order="data_time"``).
+        self.ordered = ordered and not per_batch
         self.keys_changed = 0
         # the fold's methods the hot path calls, looked up once (None: the result is the accumulator)
         self._step = fold.step
@@ -182,7 +187,7 @@ def aggregation(kind: str, fold: Callable[[Mapping[str, Any]], Fold], combines: 
             windowed = spec_of("window").make
             assert windowed is not None
             return windowed(name, {**params, "fold": fold(params)}, settings, sink_queues)
-        return AggregateProcessor(name, fold(params), settings.per_batch)
+        return AggregateProcessor(name, fold(params), settings.per_batch, params.get("order") == DATA_TIME_ORDER)
 
     return register(OperatorSpec(kind, STATEFUL_STYLE, make, shuffle=Shuffle.BY_KEY, fold=fold, combines=combines,
                                  stateful=True))

@@ -58,13 +58,6 @@ class Fold(ABC):
 
     counts: ClassVar[bool] = False
 
-    @property
-    def in_data_time_order(self) -> bool:
-        """Whether a keyed aggregation that emits every update takes its records in data-time order
-        (``rstream.processors.aggregate``; its shuffle is then framed): whenever its updates depend on
-        the order, that is unless it counts (a count's ``n``-th update is ``n`` in any order)."""
-        return not self.counts
-
     def __init__(self, fn: Callable[[Any], Any] | None = None) -> None:
         self.fn = fn
 

@@ -36,8 +36,8 @@ class OperatorMetrics(Mapping[str, Any]):
     #: interval joins: records dropped in this batch, records waiting for a partner
     timers_fired: int = 0
     timers_pending: int = 0
-    #: keyed process functions and stream–table joins: records held until the watermark passes their
-    #: data time (``rstream.processors.ordered``)
+    #: keyed process functions, stream–table joins, running aggregations in data-time order: records held
+    #: until the watermark passes their data time (``rstream.processors.ordered``)
     held: int = 0
     #: windows and joins: the first open windows, ``(key text, start, end)``; interval joins: the first
     #: waiting records, ``(side and key, data time, time the watermark must reach to drop it)``

@@ -122,6 +122,7 @@ class BatchProgress:
             "records_in": q.records_in, "records_out": sum(q.records_out.values()),
             "replayed_keys": q.replayed_keys, "state_keys": q.state_keys, "changed_keys": q.changed_keys,
             "errors": q.error_count, "late": q.late, "watermark": q.watermark,
+            "held": sum(op.held for op in q.operators.values()),
             "millis": round(q.millis, 1), "executor": q.executor,
         } for q in self.queues]
         return pd.DataFrame(rows)

@@ -31,6 +31,19 @@ def test_bad_job_id_and_arguments() -> None:
         b.source("t", deserializer=42)
     with pytest.raises(DslError, match="no source"):
         StreamBuilder("empty").build()
+    with pytest.raises(DslError, match=r"sum\(order=\.\.\.\) is \"arrival\" .* or \"data_time\" .*; got 'time'"):
+        s.key_by(len).sum(len, order="time")
+
+
+def test_a_running_aggregation_in_data_time_order_is_drawn_so_and_has_a_framed_shuffle() -> None:
+    b = StreamBuilder("j")
+    b.source("t").key_by(len).max(len, order="data_time").to_rstream().sink("out")
+    topology = b.build()
+    assert list(topology.framed_topics) == list(topology.shuffle_topics)  # the watermark travels with the records
+    assert "in data-time order" in topology.real_dot()
+    arrival = StreamBuilder("k")
+    arrival.source("t").key_by(len).max(len).to_rstream().sink("out")
+    assert not arrival.build().framed_topics
 
 
 def test_generic_types_flow_through_mypy() -> None:

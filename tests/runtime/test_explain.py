@@ -65,9 +65,9 @@ def in_read_order(queues: dict[int, list[dict[str, Any]]], batch: int) -> list[d
 
 # -- keyed aggregations ------------------------------------------------------------------------------
 @pytest.mark.unit
+@pytest.mark.parametrize("agg", ["sum", "count", "ordered sum"])
 @EXAMPLES
-@given(seed=st.integers(0, 10_000), batch=st.integers(3, 40), agg=st.sampled_from(["sum", "count"]),
-       combine=st.booleans())
+@given(seed=st.integers(0, 10_000), batch=st.integers(3, 40), combine=st.booleans())
 def test_an_aggregations_update_is_explained_by_every_record_of_its_key_up_to_it(
         tmp_path_factory: Any, seed: int, batch: int, agg: str, combine: bool) -> None:
     tmp = tmp_path_factory.mktemp("explain-agg")
@@ -75,22 +75,26 @@ def test_an_aggregations_update_is_explained_by_every_record_of_its_key_up_to_it
     where = generate(broker, 60, seed)
     b = StreamBuilder(job_id("explain-agg"), shuffle_queues=2)
     grouped = b.source("in", JsonDeserializer()).key_by(lambda r: r["k"])
-    (grouped.sum(lambda r: 1 << r["id"]) if agg == "sum" else grouped.count()).to_rstream().sink(
-        "out", JsonSerializer(with_key=True))
+    bit = lambda r: 1 << r["id"]  # noqa: E731
+    (grouped.count() if agg == "count" else grouped.sum(bit, order="data_time" if agg == "ordered sum" else "arrival")
+     ).to_rstream().sink("out", JsonSerializer(with_key=True))
     job = run(b, broker, tmp, combine=combine, max_records_per_queue=batch)
     order = in_read_order(by_queue(broker), batch)
     outs = sink_records(broker, "out")
     for queue, offset, doc in random.Random(seed).sample(outs, 8):
         e = job.explain("out", queue, offset)
-        if agg == "count":  # a count takes its records as they come: the first n in read order
-            expected = {where[r["id"]] for r in [r for r in order if r["k"] == doc["key"]][:doc["value"]]}
-        else:  # a sum takes them in data-time order: its bits name the records it had taken
+        if agg != "ordered sum":  # records as they come: the first n in read order
+            n = doc["value"] if agg == "count" else bin(doc["value"]).count("1")
+            expected = {where[r["id"]] for r in [r for r in order if r["k"] == doc["key"]][:n]}
+        else:  # in data-time order: its bits name the records it had taken
             expected = {where[i] for i in bits(doc["value"])}
         assert e.records == expected and e.exact and e.kind == "aggregation"
-        if agg == "count":
-            last = max(e.inputs, key=lambda c: int(c.via.rsplit("/", 1)[-1]))
-        else:  # the sums of powers of two grow: the last it took left the largest
+        if agg == "sum":  # the sum's bits name its records: the same set
+            assert {where[i] for i in bits(doc["value"])} == expected
+        if agg == "ordered sum":  # the sums of powers of two grow: the last it took left the largest
             last = max(e.inputs, key=lambda c: c.after)
+        else:
+            last = max(e.inputs, key=lambda c: int(c.via.rsplit("/", 1)[-1]))
         assert last.after == doc["value"]  # the operator's state right after the last record: the result
 
 
