@@ -335,18 +335,17 @@ class GroupedStream(_Stream[K, V]):
         >>> b.source("sales").key_by(lambda s: s[0]).sum(lambda s: int(s[1:])).to_rstream().sink("totals")
         >>> b.run_in_process({"sales": ["a5", "a7", "b1"]})
         {'totals': ['b:1', 'a:5', 'a:12']}
+        >>> b = StreamBuilder("ex")                       # the same sales, each with its data time
+        >>> sales = b.source("sales").select_timestamp(lambda s: int(s.split()[1]))
+        >>> sales.key_by(lambda s: s[0]).sum(lambda s: int(s[1]), order="data_time").to_rstream().sink("totals")
+        >>> b.run_in_process({"sales": ["a5 3000", "a7 1000"]})
+        {'totals': ['a:7', 'a:12']}
         """
         _check_callable(fn, "sum")
         return GroupedStream(self._builder, self._add(SUM, fn=fn, **_order(order, "sum", describe_callable(fn))))
 
     def min(self, fn: Callable[[V], N], order: str = "arrival") -> GroupedStream[K, N]:
-        """The smallest ``fn(value)`` per key so far.
-
-        ``order``: ``"arrival"`` (default, as RocketMQ Streams) folds records as its shuffle queue
-        received them, so a key fed by several source queues may see other intermediate updates at
-        other batch cuts (its last is the same); ``"data_time"`` holds each record until the
-        watermark passes it and folds in data-time order: the same updates however the input is cut
-        (``rstream.processors.aggregate``).
+        """The smallest ``fn(value)`` per key so far. ``order`` as for ``sum``.
 
         >>> b = StreamBuilder("ex")
         >>> b.source("bids").key_by(lambda s: s[0]).min(lambda s: int(s[1:])).to_rstream().sink("lowest")
@@ -357,13 +356,7 @@ class GroupedStream(_Stream[K, V]):
         return GroupedStream(self._builder, self._add(MIN, fn=fn, **_order(order, "min", describe_callable(fn))))
 
     def max(self, fn: Callable[[V], N], order: str = "arrival") -> GroupedStream[K, N]:
-        """The largest ``fn(value)`` per key so far.
-
-        ``order``: ``"arrival"`` (default, as RocketMQ Streams) folds records as its shuffle queue
-        received them, so a key fed by several source queues may see other intermediate updates at
-        other batch cuts (its last is the same); ``"data_time"`` holds each record until the
-        watermark passes it and folds in data-time order: the same updates however the input is cut
-        (``rstream.processors.aggregate``).
+        """The largest ``fn(value)`` per key so far. ``order`` as for ``sum``.
 
         >>> b = StreamBuilder("ex")
         >>> b.source("bids").key_by(lambda s: s[0]).max(lambda s: int(s[1:])).to_rstream().sink("highest")
@@ -374,13 +367,7 @@ class GroupedStream(_Stream[K, V]):
         return GroupedStream(self._builder, self._add(MAX, fn=fn, **_order(order, "max", describe_callable(fn))))
 
     def aggregate(self, accumulator: Accumulator[V, A, R], order: str = "arrival") -> GroupedStream[K, R]:
-        """Fold each key's values with an ``Accumulator`` (``initial``, ``add``, ``result``).
-
-        ``order``: ``"arrival"`` (default, as RocketMQ Streams) folds records as its shuffle queue
-        received them, so a key fed by several source queues may see other intermediate updates at
-        other batch cuts (its last is the same); ``"data_time"`` holds each record until the
-        watermark passes it and folds in data-time order: the same updates however the input is cut
-        (``rstream.processors.aggregate``).
+        """Fold each key's values with an ``Accumulator`` (``initial``, ``add``, ``result``). ``order`` as for ``sum``.
 
         >>> class Longest:                                # the longest word per first letter
         ...     def initial(self): return ""
