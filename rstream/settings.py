@@ -69,7 +69,8 @@ class JobProperties:
       holding windows back; when all are idle, open windows fire (2000).
     - ``aggregate_emit``: ``"record"`` (default, as RocketMQ Streams: every input record emits its
       key's updated result, in the order records arrive, or in data-time order where the aggregation
-      says ``order="data_time"``: ``rstream.processors.aggregate``) or ``"batch"`` (each key's result once per micro-batch; count, sum,
+      says ``order="data_time"``: ``rstream.processors.aggregate``) or ``"batch"`` (each key's result
+      once per micro-batch; count, sum,
       min, max and avg then combine values before the shuffle where the topology has a ``COMBINE``
       node, as Spark does; far faster, fewer updates).
     - ``shuffle_in_source_job``: a batch's source tasks also run its shuffle side, once all its

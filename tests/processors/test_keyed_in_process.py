@@ -42,10 +42,14 @@ def test_count_emits_one_to_n_per_key(tmp_path: Path, words: list[str], queues: 
     ("sum", lambda r: r["n"], sum), ("min", lambda r: r["n"], min), ("max", lambda r: r["n"], max),
 ])
 @pytest.mark.parametrize("emit", ["record", "batch"])
-def test_sum_min_max_end_at_the_reference(tmp_path: Path, agg: str, fn: Any, combine: Any, emit: str) -> None:
+@pytest.mark.parametrize("order", ["arrival", "data_time"])
+def test_sum_min_max_end_at_the_reference(tmp_path: Path, agg: str, fn: Any, combine: Any, emit: str,
+                                          order: str) -> None:
+    """In both orders and both emissions (per batch, a data-time order's framed shuffle carries the
+    combined partials)."""
     broker, root = fresh(tmp_path)
     per_queue = produce(broker, "in", records(["ant", "bee", "cat"] * 30 + ["dog"], seed=3), queues=3)
-    run(keyed(f"{agg}-{emit}", agg, fn), broker, root, aggregate_emit=emit, max_records_per_queue=7)
+    run(keyed(f"{agg}-{emit}", agg, fn, order), broker, root, aggregate_emit=emit, max_records_per_queue=7)
     by_key: dict[str, list[int]] = defaultdict(list)
     for recs in per_queue.values():
         for r in recs:
