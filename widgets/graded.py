@@ -419,8 +419,9 @@ _EX03 = Exercises("03", items={
         explain="Late is judged per view, against the watermark its queue had when it arrived.",
         same=lambda predicted, shown: sorted(predicted) == sorted(shown)),
     "Exercise 2": Exercise("debug", Hints(
-        nudge="Two causes. The broken job finds no late view at all: why could nothing be out of order? And "
-              "read its properties as the job reads them: in which unit is each number?",
+        nudge="Two causes. The broken job finds no late view at all: why could nothing be out of order? Its "
+              "explanation above gives each view's data time: which field is it? And read its properties as the "
+              "job reads them: in which unit is each number?",
         concept="Lateness is judged in event time, the 'ts' of each view. Stamped with its arrival, each "
                 "server's views are in order by construction, so none is ever late, and a window holds the "
                 "views that arrived in it. allowed_lateness_ms is in milliseconds: 1 is one millisecond.",
