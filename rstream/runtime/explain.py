@@ -20,6 +20,9 @@ re-executing committed ranges, exactly as their tasks ran them, writing nothing.
    record says its source offset; a partial of a combine node or a plain shuffle record is found by
    re-executing the source range that wrote it (a window count's partial: its source range run again,
    as the window operator itself does for late records).
+4. An operator after another stage's shuffle reads records that stage wrote: each such input is
+   explained in turn, as a result of the stage before (``Explanation.upstream``), down to the source
+   records (``Explanation.sources``).
 
 RIP-58 has nothing of the kind; the nearest relatives elsewhere are data-provenance tools for batch
 jobs, not stream processors' APIs.
@@ -28,6 +31,7 @@ jobs, not stream processors' APIs.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -145,10 +149,27 @@ class Explanation:
     exact: bool
     replayed: int
     notes: list[str] = field(default_factory=list)
+    #: Where an input is a record of a shuffle topic (the operator is a stage after another stage's
+    #: shuffle), the explanation of the record the stage before wrote, by the input's ``via``.
+    upstream: dict[str, Explanation] = field(default_factory=dict)
 
     @property
     def records(self) -> set[tuple[str, int, int | None]]:
+        """This operator's inputs, as ``(topic, queue, offset)``: in a source topic, or in the shuffle
+        topic of the stage before (``upstream`` explains those; ``sources`` follows them)."""
         return {c.where for c in self.inputs if c.kind == "input"}
+
+    @property
+    def sources(self) -> set[tuple[str, int, int | None]]:
+        """The source records the result came from, through every stage before: ``records``, each one
+        of a shuffle topic replaced by what its stage's result came from."""
+        out: set[tuple[str, int, int | None]] = set()
+        for c in self.inputs:
+            if c.kind != "input":
+                continue
+            up = self.upstream.get(c.via)
+            out |= up.sources if up is not None else {c.where}
+        return out
 
     def to_pandas(self) -> Any:
         import pandas as pd
@@ -157,10 +178,17 @@ class Explanation:
         return pd.DataFrame(rows, columns=COLUMNS, dtype=object)
 
     def graph(self) -> Any:
-        """The real topology with the explained path highlighted (a ``graphviz.Digraph``)."""
-        topics = {self.sink[0], *(c.topic for c in self.inputs)}
-        topics |= {c.via.rsplit("/", 2)[0] for c in self.inputs if c.via}
-        return self.topology.real_graph(highlight=[*([self.operator] if self.operator else []), *topics])
+        """The real topology with the explained path highlighted, through every stage before (a
+        ``graphviz.Digraph``)."""
+        return self.topology.real_graph(highlight=sorted(self._path()))
+
+    def _path(self) -> set[str]:
+        """The operators and topics of the explained path."""
+        path = {self.sink[0], *(c.topic for c in self.inputs), *([self.operator] if self.operator else [])}
+        path |= {c.via.rsplit("/", 2)[0] for c in self.inputs if c.via}
+        for up in self.upstream.values():
+            path |= up._path()
+        return path
 
     @property
     def summary(self) -> str:
@@ -177,6 +205,10 @@ class Explanation:
             parts.append(f"{len(self.late)} late or dead letter")
         if self.watermark is not None:
             parts.append(str(self.watermark))
+        if self.upstream:
+            sources = self.sources
+            parts.append(f"through {len(self.upstream)} record{'' if len(self.upstream) == 1 else 's'} of the stage "
+                         f"before, from {len(sources)} source record{'' if len(sources) == 1 else 's'}")
         if not self.exact:
             parts.append("NOT exact: re-executing gave other outputs than the committed ones")
         return "; ".join(parts)
@@ -188,6 +220,8 @@ class Explanation:
             lines.append(f"  {c.kind:<11} {c.topic}/{c.queue}@{c.offset} t={c.data_time} {c.value!r}{state}"
                          + (f" ({c.note})" if c.note else ""))
         lines += [f"  note: {n}" for n in self.notes]
+        for via, up in self.upstream.items():
+            lines += [f"  {via} came from:", *("    " + line for line in repr(up).splitlines())]
         return "\n".join(lines)
 
     def table_html(self) -> str:
@@ -216,8 +250,15 @@ class Explanation:
         notes = "".join(f"<div>{escape(n)}</div>" for n in self.notes)
         return (f'<div class="rstream-explain" style="max-width:100%"><div style="font-family:monospace;margin:4px 0;'
                 f'overflow-wrap:anywhere">'
-                f"<b>explain</b> {escape(self.summary)}</div>{notes}{self.table_html()}"
+                f"<b>explain</b> {escape(self.summary)}</div>{notes}{self.table_html()}{self._upstream_html()}"
                 f"<div>{fitted_svg(self.graph())}</div></div>")
+
+    def _upstream_html(self) -> str:
+        """Each record of the stage before, folded: what its result came from (its own table, and so on)."""
+        return "".join(
+            f'<details style="margin:2px 0 2px 12px"><summary style="font-family:monospace;overflow-wrap:anywhere">'
+            f"{escape(short_topic_name(via, self.job_id))} came from: {escape(up.summary)}</summary>"
+            f"{up.table_html()}{up._upstream_html()}</details>" for via, up in self.upstream.items())
 
 
 def _text(value: Any, limit: int = 60) -> str:
@@ -482,9 +523,24 @@ def explain(job: Tracer, topic: str, queue: int, offset: int) -> Explanation:
     job.job_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="explain-", dir=job.job_dir))
     try:
-        return _explain(_Explainer(job, work), topic, queue, offset)
+        ex = _Explainer(job, work)
+        return _through_stages(ex, _explain(ex, topic, queue, offset))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _through_stages(ex: _Explainer, explained: Explanation) -> Explanation:
+    """``explained`` with each input that is a record of a shuffle topic (a stage after another stage)
+    followed back: the record the stage before wrote is explained in turn, down to the sources."""
+    upstream: dict[str, Explanation] = {}
+    for c in explained.inputs:
+        if c.kind == "input" and c.topic in ex.topology.shuffle_topics and c.via and c.via not in upstream:
+            topic, queue, offset = c.via.rsplit("/", 2)
+            upstream[c.via] = _through_stages(ex, _explain(ex, topic, int(queue), int(offset)))
+    if not upstream:
+        return explained
+    return dataclasses.replace(explained, upstream=upstream, exact=explained.exact and ex.all_exact,
+                               replayed=len(ex.replays))
 
 
 def _explain(ex: _Explainer, topic: str, queue: int, offset: int) -> Explanation:

@@ -98,6 +98,30 @@ def test_an_aggregations_update_is_explained_by_every_record_of_its_key_up_to_it
         assert last.after == doc["value"]  # the operator's state right after the last record: the result
 
 
+@pytest.mark.unit
+@EXAMPLES
+@given(seed=st.integers(0, 10_000), batch=st.integers(3, 40))
+def test_a_result_two_shuffles_away_is_explained_down_to_its_source_records(tmp_path_factory: Any, seed: int,
+                                                                           batch: int) -> None:
+    """A stage after another stage's shuffle: a running sum of bits per key, then the OR of those sums
+    over all keys. The OR's bits name the source records that went into it, through the first stage's
+    updates; the explanation follows each input of the second stage back through the first."""
+    tmp = tmp_path_factory.mktemp("explain-stages")
+    broker = EmbeddedBroker(tmp / "broker")
+    where = generate(broker, 50, seed)
+    b = StreamBuilder(job_id("explain-stages"), shuffle_queues=2)
+    (b.source("in", JsonDeserializer()).key_by(lambda r: r["k"]).sum(lambda r: 1 << r["id"]).to_rstream()
+     .key_by(lambda s: 0).reduce(lambda acc, s: acc | s).to_rstream().sink("out", JsonSerializer(with_key=True)))
+    job = run(b, broker, tmp, max_records_per_queue=batch)
+    for queue, offset, doc in random.Random(seed).sample(sink_records(broker, "out"), 5):
+        e = job.explain("out", queue, offset)
+        assert e.kind == "aggregation" and e.exact
+        assert all(c.topic in job.topology.shuffle_topics for c in e.inputs)  # the second stage reads a shuffle
+        assert set(e.upstream) == {c.via for c in e.inputs}  # each followed back through the first stage
+        assert e.sources == {where[i] for i in bits(doc["value"])}
+        assert "from" in e.summary and "came from" in e._repr_html_()
+
+
 # -- windows -----------------------------------------------------------------------------------------
 @pytest.mark.unit
 @EXAMPLES
