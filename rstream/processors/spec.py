@@ -10,7 +10,7 @@ definition" on the spec it passes reaches the module of the processor that runs 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -102,8 +102,12 @@ class OperatorSpec:
         return f"<operator {self.kind}>"
 
     def __reduce__(self) -> Any:
-        # specs are module constants: pickle them by name, so a task's copy is the worker's own
-        return (spec_of, (self.kind,))
+        # specs are module constants: pickled by name, so a task's copy is the worker's own; with its
+        # fields too, for a worker that has not loaded the module that declared it (a newcomer's
+        # operator declared in a notebook, whose functions cloudpickle sends by value)
+        if self.make is None or self.make.__module__.startswith("rstream."):
+            return (spec_of, (self.kind,))
+        return (_spec_or_declare, (self.kind, tuple(getattr(self, f.name) for f in fields(self))))
 
 
 _SPECS: dict[str, OperatorSpec] = {}
@@ -115,6 +119,15 @@ def register(spec: OperatorSpec) -> OperatorSpec:
         raise ValueError(f"two operator specs of kind {spec.kind!r}")
     _SPECS[spec.kind] = spec
     return spec
+
+
+def _spec_or_declare(kind: str, values: tuple[Any, ...]) -> OperatorSpec:
+    """The spec of ``kind`` where this process knows it, else the spec of these field values, declared."""
+    try:
+        return spec_of(kind)
+    except ValueError:
+        declared = OperatorSpec(*values)
+        return register(declared)
 
 
 def spec_of(kind: str) -> OperatorSpec:

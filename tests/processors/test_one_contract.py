@@ -99,3 +99,42 @@ def test_no_operator_module_imports_another_operator_module() -> None:
     offenders = sorted(f"{module} imports {other}" for module, path in operators.items()
                        for other in _imported(path) & set(operators) if other != module)
     assert not offenders, offenders
+
+
+def test_an_operator_declared_in_a_notebook_reaches_a_worker_that_never_saw_it(tmp_path: Path) -> None:
+    """A notebook declares an operator (its spec and processor in ``__main__``) after Spark's workers
+    started: a task carries the spec with its fields, which cloudpickle sends by value, and the worker
+    declares it (``OperatorSpec.__reduce__``). Two fresh interpreters play the kernel and the worker."""
+    import subprocess
+    import sys
+
+    blob = tmp_path / "task.pickle"
+    kernel = f"""
+from pyspark import cloudpickle
+from rstream.processors.base import Processor
+from rstream.processors.spec import STATEFUL_STYLE, OperatorSpec, Shuffle, register
+
+class Doubler(Processor):
+    def process(self, key, value, ts):
+        self.forward(key, value * 2, ts)
+
+def make(name, params, settings, sink_queues):
+    return Doubler(name)
+
+spec = register(OperatorSpec("doubler", STATEFUL_STYLE, make, shuffle=Shuffle.BY_KEY))
+open({str(blob)!r}, "wb").write(cloudpickle.dumps(spec))
+"""
+    worker = f"""
+import pickle
+from rstream.processors.spec import spec_of
+spec = pickle.load(open({str(blob)!r}, "rb"))
+assert spec is spec_of("doubler"), "declared on the worker, and found by its kind from then on"
+out = []
+proc = spec.make("DOUBLER-2", {{}}, None, {{}})
+proc.forward = lambda k, v, ts: out.append(v)
+proc.process("k", 21, 0)
+print(out)
+"""
+    subprocess.run([sys.executable, "-c", kernel], check=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", worker], check=True, timeout=60, capture_output=True, text=True)
+    assert done.stdout.strip() == "[42]"
