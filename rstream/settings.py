@@ -76,8 +76,9 @@ class JobProperties:
     - ``shuffle_in_source_job``: a batch's source tasks also run its shuffle side, once all its
       source ranges are committed, where the shuffle topic is written by sources only (True,
       default: one Spark job per batch instead of two; for windows and joins also in the batch that
-      ``run_until_idle``'s idle flush follows: its tasks send the flush); False: always as a second
-      Spark job, which the driver starts when the first has ended.
+      ``run_until_idle``'s idle flush follows: its tasks send the flush), where the topology has the
+      ``"shuffle in source"`` rewrite (``build(optimize=...)``, drawn in its title); False: always as
+      a second Spark job, which the driver starts when the first has ended.
     - ``processing_guarantee``: ``"exactly_once"`` (default: a range's sink records go to the broker
       in the same transaction as its state changes, shuffle records and commit tag, so a rerun writes
       nothing twice) or ``"at_least_once"`` (its sink records are appended first, on their own, then

@@ -36,7 +36,13 @@ CHUNKS = Rewrite("chunks", "pure stages run over chunks of records, as list oper
 #: where only pure stages stand between them.
 FIRE_TO_SINK = Rewrite("fire to sink", "a window writes the results it fires at once into its sink")
 
-REWRITES = {r.name: r for r in (COMBINE, CHUNKS, FIRE_TO_SINK)}
+#: On Spark, a batch's source tasks also run its shuffle side once all its source ranges are
+#: committed, where a shuffle topic is written by sources only (one Spark job per batch instead of two;
+#: ``rstream.runtime.shuffle_share``). The job property ``shuffle_in_source_job`` can still turn it off
+#: for a run; the driver then starts the second job.
+SHUFFLE_IN_SOURCE = Rewrite("shuffle in source", "the source tasks also run the shuffle side of their batch")
+
+REWRITES = {r.name: r for r in (COMBINE, CHUNKS, FIRE_TO_SINK, SHUFFLE_IN_SOURCE)}
 ALL = frozenset(REWRITES)
 
 

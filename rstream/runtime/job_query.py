@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 from rstream import progressbar
+from rstream.processors import rewrites
 from rstream.progressbar import NoBar, progress_bar, set_total
 from rstream.runtime.config import dump_blob, load_blob
 from rstream.runtime.job_core import JobCore
@@ -155,6 +156,8 @@ class QueryDriver:
         topology, props = self.core.topology, self.core.properties
         cfg = self.core.task_config()
         tasks = props.tasks or self.spark.sparkContext.defaultParallelism
+        # the shuffle side in the source tasks: the topology's rewrite, unless the job property turns it off
+        share = props.shuffle_in_source_job and rewrites.SHUFFLE_IN_SOURCE.name in topology.optimizations
         return {
             "job": self.core.job_id,
             # the task config and the broker carry a broker's credentials (RocketMQ with ACL): option names
@@ -166,11 +169,10 @@ class QueryDriver:
             "initialOffsets": json.dumps(self._initial_offsets()),
             "tasks": str(tasks),
             "maxRecordsPerQueue": str(props.max_records_per_queue),
-            "shufflesInTasks": json.dumps(topology.shuffles_after_sources if props.shuffle_in_source_job else []),
-            "framedInTasks": json.dumps(topology.framed_after_sources if props.shuffle_in_source_job else []),
+            "shufflesInTasks": json.dumps(topology.shuffles_after_sources if share else []),
+            "framedInTasks": json.dumps(topology.framed_after_sources if share else []),
             # the tasks send run_until_idle's idle flush when every window and join topic is theirs
-            "flushInTasks": json.dumps(topology.framed_topics if props.shuffle_in_source_job
-                                       and topology.framed_by_sources else []),
+            "flushInTasks": json.dumps(topology.framed_topics if share and topology.framed_by_sources else []),
             "slots": str(self.spark.sparkContext.defaultParallelism),
         }
 

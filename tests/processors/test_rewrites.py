@@ -30,12 +30,12 @@ def test_every_job_gives_the_same_records_with_a_rewrite_off(name: str, seed: in
 def test_the_rewrites_are_drawn_and_named_and_an_unknown_one_is_refused() -> None:
     b = StreamBuilder("drawn")
     b.source("clicks").key_by(str).count().to_rstream().sink("counts")
-    assert "rewrites: chunks, combine, fire to sink" in b.build().real_dot()
+    assert "rewrites: chunks, combine, fire to sink, shuffle in source" in b.build().real_dot()
     plain = b.build(optimize=())
     assert "real topology (no rewrites)" in plain.real_dot() and "COMBINE" not in plain.real_dot()
     assert b.build(optimize=["chunks"]).optimizations == {"chunks"}
     assert "combine" not in b.build(combine=False).optimizations
-    with pytest.raises(DslError, match=r"no rewrite named 'fuse'; rstream has 'chunks', 'combine', 'fire to sink'"):
+    with pytest.raises(DslError, match=r"no rewrite named 'fuse'; rstream has 'chunks', 'combine', 'fire to sink', 'shuffle in source'"):
         b.build(optimize=["fuse"])
 
 

@@ -18,6 +18,7 @@ import pytest
 from rstream import EmbeddedBroker, StreamBuilder, TextDeserializer, TextSerializer, Time, TumblingWindow
 from rstream.broker.base import BrokerError
 from rstream.broker.embedded import broker as embedded_broker
+from rstream.processors.rewrites import ALL, SHUFFLE_IN_SOURCE
 from rstream.runtime import config, job_query, queue_run, shuffle_share
 from rstream.runtime.commit import run_partition
 from rstream.runtime.config import dump_blob
@@ -138,6 +139,7 @@ def _count_driver_jobs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @pytest.mark.parametrize("props, driver_jobs", [
     ({}, False),  # two source queues on local[2]: the source job runs the shuffle side too
     ({"shuffle_in_source_job": False}, True),
+    ({"optimize": ALL - {SHUFFLE_IN_SOURCE.name}}, True),  # the rewrite off: the same counts, the driver's job
     ({"tasks": 4}, True),  # more tasks than cores: some would wait for others, so the driver does it
 ])
 def test_one_spark_job_per_batch_where_the_source_tasks_can_run_the_shuffle(
@@ -146,7 +148,10 @@ def test_one_spark_job_per_batch_where_the_source_tasks_can_run_the_shuffle(
     broker.create_topic("sentences", queues=4 if "tasks" in props else 2)
     broker.send_batch("sentences", SENTENCES)
     calls = _count_driver_jobs(monkeypatch)
-    job = make_job(wordcount(job_id("onejob")), **props)
+    optimize = props.pop("optimize", None)
+    topology = wordcount(job_id("onejob")).build(optimize=optimize)
+    assert ("shuffle in source" in topology.real_dot()) is (optimize is None)  # drawn in the title
+    job = make_job(topology, **props)
     job.run_until_idle(timeout=120)
     assert_exact_counts(broker, "counts", SENTENCES)
     assert bool(calls) is driver_jobs
