@@ -64,11 +64,13 @@ class StreamBuilder:
           the shuffle topic holds partials. ``combine=False`` turns this one off.
         - ``"chunks"``: pure stages run over chunks of records at once.
         - ``"fire to sink"``: a window writes the results it fires at once into its sink.
+        - ``"shuffle in source"``: on Spark, a batch's source tasks also run its shuffle side (one Spark
+          job per batch instead of two).
 
         >>> b = StreamBuilder("ex")
         >>> b.source("words").key_by(str).count().to_rstream().sink("counts")
         >>> b.build().describe().splitlines()[0]
-        "Topology of job 'ex' (rewrites: chunks, combine, fire to sink)"
+        "Topology of job 'ex' (rewrites: chunks, combine, fire to sink, shuffle in source)"
         >>> b.build(optimize=()).describe().splitlines()[0]
         "Topology of job 'ex' (no rewrites)"
         """
