@@ -70,9 +70,8 @@ class JobProperties:
     - ``aggregate_emit``: ``"record"`` (default, as RocketMQ Streams: every input record emits its
       key's updated result, in the order records arrive, or in data-time order where the aggregation
       says ``order="data_time"``: ``rstream.processors.aggregate``) or ``"batch"`` (each key's result
-      once per micro-batch; count, sum,
-      min, max and avg then combine values before the shuffle where the topology has a ``COMBINE``
-      node, as Spark does; far faster, fewer updates).
+      once per micro-batch; count, sum, min, max and avg then combine values before the shuffle where
+      the topology has a ``COMBINE`` node, as Spark does; far faster, fewer updates).
     - ``shuffle_in_source_job``: a batch's source tasks also run its shuffle side, once all its
       source ranges are committed, where the shuffle topic is written by sources only (True,
       default: one Spark job per batch instead of two; for windows and joins also in the batch that

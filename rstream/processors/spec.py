@@ -105,7 +105,7 @@ class OperatorSpec:
         # specs are module constants: pickled by name, so a task's copy is the worker's own; with its
         # fields too, for a worker that has not loaded the module that declared it (a newcomer's
         # operator declared in a notebook, whose functions cloudpickle sends by value)
-        if self.make is None or self.make.__module__.startswith("rstream."):
+        if self.make is None or (getattr(self.make, "__module__", None) or "").startswith("rstream."):
             return (spec_of, (self.kind,))
         return (_spec_or_declare, (self.kind, tuple(getattr(self, f.name) for f in fields(self))))
 
