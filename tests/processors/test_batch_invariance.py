@@ -82,8 +82,9 @@ def test_the_issue_s_dedup_lets_every_burst_s_first_event_pass_at_every_cap(tmp_
 def test_a_running_sum_over_several_source_queues_gives_the_plain_running_sums_at_any_cap(seed: int, n: int,
                                                                                           cap: int) -> None:
     """Every update of a running sum in data-time order (``order="data_time"``) over three source queues,
-    at any batch cap: the running sums of the plain computation over each key's values in data-time order (the input is out of order, but
-    never by more than the lateness, and no two records share a time, so that order is the data's)."""
+    at any batch cap: the running sums of the plain computation over each key's values in data-time
+    order (the input is out of order, but never by more than the lateness, and no two records share a
+    time, so that order is the data's)."""
     import random
 
     rng = random.Random(seed)
