@@ -75,7 +75,7 @@ class ExplainError(RStreamError, LookupError):
 COLUMNS = ["kind", "topic", "queue", "offset", "data_time", "value", "via", "side", "batch_id", "before", "after",
            "note"]
 #: Columns of the HTML table whose text wraps: the rest are short.
-WRAPPED = frozenset({"value", "via", "before", "after", "note"})
+WRAPPED = frozenset({"topic", "value", "via", "before", "after", "note"})
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,8 @@ class Explanation:
     @property
     def sources(self) -> set[tuple[str, int, int | None]]:
         """The source records the result came from, through every stage before: ``records``, each one
-        of a shuffle topic replaced by what its stage's result came from."""
+        of a shuffle topic replaced by what its stage's result came from (one a note says was not
+        followed stays as it is)."""
         out: set[tuple[str, int, int | None]] = set()
         for c in self.inputs:
             if c.kind != "input":
@@ -533,13 +534,22 @@ def _through_stages(ex: _Explainer, explained: Explanation) -> Explanation:
     """``explained`` with each input that is a record of a shuffle topic (a stage after another stage)
     followed back: the record the stage before wrote is explained in turn, down to the sources."""
     upstream: dict[str, Explanation] = {}
+    combined: list[str] = []
     for c in explained.inputs:
         if c.kind == "input" and c.topic in ex.topology.shuffle_topics and c.via and c.via not in upstream:
             topic, queue, offset = c.via.rsplit("/", 2)
+            written = ex.job.broker.read(topic, int(queue), int(offset), int(offset) + 1)[0]
+            if wire.partial_kind(written.headers) is not None:  # the stage before's COMBINE made it
+                combined.append(c.via)
+                continue
             upstream[c.via] = _through_stages(ex, _explain(ex, topic, int(queue), int(offset)))
-    if not upstream:
+    notes = [*explained.notes] + ([
+        f"not followed into the stage before: {', '.join(combined)} (a COMBINE node's partial of that stage's "
+        "results; build the job without the \"combine\" rewrite to follow it, build(optimize=...))"]
+        if combined else [])
+    if not upstream and not combined:
         return explained
-    return dataclasses.replace(explained, upstream=upstream, exact=explained.exact and ex.all_exact,
+    return dataclasses.replace(explained, upstream=upstream, notes=notes, exact=explained.exact and ex.all_exact,
                                replayed=len(ex.replays))
 
 
@@ -625,13 +635,17 @@ class _Parts:
 
     def contributions(self) -> list[Contribution]:
         values = self.ex.source_values(i.where for i in self.inputs if i.kind == "input")
-        seen: set[tuple[str, int, int]] = set()
+        shuffles = self.ex.topology.shuffle_topics
+        seen: set[Any] = set()
         out = []
         for i in self.inputs:
             if i.kind == "input":
-                if i.where in seen:
+                # a source record once; a record of the stage before once per result of that stage it
+                # stands for (a combined partial of that stage's input stands for several, each followed)
+                seen_as = (i.where, i.via) if i.where[0] in shuffles else i.where
+                if seen_as in seen:
                     continue
-                seen.add(i.where)
+                seen.add(seen_as)
             out.append(Contribution(i.kind, *i.where, i.data_time, values.get(i.where), i.via, i.side, i.batch_id,
                                     i.before, i.after, i.note))
         return out

@@ -69,6 +69,15 @@ len(counts)'''),
 busiest = max(counts, key=lambda m: json.loads(m.body)["value"])
 job.explain("counts", busiest.queue_id, busiest.offset)'''),
     ("explain view", "ExplainView(job, \"counts\", busiest.queue_id, busiest.offset)"),
+    ("explain stages", '''\
+# two stages: views per page, then the largest of those counts so far, for odd and even counts
+stages = StreamBuilder("largest-count", shuffle_queues=2)
+(stages.source("views", JsonDeserializer()).key_by(lambda v: v["page"]).count().to_rstream()
+ .key_by(lambda n: n % 2).reduce(max).to_rstream().sink("per-count", JsonSerializer(with_key=True)))
+staged = RocketMQStream(stages.build(), broker=broker, spark=spark, properties={"data_dir": str(DATA)})
+staged.run_until_idle(progress=False)
+last = broker.read("per-count")[-1]
+staged.explain("per-count", last.queue_id, last.offset)'''),
     ("what if", "job.what_if(allowed_lateness_ms=300)"),
     ("what-if view", "WhatIfView(job, allowed_lateness_ms=300)"),
     ("stop", "job.stop()\nspark.stop()"),
@@ -109,7 +118,9 @@ def test_explain_and_what_if_render_clean_and_within_the_notebooks_width(lab: Ju
                 whatIfView: [count(cells["what-if view"], ".rstream-view-what-if img"),
                              count(cells["what-if view"], ".rstream-view-what-if table tr"),
                              count(cells["what-if view"], ".rstream-view-what-if select")],
-                texts: [text(cells.explain), text(cells["what if"])],
+                stages: [count(cells["explain stages"], ".rstream-explain details"),
+                         count(cells["explain stages"], ".rstream-explain details table tr")],
+                texts: [text(cells.explain), text(cells["what if"]), text(cells["explain stages"])],
                 broken: [...document.querySelectorAll(`[data-rstream-cell] img`)].filter(
                     (img) => !img.complete || img.naturalWidth === 0).length,
             };
@@ -126,6 +137,10 @@ def test_explain_and_what_if_render_clean_and_within_the_notebooks_width(lab: Ju
     assert drawn["whatIfView"][0] == 2 and drawn["whatIfView"][1] > 2 and drawn["whatIfView"][2] == 1, drawn
     assert drawn["broken"] == 0, drawn
     assert "window" in drawn["texts"][0] and "became late" in drawn["texts"][1], drawn["texts"]
+    # a result two shuffles away: each input of the second stage folded under the table, with its own rows
+    assert drawn["stages"][0] >= 1 and drawn["stages"][1] > 1, drawn
+    assert "of the stage before, from" in drawn["texts"][2] and "came from" in drawn["texts"][2], drawn["texts"]
     # the views' tables measured in both windows (a view that lost its class would pass unmeasured)
     assert {(t["window"], t["cell"]) for t in run.tables} >= {
-        (w, cell[c]) for w in ("normal", "narrow") for c in ("explain", "explain view", "what if", "what-if view")}, run.tables
+        (w, cell[c]) for w in ("normal", "narrow")
+        for c in ("explain", "explain view", "explain stages", "what if", "what-if view")}, run.tables

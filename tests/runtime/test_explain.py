@@ -122,6 +122,57 @@ def test_a_result_two_shuffles_away_is_explained_down_to_its_source_records(tmp_
         assert "from" in e.summary and "came from" in e._repr_html_()
 
 
+@pytest.mark.unit
+def test_a_stage_before_that_combined_its_results_is_not_followed_and_says_so(tmp_path: Path) -> None:
+    """A count of counts: with the combine rewrite the first stage sends its counts to the second as
+    partials, which an explanation does not follow (it says so, and names the rewrite); without it,
+    it follows each input back to the source records of its key."""
+    broker = EmbeddedBroker(tmp_path / "broker")
+    generate(broker, 40, 3)
+
+    def counts_of_counts(name: str) -> StreamBuilder:
+        b = StreamBuilder(job_id(name), shuffle_queues=2)
+        (b.source("in", JsonDeserializer()).key_by(lambda r: r["k"]).count().to_rstream()
+         .key_by(lambda n: n).count().to_rstream().sink(f"{name}-out", JsonSerializer(with_key=True)))
+        return b
+
+    for name, combine in (("combined", True), ("plain", False)):
+        job = run(counts_of_counts(name), broker, tmp_path, combine=combine)
+        queue, offset, doc = sink_records(broker, f"{name}-out")[-1]
+        e = job.explain(f"{name}-out", queue, offset)
+        if combine:
+            assert not e.upstream and any("COMBINE" in n and "combine" in n for n in e.notes), e.notes
+        else:  # each input: one key's n-th count, from that key's first n records
+            assert e.upstream and all(t == "in" for t, _q, _o in e.sources)
+            for up in e.upstream.values():
+                assert len(up.records) == doc["key"] and len({json.dumps(c.value["k"]) for c in up.inputs}) == 1
+
+
+@pytest.mark.unit
+def test_a_stage_after_a_combined_count_follows_every_count_it_took(tmp_path: Path) -> None:
+    """Counts per key (their source records combined before the first shuffle: one partial stands for
+    many updates), then the sum of the even and of the odd counts so far (each count changes its sum):
+    the last result of each comes from every key's records up to its largest count of that parity,
+    in read order."""
+    broker = EmbeddedBroker(tmp_path / "broker")
+    where = generate(broker, 60, 5)
+    b = StreamBuilder(job_id("explain-largest"), shuffle_queues=2)
+    (b.source("in", JsonDeserializer()).key_by(lambda r: r["k"]).count().to_rstream()
+     .key_by(lambda n: n % 2).sum(lambda n: n).to_rstream().sink("out", JsonSerializer(with_key=True)))
+    job = run(b, broker, tmp_path)
+    order = in_read_order(by_queue(broker), 10**6)
+    last = {doc["key"]: (queue, offset) for queue, offset, doc in sorted(sink_records(broker, "out"))}
+    for parity, (queue, offset) in last.items():
+        per_key: dict[str, list[dict[str, Any]]] = {}
+        for r in order:
+            per_key.setdefault(r["k"], []).append(r)
+        expected = set()
+        for records in per_key.values():
+            n = len(records) if len(records) % 2 == parity else len(records) - 1
+            expected |= {where[r["id"]] for r in records[:n]}
+        assert job.explain("out", queue, offset).sources == expected
+
+
 # -- windows -----------------------------------------------------------------------------------------
 @pytest.mark.unit
 @EXAMPLES
