@@ -131,7 +131,8 @@ class WatermarkDecision:
 class Explanation:
     """The backward lineage of one sink record (``job.explain``): ``inputs`` (the records that went
     into it, each where it is in its source topic), ``late`` (records of the same key and window that
-    were late or dead letters instead, with their causes), ``watermark`` (a window's firing), and the
+    were late or dead letters instead, with their causes; for a window's final result also those that
+    came after it), ``watermark`` (a window's firing), and the
     operator that made it. ``records``: the inputs as ``(topic, queue, offset)``. ``exact``: every
     re-executed range gave the committed outputs."""
 
@@ -448,14 +449,17 @@ class _Explainer:
         return out
 
     # -- the operator's input ------------------------------------------------------------------------
-    def candidates(self, topic: str, queue: int, end: int, key: Any,
-                   times: tuple[int, int] | None = None) -> list[_Candidate]:
-        """The records of ``key`` in ``topic``/``queue`` below ``end`` (a window's: with a data time in
-        ``times``, or a partial holding one), each in the committed range that read it."""
+    def candidates(self, topic: str, queue: int, end: int | None, key: Any,
+                   times: tuple[int, int] | None = None, start: int = 0) -> list[_Candidate]:
+        """The records of ``key`` in ``topic``/``queue`` from ``start`` below ``end`` (None: the
+        queue's end; a window's: with a data time in ``times``, or a partial holding one), each in the
+        committed range that read it."""
         kb = encode(key)
         framed = topic in self.topology.framed_topics
         found = []
-        for block in read_blocks(self.job.broker, topic, queue, 0, end):
+        if end is None:
+            end = self.job.broker.end_offsets(topic)[queue]
+        for block in read_blocks(self.job.broker, topic, queue, start, end):
             for offset, k, body, born, _store, headers in block.rows():
                 if k != kb:
                     continue
@@ -771,6 +775,8 @@ class _Parts:
             changed, before, after = self.ex.state_of(c, emit.operator, mine)
             if changed:
                 self._add(c, before, after, window=(start, end), key=key)
+        if self.kind == "window":  # a final result: records of its window that came after it were late too
+            candidates += self.ex.candidates(self.topic, self.queue, None, key, (start, end), self.tag.end_offset)
         self._late_and_dead(candidates, (start, end))
         if "producers" in moment or emit.during is None or emit.during in result.control:
             self.decision = _decision(result, emit, moment, end)

@@ -12,7 +12,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rstream import (
@@ -177,6 +177,7 @@ def test_a_stage_after_a_combined_count_follows_every_count_it_took(tmp_path: Pa
 @pytest.mark.unit
 @EXAMPLES
 @given(seed=st.integers(0, 10_000), batch=st.integers(5, 40), agg=st.sampled_from(["sum", "count"]))
+@example(seed=561, batch=16, agg="count")  # a record of the window late after its final result's range
 def test_a_windows_result_is_explained_by_its_keys_on_time_records_and_its_late_ones(
         tmp_path_factory: Any, seed: int, batch: int, agg: str) -> None:
     tmp = tmp_path_factory.mktemp("explain-window")
