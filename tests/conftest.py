@@ -14,7 +14,7 @@ import pytest
 pytest.register_assert_rewrite("tests.support")
 
 from rstream import EmbeddedBroker, StreamBuilder  # noqa: E402
-from tests.support.rocketmq import stop_session_server  # noqa: E402
+from tests.support.rocketmq import start_early, stop_early, stop_session_server  # noqa: E402
 
 if TYPE_CHECKING:  # loaded by the fixtures that need Spark: the pure-Python tests never load pyspark
     from rstream import RocketMQStream
@@ -74,9 +74,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # user: an idle LocalRocketMQ's JVMs take about a third of a core, which every other test would pay for.
     items.sort(key=lambda item: SERVERS.index(server_of(item)) + 1 if server_of(item) else 0)
     LAST_USER.clear()
+    FIRST_USER.clear()
     for item in items:
         if server_of(item):
             LAST_USER[server_of(item)] = item.nodeid
+            FIRST_USER.setdefault("item", item.nodeid)
+    FIRST_USER["servers"] = sorted(LAST_USER)
 
 
 def server_of(item: pytest.Item) -> str | None:
@@ -85,6 +88,8 @@ def server_of(item: pytest.Item) -> str | None:
     names = set(getattr(item, "fixturenames", ()))
     callspec = getattr(item, "callspec", None)
     kind = callspec.params.get("broker_factory") if callspec is not None else None
+    if "retention_rocketmq" in names:
+        return "retention_rocketmq"
     if kind == "rocketmq-2" or "rocketmq_cluster" in names:
         return "rocketmq_cluster"
     if kind == "rocketmq" or "local_rocketmq" in names:
@@ -93,9 +98,23 @@ def server_of(item: pytest.Item) -> str | None:
 
 
 #: The session-scoped servers of ``tests/support/rocketmq.py``, in the order their users run, at the end.
-SERVERS = ("rocketmq_cluster", "local_rocketmq")
+#: ``retention_rocketmq`` starts in the background when the first of them begins (``start_early``): its
+#: broker's first minute passes while the others' tests run.
+SERVERS = ("rocketmq_cluster", "local_rocketmq", "retention_rocketmq")
 #: Per server, the node id of the last test that uses it.
 LAST_USER: dict[str, str] = {}
+#: The node id of the first test that uses a session server, and the servers the session uses.
+FIRST_USER: dict[str, Any] = {}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.nodeid == FIRST_USER.get("item"):
+        for name in FIRST_USER["servers"]:
+            start_early(name)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    stop_early()
 
 
 @pytest.hookimpl(hookwrapper=True)

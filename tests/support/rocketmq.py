@@ -1,6 +1,6 @@
 """A real RocketMQ for the tests: ``local_rocketmq``, one LocalRocketMQ started once for the whole test
 session (registered in tests/conftest.py, so any test may ask for it; it starts on first use, about
-10 to 25 s on 2 shared cores, and stops at the session's end), and a few remoting requests to look into a
+6 to 15 s on 2 shared cores, and stops at the session's end), and a few remoting requests to look into a
 broker below RocketMQBroker (``rstream.rocketmq.remoting``). Without a JVM: the protocol's bytes as
 RocketMQ writes them (``stored_message``, ``frame``) and a fake server that answers what a test says
 (``ScriptedServer``), for the decoder's and the client's tests.
@@ -17,6 +17,11 @@ wheel is off (a fifth of a core per broker; only the official client's consumer 
 tests only produce with it; Java's push consumer, ``push_consume``, pulls). A test that kills one of its
 brokers asks for ``healthy_cluster`` too, which starts every broker that is down after it.
 
+``retention_rocketmq``: a third, of one broker whose commit-log files are deleted seconds after they were
+last written, for tests/rocketmq/test_retention.py; it starts in the background when the first test of a
+shared server begins (``start_early``), so that RocketMQ's first minute without a clean service passes
+while the other servers' tests run, and its tests run last.
+
 ``push_consume``: Java's push consumer (RocketMQ's own ``DefaultMQPushConsumer``, ``java/PushConsume.java``
 compiled once a session) reading a topic whole, for what a consumer outside rstream sees; ``grpc_push_consume``
 the same with the official gRPC Java client's ``PushConsumer`` (``java/GrpcPushConsume.java``), through the proxy.
@@ -27,6 +32,7 @@ from __future__ import annotations
 import base64
 import functools
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -129,17 +135,71 @@ class ShortRetention:
         self._thread.join(timeout=5)
 
 
-@pytest.fixture(scope="module")
+#: Servers started in the background ahead of their first user (``start_early``), by fixture name:
+#: the thread, and what it started or the error it met.
+_EARLY: dict[str, tuple[threading.Thread, dict[str, Any]]] = {}
+
+
+def start_early(name: str) -> None:
+    """Start the session server ``name`` in a background thread now, ahead of the first test that asks for it
+    (tests/conftest.py does so when the section of shared servers begins). Only ``retention_rocketmq`` is
+    worth it: RocketMQ's clean service begins a minute after its broker started
+    (``DefaultMessageStore.addScheduleTask``), a minute its tests would otherwise wait out, while this one
+    idles (timer wheel off) beside the other servers' tests."""
+    if name != "retention_rocketmq" or name in _EARLY or name in _RUNNING:
+        return
+    found: dict[str, Any] = {}
+
+    def start() -> None:
+        try:
+            home = Path(tempfile.mkdtemp(prefix="rocketmq-retention-"))
+            found["home"] = home
+            found["mq"] = LocalRocketMQ(home, broker_conf=RETENTION_CONF).start()
+        except BaseException as err:  # the fixture raises it, in the test that asks
+            found["error"] = err
+
+    thread = threading.Thread(target=start, name=f"start {name}", daemon=True)
+    thread.start()
+    _EARLY[name] = (thread, found)
+
+
+def stop_early() -> None:
+    """Stop what ``start_early`` started and no test took (a session cut short before its user ran)."""
+    while _EARLY:
+        _name, (thread, found) = _EARLY.popitem()
+        thread.join(timeout=300)
+        if found.get("home") is not None:
+            LocalRocketMQ(found["home"]).stop(grace=3.0)
+            shutil.rmtree(found["home"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
 def retention_rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalRocketMQ, ShortRetention]]:
     """A LocalRocketMQ of its own (one broker) whose commit-log files are deleted ``RETENTION_S`` seconds after
-    they were last written (``ShortRetention``), for a module's tests of what outlives retention."""
-    mq = LocalRocketMQ(tmp_path_factory.mktemp("rocketmq-retention"), broker_conf=RETENTION_CONF).start()
+    they were last written (``ShortRetention``), for the tests of what outlives retention; started early when
+    the session has other servers' tests to run first (``start_early``)."""
+    early = _EARLY.pop("retention_rocketmq", None)
+    home: Path | None = None
+    if early is not None:
+        thread, found = early
+        thread.join(timeout=300)
+        home = found.get("home")
+        if "error" in found or "mq" not in found:
+            if home is not None:
+                LocalRocketMQ(home).stop()  # whatever a failed start left
+            raise found.get("error") or RuntimeError("the retention RocketMQ did not start within 300 s")
+        mq = found["mq"]
+    else:
+        mq = LocalRocketMQ(tmp_path_factory.mktemp("rocketmq-retention"), broker_conf=RETENTION_CONF).start()
+    _RUNNING["retention_rocketmq"] = mq
     retention = ShortRetention(mq, RETENTION_S)
     try:
         yield mq, retention
     finally:
         retention.stop()
-        mq.stop(grace=3.0)
+        stop_session_server("retention_rocketmq")
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture
