@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from rstream.rocketmq import LocalRocketMQ
 from rstream.rocketmq import local as local_module
 from rstream.rocketmq.errors import RocketMQError
 from rstream.rocketmq.local import CLIENT_JAVA_VERSION, LIB_ENV, POM, ROCKETMQ_VERSION
-from rstream.rocketmq.remoting import Client
+from rstream.rocketmq.remoting import Client, Connection
 from tests.support.processes import child_env, gone_within, running
 from tests.support.rocketmq import (
     create_topic,
@@ -43,6 +44,8 @@ from tests.support.rocketmq import (
 )
 
 GIB = 2**30
+#: RocketMQ's request code by which a name server forgets a broker (``RequestCode.UNREGISTER_BROKER``).
+UNREGISTER_BROKER = 104
 
 
 def _free(port: int) -> bool:
@@ -226,6 +229,31 @@ def test_start_listens_on_its_host_only_and_the_broker_is_registered(local_rocke
 
 
 @pytest.mark.e2e
+def test_a_broker_asked_to_register_does_so_at_once_and_its_conf_stays_as_written(local_rocketmq: LocalRocketMQ) -> None:
+    """``start()`` asks a broker that skipped its registration at start to register now (its own next round
+    is up to 30 s away): taken off the name server by hand, the broker is back on it within a few seconds
+    of the request, and its ``broker.conf`` (which RocketMQ rewrites on a config update) is as written."""
+    mq = local_rocketmq
+    conf = mq.home / "conf" / "broker.conf"
+    written = conf.read_text()
+    name = mq.broker_names[0]
+    conn = Connection(mq.namesrv)
+    try:
+        gone = conn.request(UNREGISTER_BROKER, {"brokerAddr": mq.broker_addr, "clusterName": "DefaultCluster",
+                                                "brokerName": name, "brokerId": "0"})
+        assert gone.code == 0, gone
+    finally:
+        conn.close()
+    assert name not in Client(mq.namesrv).cluster_info().get("brokerAddrTable", {})
+    mq._nudge_registration(0)
+    deadline = time.monotonic() + 8
+    while name not in Client(mq.namesrv).cluster_info().get("brokerAddrTable", {}):
+        assert time.monotonic() < deadline, "the broker did not register when asked"
+        time.sleep(0.2)
+    assert conf.read_text() == written
+
+
+@pytest.mark.e2e
 def test_a_killed_broker_starts_again_on_its_store_and_stop_leaves_nothing(tmp_path: Path) -> None:
     home = tmp_path / "mq"
     # 127.0.0.2 (loopback too): host= decides every address, those RocketMQ is told and the shim's
@@ -271,7 +299,7 @@ def test_a_killed_broker_starts_again_on_its_store_and_stop_leaves_nothing(tmp_p
 _KERNEL = textwrap.dedent("""
     import json, sys, threading, time
     from rstream.rocketmq import LocalRocketMQ
-    from rstream.rocketmq.remoting import Client
+    from rstream.rocketmq.remoting import Client, Connection
 
     mq = LocalRocketMQ(sys.argv[1])
     if sys.argv[2] == "thread":
