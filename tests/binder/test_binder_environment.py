@@ -52,7 +52,8 @@ def test_notebook_00_runs_in_a_fresh_environment_made_from_binder_requirements(t
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_LOCAL_DIRS", "VIRTUAL_ENV")}
-    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(BINDER / "requirements.txt"), "ipykernel",
+    # --no-compile: the kernel compiles what it imports; byte-compiling all of pyspark up front is time only
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-compile", "-r", str(BINDER / "requirements.txt"), "ipykernel",
                            "-c", str(BINDER / "constraints.txt")], cwd=ROOT, env=clean, capture_output=True,
                           text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]

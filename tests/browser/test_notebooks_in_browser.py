@@ -111,6 +111,13 @@ SELF_CHECK = [
     ("hidden", "hidden = w.HTML('<table><caption>hidden</caption><tr><td style=\"white-space:nowrap\">' + 'y' * 600\n"
                "                + '</td></tr></table>', layout=w.Layout(overflow='hidden'))  # not even that\n"
                "hidden.add_class('fit-check')\nhidden"),
+    # tqdm's notebook bar made without a total is a full 20 px stub that shows no progress (what every
+    # ``run_until_idle()`` bar was until it set its total through ``rstream.progressbar.set_total``): reported;
+    # not a bar whose total came later that way, nor one made with its total
+    ("stub bar", "from tqdm.notebook import tqdm\nbar = tqdm(total=None, desc='unknown total')\nbar.update(3)\nbar.close()"),
+    ("bar set later", "from rstream.progressbar import set_total\nbar = tqdm(total=None, desc='total set later')\n"
+                      "set_total(bar, 10)\nbar.update(10)\nbar.close()"),
+    ("bar known", "bar = tqdm(total=10, desc='known total')\nbar.update(4)\nbar.close()"),
     ("raises", "1 / 0"),
     ("skipped", "print('never runs')"),
 ]
@@ -140,8 +147,9 @@ def test_harness_reports_what_is_wrong(lab: JupyterLab, page: Any, artifacts: Pa
         return [p for p in problems if p.startswith((f"cell {cell[kind]} ", f"cell {cell[kind]}:"))]
 
     assert run.finished, report
-    for kind in ("clean", "scrolls", "progress", "wait", "fits"):
+    for kind in ("clean", "scrolls", "progress", "wait", "fits", "bar set later", "bar known"):
         assert about(kind) == [], f"{kind}: a clean cell was reported\n{report}"
+    assert [p for p in about("stub bar") if "a progress bar only 20 px wide" in p] == about("stub bar") != [], report
     assert any("stderr box: 'something went wrong'" in p for p in about("stderr")), report
     assert any("output wider than the notebook: <div" in p for p in about("wide")), report
     assert any("a Traceback is visible" in p for p in about("traceback")), report
@@ -163,33 +171,6 @@ def test_harness_reports_what_is_wrong(lab: JupyterLab, page: Any, artifacts: Pa
     assert any("non-loopback URL (blocked): http://offsite.invalid/pixel.png" in p for p in problems), report
     assert not run.remote_connections, report
     assert not run.leftover_processes, report
-
-
-@pytest.mark.timeout(300)
-def test_harness_reports_a_progress_bar_drawn_as_a_stub(lab: JupyterLab, page: Any, artifacts: Path) -> None:
-    """tqdm's notebook bar made without a total is a full 20 px stub that shows no progress (what every
-    ``run_until_idle()`` bar was until it set its total through ``rstream.progressbar.set_total``): the
-    harness reports it, and not a bar whose total came later that way, nor one made with its total."""
-    import nbformat
-
-    cells = [
-        ("stub", "from tqdm.notebook import tqdm\nbar = tqdm(total=None, desc='unknown total')\nbar.update(3)\nbar.close()"),
-        ("set later", "from rstream.progressbar import set_total\nbar = tqdm(total=None, desc='total set later')\n"
-                      "set_total(bar, 10)\nbar.update(10)\nbar.close()"),
-        ("known", "bar = tqdm(total=10, desc='known total')\nbar.update(4)\nbar.close()"),
-    ]
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(src) for _kind, src in cells]
-    folder = lab.root / "harness-stub-bar"
-    folder.mkdir(exist_ok=True)
-    nbformat.write(nb, folder / "stub_bar.ipynb")
-    run = run_notebook(page, "harness-stub-bar/stub_bar.ipynb", lab, artifacts=artifacts / "harness-stub-bar")
-    report = run.report()
-    assert run.finished, report
-    by_cell = {i: [p for p in run.problems() if p.startswith(f"cell {i} ")] for i in range(len(cells))}
-    assert [p for p in by_cell[0] if "a progress bar only 20 px wide" in p] == by_cell[0] != [], report
-    assert by_cell[1] == [] and by_cell[2] == [], report
 
 
 @pytest.mark.timeout(300)
