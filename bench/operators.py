@@ -13,6 +13,11 @@ grows with the records they hold, against a plain Python loop doing the same in 
     N out-of-order events of 50 keys in 4 source queues, which it takes in data-time order (each
     record held until the watermark passes it). Baseline: the same function over the events sorted
     by time in a plain loop with a dict per key.
+(s) running sum: the same N events, ``sum`` of ``n`` per key, in arrival order (the default, as RocketMQ
+    Streams folds) and in data-time order (``order="data_time"``: each record held until the watermark
+    passes it; the same updates at any batch cut). Baseline: plain Python's running sums per key over
+    the events sorted by time. Reported: each order's time over the loop, and data-time over arrival
+    (what the order costs).
 
 Each part's sink is checked against its baseline's answer before a time is reported. Writes JSON to
 ``bench/out/operators-<commit>.json`` (``--json`` elsewhere); ``RESULTS.md`` holds the current rows.
@@ -161,11 +166,58 @@ def bench_process(tmp: Path, n: int, repeat: int) -> dict[str, Any]:
     return {"rstream_s": median(runs), "plain_s": plain_s, "passed": len(want), "ratio_plain": plain_s / median(runs)}
 
 
+# -- (s) running sum, arrival and data-time order ---------------------------------------------------------
+def _sums_plain(events: list[dict[str, Any]]) -> dict[str, list[int]]:
+    sums: dict[str, list[int]] = {}
+    for e in sorted(events, key=lambda e: (e["ts"], e["n"])):
+        run = sums.setdefault(e["user"], [])
+        run.append((run[-1] if run else 0) + e["n"])
+    return sums
+
+
+def _sum_job(order: str) -> StreamBuilder:
+    b = StreamBuilder(f"sum-{order.replace('_', '-')}", shuffle_queues=3)
+    (b.source("events", JsonDeserializer()).select_timestamp(lambda e: e["ts"]).key_by(lambda e: e["user"])
+     .sum(lambda e: e["n"], order=order).to_rstream().sink("out", JsonSerializer(with_key=True)))
+    return b
+
+
+def bench_sum(tmp: Path, n: int, repeat: int) -> dict[str, Any]:
+    events = _events(n)
+    plain_s, want = _timed(lambda: _sums_plain(events), repeat)
+    out: dict[str, Any] = {"plain_s": plain_s}
+    for order in ("arrival", "data_time"):
+        runs = []
+        for i in range(repeat):
+            folder = tmp / f"sum-{order}-{i}"
+            broker = EmbeddedBroker(folder / "broker")
+            broker.create_topic("events", queues=4)
+            for q in range(4):  # each queue its own quarter, in order of n: four producers
+                broker.send_batch("events", [json.dumps(e) for e in events if e["n"] % 4 == q], queue=q)
+            job = InProcessJob(_sum_job(order).build(), broker, folder / "job",
+                               {"allowed_lateness_ms": 2000, "idle_timeout_ms": 10**9})
+            began = time.perf_counter()
+            job.run_until_idle()
+            runs.append(time.perf_counter() - began)
+            got: dict[str, list[int]] = {}
+            for m in sorted(broker.read("out"), key=lambda m: (m.queue_id, m.offset)):
+                doc = json.loads(m.body)
+                got.setdefault(doc["key"], []).append(doc["value"])
+            shutil.rmtree(folder, ignore_errors=True)
+            right = got == want if order == "data_time" else {k: v[-1] for k, v in got.items()} == {
+                k: v[-1] for k, v in want.items()}
+            if not right:
+                raise SystemExit(f"running sum ({order}) of {n} events differs from the plain running sums")
+        out[order] = {"rstream_s": median(runs), "ratio_plain": plain_s / median(runs)}
+    out["data_time_over_arrival"] = out["data_time"]["rstream_s"] / out["arrival"]["rstream_s"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=20_000, help="records of the smaller interval join, events of (p)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--skip", default="", help="parts to leave out: interval,process")
+    ap.add_argument("--skip", default="", help="parts to leave out: interval,process,sum")
     ap.add_argument("--json", default=None, help="where to write the results (default bench/out/operators-<commit>.json)")
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -183,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
             results["process"] = r = bench_process(tmp, args.records, args.repeat)
             print(f"(p) dedup process function: {args.records} events {r['rstream_s']:.2f} s ({r['passed']} passed); "
                   f"plain loop / rstream {r['ratio_plain']:.3f}")
+        if "sum" not in skip:
+            results["sum"] = r = bench_sum(tmp, args.records, args.repeat)
+            print(f"(s) running sum: {args.records} events, arrival order {r['arrival']['rstream_s']:.2f} s, "
+                  f"data-time order {r['data_time']['rstream_s']:.2f} s ({r['data_time_over_arrival']:.2f}x); "
+                  f"plain loop / rstream {r['arrival']['ratio_plain']:.3f} and {r['data_time']['ratio_plain']:.3f}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     results["load_after"] = os.getloadavg()
