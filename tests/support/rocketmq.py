@@ -145,7 +145,9 @@ def start_early(name: str) -> None:
     (tests/conftest.py does so when the section of shared servers begins). Only ``retention_rocketmq`` is
     worth it: RocketMQ's clean service begins a minute after its broker started
     (``DefaultMessageStore.addScheduleTask``), a minute its tests would otherwise wait out, while this one
-    idles (timer wheel off) beside the other servers' tests."""
+    idles (timer wheel off) beside the other servers' tests. Started from a thread, its JVMs are not tied
+    to this process's life (``rstream.owned``): the fixture stops them after its last user, ``stop_early``
+    at the session's end if no test took them, and LocalRocketMQ's own handler at interpreter exit."""
     if name != "retention_rocketmq" or name in _EARLY or name in _RUNNING:
         return
     found: dict[str, Any] = {}
