@@ -315,6 +315,10 @@ _KERNEL = textwrap.dedent("""
         for i in range(3):
             client.send(mq.broker_addr, "before-the-crash", 1, b"m", {}, int(time.time() * 1000))
     ends = client.max_offset(mq.broker_addr, "before-the-crash", 1)
+    deadline = time.monotonic() + 30
+    while ends < 3 and time.monotonic() < deadline:  # the consume queue follows the commit log (reput), a moment later
+        time.sleep(0.1)
+        ends = client.max_offset(mq.broker_addr, "before-the-crash", 1)
     client.close()
     print(json.dumps({"pids": mq.pids, "stopped": mq.leftovers_stopped, "found": found, "ends": ends}), flush=True)
     if sys.argv[2] in ("hang", "thread"):
