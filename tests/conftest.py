@@ -79,7 +79,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if server_of(item):
             LAST_USER[server_of(item)] = item.nodeid
             FIRST_USER.setdefault("item", item.nodeid)
-    FIRST_USER["servers"] = sorted(LAST_USER)
 
 
 def server_of(item: pytest.Item) -> str | None:
@@ -103,13 +102,13 @@ def server_of(item: pytest.Item) -> str | None:
 SERVERS = ("rocketmq_cluster", "local_rocketmq", "retention_rocketmq")
 #: Per server, the node id of the last test that uses it.
 LAST_USER: dict[str, str] = {}
-#: The node id of the first test that uses a session server, and the servers the session uses.
-FIRST_USER: dict[str, Any] = {}
+#: The node id of the first test that uses a session server (``item``).
+FIRST_USER: dict[str, str] = {}
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.nodeid == FIRST_USER.get("item"):
-        for name in FIRST_USER["servers"]:
+        for name in LAST_USER:  # the servers the session uses
             start_early(name)
 
 

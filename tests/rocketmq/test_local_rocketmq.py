@@ -239,7 +239,7 @@ def test_a_broker_asked_to_register_does_so_at_once_and_its_conf_stays_as_writte
     name = mq.broker_names[0]
     conn = Connection(mq.namesrv)
     try:
-        gone = conn.request(UNREGISTER_BROKER, {"brokerAddr": mq.broker_addr, "clusterName": "DefaultCluster",
+        gone = conn.request(UNREGISTER_BROKER, {"brokerAddr": mq.broker_addr, "clusterName": local_module._CLUSTER,
                                                 "brokerName": name, "brokerId": "0"})
         assert gone.code == 0, gone
     finally:
@@ -299,7 +299,7 @@ def test_a_killed_broker_starts_again_on_its_store_and_stop_leaves_nothing(tmp_p
 _KERNEL = textwrap.dedent("""
     import json, sys, threading, time
     from rstream.rocketmq import LocalRocketMQ
-    from rstream.rocketmq.remoting import Client, Connection
+    from rstream.rocketmq.remoting import Client
 
     mq = LocalRocketMQ(sys.argv[1])
     if sys.argv[2] == "thread":
