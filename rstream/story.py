@@ -4,15 +4,20 @@
     shop = Shop()                        # seed 2026: the series' shop
     shop.reviews(3)                      # ['the lamp came fast and works great', ...]
     shop.views(0, 10_000, 6)             # page views, in the order they reach the broker
-    orders = shop.orders(8, 0, 30_000)   # and shop.payments(orders): most paid a little later
+    orders = shop.orders(0, 30_000)      # the shop's orders of its first 30 s: one order book
+    shop.payments(orders)                # most paid a few seconds later, some never
 
 Every notebook continues the same story: the shop's customers (``CUSTOMERS``, a few of them far
 busier than the rest), its pages and products, the reviews they write (01's word count), their page
 views as two or three web servers deliver them, late and out of order (02, 03), store credit and
-unpaid orders (04), orders, payments and profiles to join (05), and now and then a record nobody
-can parse (``malformed``). Neither RIP-58 nor RocketMQ Streams defines a data set: this is
+unpaid orders (04), orders, payments and profiles to join (05), orders counted per product on a
+cluster and on RocketMQ (06, 07), and now and then a record nobody can parse (``malformed``). Neither RIP-58 nor RocketMQ Streams defines a data set: this is
 rstream's, after apache/flink-training, whose labs all read one generated stream of New York taxi
 rides and their fares.
+
+The shop keeps one clock: times are milliseconds since it opened, and every notebook's data of a span
+of that time is the same data. Its orders are one book (``orders(start_ms, end_ms)``: 05's first
+30 s are the start of 06's and 07's first minute, with the same ids), and so are their payments.
 
 Each method draws from a generator of its own, seeded by the shop's seed, the method's name and its
 arguments: a notebook gets the same data whatever else it asked for before, and in any order
@@ -42,6 +47,12 @@ PAGES = ("home", "product", "search", "cart", "checkout")
 #: Products and their prices (whole euros, so sums read easily).
 PRODUCTS = {"mug": 12, "lamp": 45, "kettle": 30, "chair": 90, "rug": 60, "clock": 25}
 
+#: The shop's order book: one order every 4 s on average (15 a minute), from its opening at 0.
+ORDER_GAP_MS = 4_000
+
+#: Payments: each 0.5 to 6 s after its order; one order in five is never paid.
+PAYMENT_DELAY_MS, UNPAID_SHARE = 6_000, 0.2
+
 #: What a store credit account sees: refunds and vouchers in, purchases out (04's balances).
 CREDIT_MOVES = (-50, -20, -5, 10, 25, 100)
 
@@ -63,6 +74,7 @@ class Shop:
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"Shop(seed={seed!r}): the seed must be an int, such as Shop(seed=7)")
         self.seed = seed
+        self._book: list[dict[str, Any]] = []  # the order book as far as it was drawn
 
     def __repr__(self) -> str:
         return f"Shop(seed={self.seed})"
@@ -138,35 +150,48 @@ class Shop:
 
     # ---------------------------------------------------------------------- orders and payments
 
-    def orders(self, n: int, start_ms: int, end_ms: int, users: Sequence[str] = CUSTOMERS) -> list[dict[str, Any]]:
-        """``n`` orders ``{"order", "user", "product", "amount", "ts"}`` in ``[start_ms, end_ms)``, in time
-        order, numbered ``o1``, ``o2``, ... in that order."""
-        _check_count("orders", n)
-        if end_ms <= start_ms:
-            raise ValueError(f"orders({n}, {start_ms}, {end_ms}): end_ms must be after start_ms")
-        rng = self._rng("orders", n, start_ms, end_ms, tuple(users))
-        times = sorted(rng.randrange(start_ms, end_ms) for _ in range(n))
-        out = []
-        for i, ts in enumerate(times, 1):
+    def orders(self, start_ms: int, end_ms: int) -> list[dict[str, Any]]:
+        """The shop's orders ``{"order", "user", "product", "amount", "ts"}`` placed in ``[start_ms, end_ms)``,
+        in time order. The shop has one order book: orders come one after another from its opening at 0,
+        about one every ``ORDER_GAP_MS`` on average, numbered ``o1``, ``o2``, ... from there, so
+        ``orders(0, 30_000) + orders(30_000, 60_000) == orders(0, 60_000)`` and an order has the same id,
+        customer and time in every notebook that asks for its minute."""
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in (start_ms, end_ms)):
+            raise TypeError(f"orders({start_ms!r}, {end_ms!r}): the times are ints of milliseconds since the "
+                            "shop opened, such as orders(0, 60_000) for its first minute")
+        if start_ms < 0 or end_ms <= start_ms:
+            raise ValueError(f"orders({start_ms}, {end_ms}): a span of the shop's time, 0 <= start_ms < end_ms")
+        book = self._order_book(end_ms)
+        return [dict(o) for o in book if start_ms <= o["ts"] < end_ms]
+
+    def _order_book(self, until_ms: int) -> list[dict[str, Any]]:
+        # the book so far, drawn on as far as asked: order i's gap and fields come from a generator of
+        # its own (seeded by the shop's seed and i), so the book is the same however far it was drawn
+        book = self._book
+        ts = book[-1]["ts"] if book else 0
+        while ts < until_ms:
+            i = len(book) + 1
+            rng = self._rng("order", i)
+            ts += max(100, round(rng.expovariate(1 / ORDER_GAP_MS)))
             product = rng.choice(list(PRODUCTS))
             quantity = rng.choice([1, 1, 1, 2, 3])
-            out.append({"order": f"o{i}", "user": self._customer(rng, users), "product": product,
-                        "amount": PRODUCTS[product] * quantity, "ts": ts})
-        return out
+            book.append({"order": f"o{i}", "user": self._customer(rng), "product": product,
+                         "amount": PRODUCTS[product] * quantity, "ts": ts})
+        return book
 
-    def payments(self, orders: Sequence[dict[str, Any]], unpaid_share: float = 0.2,
-                 max_delay_ms: int = 6_000) -> list[dict[str, Any]]:
-        """A payment ``{"order", "amount", "ts"}`` for most of ``orders``, 0.5 s to ``max_delay_ms``
-        after its order, in time order; ``unpaid_share`` of the orders are never paid."""
-        if not 0 <= unpaid_share <= 1:
-            raise ValueError(f"payments(unpaid_share={unpaid_share!r}): a share is between 0 and 1")
-        if max_delay_ms < 500:
-            raise ValueError(f"payments(max_delay_ms={max_delay_ms}): a payment comes at least 500 ms after its order")
+    def payments(self, orders: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The payments ``{"order", "amount", "ts"}`` of ``orders``, in time order. Like the orders they are
+        one book: an order is paid 0.5 to ``PAYMENT_DELAY_MS`` after it, or (about one in
+        ``round(1 / UNPAID_SHARE)``) never, the same in every notebook."""
         out = []
         for o in orders:
-            rng = self._rng("payment", o["order"], o["ts"], unpaid_share, max_delay_ms)
-            if rng.random() >= unpaid_share:
-                out.append({"order": o["order"], "amount": o["amount"], "ts": o["ts"] + rng.randrange(500, max_delay_ms + 1)})
+            if not isinstance(o, dict) or not {"order", "amount", "ts"} <= set(o):
+                raise ValueError(f"payments(...): {o!r} is not one of the shop's orders; pass what "
+                                 "shop.orders(start_ms, end_ms) returned")
+            rng = self._rng("payment", o["order"])
+            if rng.random() >= UNPAID_SHARE:
+                out.append({"order": o["order"], "amount": o["amount"],
+                            "ts": o["ts"] + rng.randrange(500, PAYMENT_DELAY_MS + 1)})
         out.sort(key=lambda p: (p["ts"], p["order"]))
         return out
 

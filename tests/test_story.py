@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rstream.story import CREDIT_MOVES, CUSTOMERS, PAGES, PRODUCTS, Shop
+from rstream.story import CREDIT_MOVES, CUSTOMERS, PAGES, PAYMENT_DELAY_MS, PRODUCTS, Shop
 
 SEEDS = st.integers(0, 2**32)
 
@@ -56,31 +56,52 @@ def test_customers_are_skewed_as_the_notebooks_say() -> None:
     assert set(counts) == set(CUSTOMERS)
 
 
-@settings(deadline=None, max_examples=50)
-@given(seed=SEEDS, n=st.integers(0, 60), unpaid=st.floats(0, 1), delay=st.integers(500, 20_000))
-def test_payments_come_after_their_orders_and_some_orders_are_never_paid(
-        seed: int, n: int, unpaid: float, delay: int) -> None:
+@settings(deadline=None, max_examples=40)
+@given(seed=SEEDS, cuts=st.lists(st.integers(1, 120_000), max_size=5))
+def test_the_orders_are_one_book_however_its_time_is_cut(seed: int, cuts: list[int]) -> None:
+    whole = Shop(seed).orders(0, 120_000)
+    assert [o["order"] for o in whole] == [f"o{i}" for i in range(1, len(whole) + 1)]  # from the opening
+    assert [o["ts"] for o in whole] == sorted(o["ts"] for o in whole)
+    assert all(0 < o["ts"] < 120_000 and o["amount"] % PRODUCTS[o["product"]] == 0 for o in whole)
+    shop = Shop(seed)  # asked in pieces, the latest first: the same orders, the same ids
+    edges = sorted({0, *cuts, 120_000})
+    pieces = [shop.orders(lo, hi) for lo, hi in reversed(list(zip(edges, edges[1:])))]
+    assert [o for piece in reversed(pieces) for o in piece] == whole
+    for o in whole:  # what a caller does with its orders is not the shop's book
+        o["amount"] = -1
+    assert Shop(seed).orders(0, 120_000) == shop.orders(0, 120_000) != whole or not whole
+
+
+@settings(deadline=None, max_examples=40)
+@given(seed=SEEDS, lo=st.integers(0, 100_000))
+def test_payments_are_one_book_too_and_come_after_their_orders(seed: int, lo: int) -> None:
     shop = Shop(seed)
-    orders = shop.orders(n, 0, 60_000)
-    assert [o["order"] for o in orders] == [f"o{i}" for i in range(1, n + 1)]
-    assert [o["ts"] for o in orders] == sorted(o["ts"] for o in orders)
-    assert all(o["amount"] % PRODUCTS[o["product"]] == 0 for o in orders)
+    orders = shop.orders(0, 120_000)
     by_id = {o["order"]: o for o in orders}
-    payments = shop.payments(orders, unpaid_share=unpaid, max_delay_ms=delay)
+    payments = shop.payments(orders)
     assert len({p["order"] for p in payments}) == len(payments)
     for p in payments:
         order = by_id[p["order"]]
-        assert order["ts"] + 500 <= p["ts"] <= order["ts"] + delay and p["amount"] == order["amount"]
+        assert order["ts"] + 500 <= p["ts"] <= order["ts"] + PAYMENT_DELAY_MS and p["amount"] == order["amount"]
     assert [p["ts"] for p in payments] == sorted(p["ts"] for p in payments)
-    if unpaid == 0:
-        assert len(payments) == n
-    if unpaid == 1:
-        assert payments == []
+    some = shop.orders(lo, lo + 20_000)  # an order is paid (or not) alike whichever list it came in
+    assert shop.payments(some) == [p for p in payments if p["order"] in {o["order"] for o in some}]
 
 
-def test_about_one_order_in_five_is_never_paid() -> None:
-    orders = Shop().orders(1_000, 0, 10**7)
-    assert 150 <= 1_000 - len(Shop().payments(orders)) <= 250
+def test_the_shop_takes_about_fifteen_orders_a_minute_and_one_in_five_is_never_paid() -> None:
+    orders = Shop().orders(0, 4_000 * 1_000)
+    assert 900 <= len(orders) <= 1_100
+    assert 150 <= len(orders) - len(Shop().payments(orders)) <= 250
+
+
+def test_orders_05_to_07_quote_are_the_books() -> None:
+    """The notebooks' text quotes these (05: o2 paid across a window edge, o11 never paid)."""
+    first_minute = Shop().orders(0, 60_000)
+    assert [o["order"] for o in first_minute] == [f"o{i}" for i in range(1, 12)]
+    paid = {p["order"]: p["ts"] for p in Shop().payments(first_minute)}
+    o2 = first_minute[1]
+    assert (o2["ts"], paid["o2"]) == (19_959, 20_578) and "o11" not in paid
+    assert [o["order"] for o in Shop().orders(60_000, 120_000)] == [f"o{i}" for i in range(12, 24)]
 
 
 def test_traffic_is_sorted_by_arrival_and_a_share_of_it_is_late() -> None:
@@ -124,8 +145,8 @@ def test_malformed_records_cannot_be_read_as_json() -> None:
 @pytest.mark.parametrize("call, message", [
     (lambda s: s.views(10, 10, 3), "end_ms must be after start_ms"),
     (lambda s: s.reviews(-1), "number of records must be an int"),
-    (lambda s: s.payments([], unpaid_share=1.5), "a share is between 0 and 1"),
-    (lambda s: s.payments([], max_delay_ms=100), "at least 500 ms"),
+    (lambda s: s.orders(0, 0), "0 <= start_ms < end_ms"),
+    (lambda s: s.payments([{"order": "o1"}]), "not one of the shop's orders"),
     (lambda s: s.traffic(late_share=-0.1), "a share is between 0 and 1"),
 ])
 def test_bad_arguments_say_what_is_wrong(call, message) -> None:
@@ -133,3 +154,5 @@ def test_bad_arguments_say_what_is_wrong(call, message) -> None:
         call(Shop())
     with pytest.raises(TypeError, match="the seed must be an int"):
         Shop("7")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"orders\(0, 60_000\) for its first minute"):
+        Shop().orders(0, 6e4)  # type: ignore[arg-type]

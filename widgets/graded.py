@@ -723,9 +723,9 @@ _EX05 = Exercises("05", items={
         concept="A window join pairs an order and its payment in every window that holds both. Windows of 10 s "
                 "that start every 5 s: each time is in two of them. Count the starts s (multiples of 5 s, "
                 "negative ones too) with s <= both times < s + 10 s.",
-        call="o1 (ordered at 5.8 s, paid at 10.3 s): [0 s, 10 s) holds only the order, [5 s, 15 s) both, so 1. "
-             "o5 (25.8 s, paid at 28.1 s): [20 s, 30 s) and [25 s, 35 s) hold both, so 2. Do the same for the "
-             "others; o3 has no payment."),
+        call="o1 (ordered at 4.0 s, paid at 6.1 s): [0 s, 10 s) holds both, [-5 s, 5 s) only the order, "
+             "[5 s, 15 s) only the payment, so 1. o3 (23.0 s, paid at 24.4 s): [15 s, 25 s) and [20 s, 30 s) "
+             "hold both, so 2. Do the same for the others; o11 has no payment."),
         explain="A sliding window join emits a pair once per window the two records share.",
         same=_same_times_out),
     "Exercise 2": Exercise("debug", Hints(
@@ -1198,7 +1198,7 @@ class _Exercises06(Exercises):
 
 _EX06 = _Exercises06("06", items={
     "Exercise 1": Exercise("predict", Hints(
-        nudge="Count the tasks that count words in one batch. Which topic do they read, and how many "
+        nudge="Count the tasks that count orders in one batch. Which topic do they read, and how many "
               "queues does it have?",
         concept="The count reads the shuffle topic. One task per queue per batch, and one queue's task "
                 "runs on one executor at a time. So the shuffle topic's queues cap how many executors "

@@ -360,7 +360,7 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              'fixed_job = [m.body.decode().upper() for m in broker.read("reviews")]'),
             ("the broken job under a new id, still broken",
              'fixed_job = support_feed("support-feed-again")\nfixed_job.run_until_idle(progress=False)'),
-            ("the notebook's word count", "fixed_job = job"),
+            ("the notebook's order count", "fixed_job = job"),
             ("a right job with no crash armed",
              'b = StreamBuilder("support-feed-calm")\n'
              'up = b.source("reviews", TextDeserializer()).map(str.upper)\n'
@@ -394,7 +394,7 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              'revenue_job = Counter()\n'
              'for m in broker.read("orders"):\n'
              '    revenue_job[json.loads(m.body)["user"]] += json.loads(m.body)["amount"]'),
-            ("the notebook's word count (it lived through a kill, but reads reviews)", "revenue_job = job"),
+            ("the notebook's order count (it lived through a kill, but counts orders per product)", "revenue_job = job"),
             ("a revenue job run after the loss only (a new id)",
              'b = StreamBuilder("revenue-late", shuffle_queues=4)\n'
              '(b.source("orders", JsonDeserializer()).key_by(lambda o: o["user"]).sum(lambda o: o["amount"])\n'
@@ -409,7 +409,7 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              'revenue_job = RocketMQStream(b.build(), broker=broker, spark=spark,\n'
              '                             properties={"data_dir": str(DATA / "job")})'),
             ("the right job after more orders, no new executor lost since its check",
-             'broker.send_batch("orders", [json.dumps(o) for o in shop.orders(10, 120_000, 180_000)])\n'
+             'broker.send_batch("orders", [json.dumps(o) for o in shop.orders(120_000, 180_000)])\n'
              'revenue_job = RocketMQStream(revenue.build(), broker=broker, spark=spark,  # its id: it goes on\n'
              '                             properties={"data_dir": str(DATA / "job")})\n'
              "revenue_job.run_until_idle(progress=False)"),
