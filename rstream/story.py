@@ -11,16 +11,18 @@ Every notebook continues the same story: the shop's customers (``CUSTOMERS``, a 
 busier than the rest), its pages and products, the reviews they write (01's word count), their page
 views as two or three web servers deliver them, late and out of order (02, 03), store credit and
 unpaid orders (04), orders, payments and profiles to join (05), orders counted per product on a
-cluster and on RocketMQ (06, 07), and now and then a record nobody can parse (``malformed``). Neither RIP-58 nor RocketMQ Streams defines a data set: this is
-rstream's, after apache/flink-training, whose labs all read one generated stream of New York taxi
-rides and their fares.
+cluster and on RocketMQ (06, 07), and now and then a record nobody can parse (``malformed``).
+Neither RIP-58 nor RocketMQ Streams defines a data set: this is rstream's, after
+apache/flink-training, whose labs all read one generated stream of New York taxi rides and their
+fares.
 
 The shop keeps one clock: times are milliseconds since it opened, and every notebook's data of a span
 of that time is the same data. Its orders are one book (``orders(start_ms, end_ms)``: 05's first
-30 s are the start of 06's and 07's first minute, with the same ids), and so are their payments.
+minute is 06's and 07's, with the same ids, and the start of 04's first two), and so are their
+payments.
 
 Each method draws from a generator of its own, seeded by the shop's seed, the method's name and its
-arguments: a notebook gets the same data whatever else it asked for before, and in any order
+arguments (an order, and its payment, by the order's number): a notebook gets the same data whatever else it asked for before, and in any order
 (flink-training's ``DataGenerator`` does the same: a ride's fields come from a generator seeded by
 the ride's id). Times
 are milliseconds of event time from 0, so they read easily; each event has its time in ``"ts"``.

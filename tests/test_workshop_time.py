@@ -6,15 +6,20 @@ code cell of 00 to 06 as it is now (a changed cell has no recorded time: run the
 
 from __future__ import annotations
 
+import json
+
 import nbformat
 import pytest
 
 from tools.workshop_time import (
+    ABOUT,
     CORE_BUDGET_MINUTES,
     NOTEBOOKS,
     SHOWN_IN,
     _key,
+    about,
     cells_by_part,
+    opening,
     recorded,
     shown_tables,
     table,
@@ -71,3 +76,29 @@ def test_a_heading_marked_optional_makes_its_section_optional_to_the_next_headin
 
     t = time_of("nb", nb)
     assert (t.core.exercises, t.optional.exercises) == (5, 10)
+
+
+def test_recording_one_notebook_keeps_the_others_times(tmp_path) -> None:
+    from tools.workshop_time import record
+
+    def executed(seconds: float) -> nbformat.NotebookNode:
+        cell = nbformat.v4.new_code_cell("x = 1")
+        cell.metadata["execution"] = {"iopub.execute_input": "2026-11-29T10:00:00Z",
+                                      "shell.execute_reply": f"2026-11-29T10:00:{seconds:02.0f}Z"}
+        return nbformat.v4.new_notebook(cells=[cell])
+
+    path = tmp_path / "runs.json"
+    record({"a.ipynb": executed(3), "b.ipynb": executed(4)}, path, how="both at r1")
+    record({"b.ipynb": executed(9)}, path, how="b again at r2")
+    times = recorded(path)
+    assert [list(times[name].cells.values()) for name in ("a.ipynb", "b.ipynb")] == [[3.0], [9.0]]
+    assert json.loads(path.read_text())["how"] == "both at r1; b again at r2"
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("0[0-7]_*.ipynb")), ids=lambda p: p.name)
+def test_each_notebook_says_the_time_the_table_gives_it(path) -> None:
+    """The issue's teacher read "About 10 minutes" in 00 where the table said 20: the opening cell's
+    sentence is what ``about`` makes of the table's row."""
+    [t] = [t for t in workshop(runs=recorded()) if t.name == path.stem]
+    said = ABOUT.findall(opening(nbformat.read(path, as_version=4)).source)
+    assert said == [about(t)], "run `python tools/workshop_time.py --recorded --write`"

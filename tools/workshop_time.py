@@ -47,6 +47,9 @@ SHOWN_IN = (ROOT / "README.md", NOTEBOOKS / "00_start_here.ipynb")
 TABLE_START = "<!-- workshop-time: tools/workshop_time.py --recorded -->"
 TABLE_END = "<!-- /workshop-time -->"
 _SHOWN = re.compile(re.escape(TABLE_START) + r"\n(.*?)\n" + re.escape(TABLE_END), re.S)
+#: The sentence of a notebook's opening cell that says how long it takes: ``write_tables`` fills it in
+#: (``about``), so that it says what the table says.
+ABOUT = re.compile(r"About \d+ minutes(?: for the core, \d+ more for the sections marked \*\(optional\)\*)?")
 WORDS_PER_MINUTE = 180
 SECONDS_PER_CODE_CELL = 20
 EXERCISE_MINUTES = {"predict": 5, "debug": 10, "build": 10}
@@ -194,8 +197,12 @@ def recorded(path: Path = RECORDED) -> dict[str, RunTimes]:
 
 
 def record(executed: Mapping[str, Any], path: Path = RECORDED, how: str = "") -> None:
-    """Keep the run times of ``executed`` (by notebook file name) in ``path``, with how they were made."""
-    data = {"how": how, "notebooks": {name: dataclasses.asdict(RunTimes.of(nb)) for name, nb in sorted(executed.items())}}
+    """Keep the run times of ``executed`` (by notebook file name) in ``path``, with how they were made; the
+    notebooks not in ``executed`` keep the times recorded before (so one notebook can be timed again alone),
+    and ``how`` is added to what the file said."""
+    data = json.loads(path.read_text()) if path.exists() else {"how": "", "notebooks": {}}
+    data["notebooks"].update({name: dataclasses.asdict(RunTimes.of(nb)) for name, nb in executed.items()})
+    data["how"] = "; ".join(filter(None, [data.get("how", ""), how]))
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
@@ -221,6 +228,19 @@ def table(times: list[NotebookTime]) -> str:
     return "\n".join(rows)
 
 
+def about(t: NotebookTime) -> str:
+    """What a notebook's opening cell says of its time: its core as the table shows it, and the rest (a
+    notebook optional as a whole: all of it)."""
+    if t.core.total == 0:
+        return f"About {t.optional.total:.0f} minutes"
+    return f"About {t.core_minutes} minutes for the core, {t.optional.total:.0f} more for the sections marked *(optional)*"
+
+
+def opening(notebook: Any) -> Any:
+    """A notebook's opening markdown cell (where it says what it teaches and how long it takes)."""
+    return next(c for c in notebook["cells"] if c["cell_type"] == "markdown")
+
+
 def shown_tables(text: str) -> list[str]:
     """The time tables a text shows between ``TABLE_START`` and ``TABLE_END``."""
     return _SHOWN.findall(text)
@@ -231,8 +251,9 @@ def _fill(text: str, shown: str) -> str:
 
 
 def write_tables() -> str:
-    """Write the table of the recorded run times into the README and notebook 00 (again until it no longer
-    changes: notebook 00's own reading time counts the table's words) and return it."""
+    """Write the table of the recorded run times into the README and notebook 00, and each notebook's time
+    into its opening cell (``about``), again until it no longer changes (notebook 00's own reading time
+    counts the table's words), and return the table."""
     import nbformat
 
     for _ in range(5):
@@ -244,6 +265,15 @@ def write_tables() -> str:
             if cell.cell_type == "markdown" and TABLE_START in cell.source:
                 cell.source = _fill(cell.source, shown)
         nbformat.write(notebook, SHOWN_IN[1])
+        for t in workshop(runs=recorded()):  # each notebook's own sentence
+            path = NOTEBOOKS / f"{t.name}.ipynb"
+            notebook = nbformat.read(path, as_version=4)
+            cell = opening(notebook)
+            if len(ABOUT.findall(cell.source)) != 1:
+                raise RuntimeError(f"{path.name}: its opening cell should say 'About N minutes ...' once")
+            if ABOUT.sub(about(t), cell.source) != cell.source:
+                cell.source = ABOUT.sub(about(t), cell.source)
+                nbformat.write(notebook, path)
         if table(workshop(runs=recorded())) == shown:
             return shown
     raise RuntimeError("the time table did not settle: notebook 00's time changes with the table it shows")
