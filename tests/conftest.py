@@ -14,6 +14,7 @@ import pytest
 pytest.register_assert_rewrite("tests.support")
 
 from rstream import EmbeddedBroker, StreamBuilder  # noqa: E402
+from tests.support import without_pyspark  # noqa: E402
 from tests.support.rocketmq import start_early, stop_early, stop_session_server  # noqa: E402
 
 if TYPE_CHECKING:  # loaded by the fixtures that need Spark: the pure-Python tests never load pyspark
@@ -72,13 +73,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, cls))
     # The session's shared RocketMQ servers run last, their users together, each stopped after its last
     # user: an idle LocalRocketMQ's JVMs take about a third of a core, which every other test would pay for.
-    items.sort(key=lambda item: SERVERS.index(server_of(item)) + 1 if server_of(item) else 0)
+    # After them, the check that runs tests/processors without pyspark: its run starts in the background
+    # when they begin (their time goes mostly to waiting on RocketMQ's JVMs), and the check collects it.
+    items.sort(key=_place)
     LAST_USER.clear()
     FIRST_USER.clear()
     for item in items:
         if server_of(item):
             LAST_USER[server_of(item)] = item.nodeid
             FIRST_USER.setdefault("item", item.nodeid)
+        if item.nodeid == without_pyspark.NODE:
+            FIRST_USER["without_pyspark"] = item.nodeid
+
+
+def _place(item: pytest.Item) -> int:
+    if item.nodeid == without_pyspark.NODE:
+        return len(SERVERS) + 1
+    server = server_of(item)
+    return SERVERS.index(server) + 1 if server else 0
 
 
 def server_of(item: pytest.Item) -> str | None:
@@ -102,7 +114,8 @@ def server_of(item: pytest.Item) -> str | None:
 SERVERS = ("rocketmq_cluster", "local_rocketmq", "retention_rocketmq")
 #: Per server, the node id of the last test that uses it.
 LAST_USER: dict[str, str] = {}
-#: The node id of the first test that uses a session server (``item``).
+#: The node id of the first test that uses a session server (``item``), and of the check run without
+#: pyspark when the session has it (``without_pyspark``).
 FIRST_USER: dict[str, str] = {}
 
 
@@ -110,10 +123,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.nodeid == FIRST_USER.get("item"):
         for name in LAST_USER:  # the servers the session uses
             start_early(name)
+        if "without_pyspark" in FIRST_USER:
+            without_pyspark.start()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     stop_early()
+    without_pyspark.stop()
 
 
 @pytest.hookimpl(hookwrapper=True)

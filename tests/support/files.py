@@ -10,9 +10,13 @@ files it makes (``Untitled.ipynb``, ``... -Copy1.ipynb``)."""
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import subprocess
 from pathlib import Path
+
+#: The repository's root.
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Folders a session makes beside the repository's files (never the repository's own).
 LEFTOVERS = frozenset({".ipynb_checkpoints", "rstream-data", "__pycache__"})
@@ -53,3 +57,19 @@ def repository_files(folder: Path, pattern: str = "*", recursive: bool = False) 
     names = listed if listed is not None else _on_disk(folder)
     return sorted(folder / name for name in names
                   if fnmatch.fnmatch(name.name, pattern) and _own(name) and (recursive or len(name.parts) == 1))
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """Every module ``path`` imports, anywhere in it (also inside functions), as absolute names."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the file's own package
+                package = path.relative_to(ROOT).parent.parts
+                base = ".".join(package[: len(package) - node.level + 1])
+                out.append((node.lineno, f"{base}.{node.module}" if node.module else base))
+            else:
+                out.append((node.lineno, node.module or ""))
+    return out
