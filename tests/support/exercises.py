@@ -239,7 +239,8 @@ SHORTCUTS: dict[str, dict[str, list[tuple[str, str]]]] = {
              'exercises.predict("Exercise 1", {"o1": 2})  # a first guess\n'
              'exercises.reveal("Exercise 1", run_sliding)  # the run is shown\n'
              '# then "predicted" by copying what it showed\n'
-             'exercises.predict("Exercise 1", {"o1": 1, "o2": 1, "o4": 1, "o5": 2, "o6": 2, "o7": 1})'),
+             'exercises.predict("Exercise 1", {"o1": 1, "o2": 1, "o3": 2, "o4": 2, "o5": 1, "o6": 1, "o7": 1,\n'
+             '                                 "o8": 1, "o9": 1, "o10": 1})'),
         ],
         "Exercise 2": [
             ("the broken job handed back", "fixed_job = broken_job"),
