@@ -92,7 +92,7 @@ def _hidden(cell: Any) -> bool:
 
 def optional_notebook(notebook: Any) -> bool:
     """Whether the notebook says, in its opening cell, that it is optional as a whole (07 does)."""
-    first = next((c for c in notebook["cells"] if c["cell_type"] == "markdown"), None)
+    first = opening(notebook)
     text = "" if first is None else first["source"] if isinstance(first["source"], str) else "".join(first["source"])
     return "an optional notebook" in text.lower()
 
@@ -237,8 +237,8 @@ def about(t: NotebookTime) -> str:
 
 
 def opening(notebook: Any) -> Any:
-    """A notebook's opening markdown cell (where it says what it teaches and how long it takes)."""
-    return next(c for c in notebook["cells"] if c["cell_type"] == "markdown")
+    """A notebook's opening markdown cell (where it says what it teaches and how long it takes), or None."""
+    return next((c for c in notebook["cells"] if c["cell_type"] == "markdown"), None)
 
 
 def shown_tables(text: str) -> list[str]:
@@ -269,10 +269,11 @@ def write_tables() -> str:
             path = NOTEBOOKS / f"{t.name}.ipynb"
             notebook = nbformat.read(path, as_version=4)
             cell = opening(notebook)
-            if len(ABOUT.findall(cell.source)) != 1:
+            if cell is None or len(ABOUT.findall(cell.source)) != 1:
                 raise RuntimeError(f"{path.name}: its opening cell should say 'About N minutes ...' once")
-            if ABOUT.sub(about(t), cell.source) != cell.source:
-                cell.source = ABOUT.sub(about(t), cell.source)
+            said = ABOUT.sub(about(t), cell.source)
+            if said != cell.source:
+                cell.source = said
                 nbformat.write(notebook, path)
         if table(workshop(runs=recorded())) == shown:
             return shown
